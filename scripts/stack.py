@@ -1,0 +1,522 @@
+#!/usr/bin/env python3
+"""The local stack: real Apache Kafka, HBase (+ Thrift1) and Spark standalone, on loopback.
+
+Kafka and HBase run from Maven Central jars that ``fetch`` copies into ``.services/``; Spark
+runs from the pyspark package's own jars. Every process is started by this script, its pid
+kept in ``.services/<service>/<name>.pid`` and its output in ``.services/<service>/logs``.
+
+    stack.py fetch                     resolve the jars (cached in ~/.m2 and .services/*/lib)
+    stack.py up [--spark] [--wipe]     start what is not running and wait until it answers
+    stack.py down [--wipe]             stop everything this script started; ports are freed
+    stack.py status                    one line per service: pid, port, resident memory
+    stack.py stop|start|kill NAME      one service (kafka, hbase, thrift, spark-master, ...)
+
+It uses only the standard library plus kafka-python and happybase for the readiness probes,
+so it runs from the project's virtualenv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+import base64
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVICES = ROOT / "services"
+RUN = Path(os.environ.get("LEAKPROOF_STACK_DIR", ROOT / ".services"))
+HOST = "127.0.0.1"
+
+KAFKA_PORT = 9092
+KAFKA_CONTROLLER_PORT = 9093
+ZK_PORT = 2181
+THRIFT_PORT = 9090
+SPARK_MASTER_PORT = 7077
+SPARK_MASTER_UI_PORT = 8080
+SPARK_WORKER_PORTS = ((7078, 8081), (7079, 8082))
+
+READY_TIMEOUT_S = float(os.environ.get("LEAKPROOF_READY_TIMEOUT_S", "240"))
+STOP_TIMEOUT_S = 30.0
+
+# What bin/hbase passes on JDK 11+: HBase's netty and Hadoop reach into java.base.
+HBASE_JDK17_OPTS = [
+    "-Dorg.apache.hbase.thirdparty.io.netty.tryReflectionSetAccessible=true",
+    "--add-modules", "jdk.unsupported",
+    "--add-opens", "java.base/java.nio=ALL-UNNAMED",
+    "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang.reflect=ALL-UNNAMED",
+    "--add-opens", "java.base/java.util=ALL-UNNAMED",
+    "--add-opens", "java.base/java.util.concurrent=ALL-UNNAMED",
+    "--add-exports", "java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-exports", "java.security.jgss/sun.security.krb5=ALL-UNNAMED",
+    "--add-exports", "java.base/sun.net.dns=ALL-UNNAMED",
+    "--add-exports", "java.base/sun.net.util=ALL-UNNAMED",
+]
+
+
+class StackError(RuntimeError):
+    """A service did not start, stop or answer; the message names it and its log file."""
+
+
+def log(msg: str) -> None:
+    print(f"[stack] {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------- jars
+
+
+def fetch() -> None:
+    """Copy each service's runtime classpath out of Maven Central, once per pom version."""
+    for name in ("kafka", "hbase"):
+        pom = SERVICES / name / "pom.xml"
+        lib = RUN / name / "lib"
+        stamp = RUN / name / "lib.stamp"
+        digest = hashlib.sha256(pom.read_bytes()).hexdigest()
+        if lib.is_dir() and stamp.is_file() and stamp.read_text() == digest:
+            continue
+        shutil.rmtree(lib, ignore_errors=True)
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        log(f"fetching {name} jars from Maven Central (first run only)")
+        started = time.monotonic()
+        cmd = [
+            "mvn", "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
+            "-DincludeScope=runtime", f"-DoutputDirectory={lib}",
+        ]
+        if subprocess.run(cmd, check=False).returncode != 0:
+            raise StackError(f"maven could not resolve {pom}")
+        size = sum(p.stat().st_size for p in lib.iterdir())
+        log(f"{name}: {len(list(lib.iterdir()))} jars, {size / 2**20:.0f} MiB, "
+            f"{time.monotonic() - started:.0f}s")
+        stamp.write_text(digest)
+    bad = [p.name for p in (RUN / "hbase" / "lib").iterdir()
+           if any(k in p.name for k in ("logback", "reload4j", "slf4j-log4j12"))]
+    if bad:
+        raise StackError(f"a second SLF4J binding leaked into the HBase classpath: {bad}")
+
+
+# --------------------------------------------------------------------------- processes
+
+
+@dataclass
+class Service:
+    """One JVM this script owns: how to start it, where it logs, which port says it is up."""
+
+    name: str
+    group: str
+    port: int
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def dir(self) -> Path:
+        return RUN / self.group
+
+    @property
+    def pidfile(self) -> Path:
+        return self.dir / f"{self.name}.pid"
+
+    @property
+    def logfile(self) -> Path:
+        return self.dir / "logs" / f"{self.name}.out"
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pidfile.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if pid_alive(pid) else None
+
+    def start(self) -> None:
+        if self.pid() is not None:
+            log(f"{self.name} already running (pid {self.pid()})")
+            return
+        if port_open(self.port):
+            raise StackError(
+                f"{self.name}: port {HOST}:{self.port} is taken by a process this script did not "
+                f"start; stop it first (see `ss -ltnp 'sport = :{self.port}'`)"
+            )
+        self.logfile.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.env}
+        with open(self.logfile, "ab") as out:
+            proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, cwd=self.dir, start_new_session=True,
+            )
+        self.pidfile.write_text(str(proc.pid))
+        log(f"{self.name} started (pid {proc.pid}, log {self.logfile})")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        pid = self.pid()
+        if pid is None:
+            self.pidfile.unlink(missing_ok=True)
+            return
+        os.kill(pid, sig)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if pid_alive(pid):
+            log(f"{self.name} ignored SIGTERM for {STOP_TIMEOUT_S:.0f}s; killing")
+            os.kill(pid, signal.SIGKILL)
+            while pid_alive(pid):
+                time.sleep(0.1)
+        self.pidfile.unlink(missing_ok=True)
+        wait_port_closed(self)
+        log(f"{self.name} stopped")
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: no shutdown hook runs."""
+        pid = self.pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            while pid_alive(pid):
+                time.sleep(0.05)
+        self.pidfile.unlink(missing_ok=True)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); read its state to be sure.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((HOST, port)) == 0
+
+
+def wait_port_closed(svc: Service, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while port_open(svc.port):
+        if time.monotonic() > deadline:
+            raise StackError(f"{svc.name} stopped but {HOST}:{svc.port} is still bound")
+        time.sleep(0.2)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+# --------------------------------------------------------------------------- services
+
+
+def render(template: Path, dest: Path, **values: object) -> None:
+    text = template.read_text()
+    for key, value in values.items():
+        text = text.replace(f"@{key}@", str(value))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(text)
+
+
+def kafka_service() -> Service:
+    run = RUN / "kafka"
+    opts = [
+        "-Xms512m", "-Xmx1g", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+        "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+        "-Djava.awt.headless=true", f"-Dkafka.logs.dir={run / 'logs'}",
+        f"-Dlog4j2.configurationFile=file:{SERVICES / 'kafka' / 'log4j2.properties'}",
+    ]
+    return Service("kafka", "kafka", KAFKA_PORT,
+                   ["java", *opts, "-cp", f"{run / 'lib'}/*", "kafka.Kafka",
+                    str(run / "server.properties")])
+
+
+def hbase_java(name: str, heap: str) -> list[str]:
+    run = RUN / "hbase"
+    return [
+        "java", f"-Dproc_{name}", f"-Xmx{heap}", "-XX:+UseG1GC", *HBASE_JDK17_OPTS,
+        f"-Dhbase.log.dir={run / 'logs'}", f"-Dhbase.log.file={name}.log",
+        f"-Dlog4j2.configurationFile=file:{run / 'conf' / 'log4j2.properties'}",
+        "-cp", f"{run / 'conf'}:{run / 'lib'}/*",
+    ]
+
+
+def hbase_service() -> Service:
+    return Service("hbase", "hbase", ZK_PORT,
+                   [*hbase_java("master", "1536m"), "org.apache.hadoop.hbase.master.HMaster",
+                    "start"])
+
+
+def thrift_service(framed: bool = False, compact: bool = False) -> Service:
+    extra = (["-f"] if framed else []) + (["-c"] if compact else [])
+    return Service("thrift", "hbase", THRIFT_PORT,
+                   [*hbase_java("thrift", "512m"), "org.apache.hadoop.hbase.thrift.ThriftServer",
+                    "-b", HOST, "-p", str(THRIFT_PORT), *extra, "start"])
+
+
+def spark_home() -> Path:
+    import pyspark  # the venv's own Spark distribution
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def spark_services() -> list[Service]:
+    home = spark_home()
+    cls = str(home / "bin" / "spark-class")
+    env = {"SPARK_HOME": str(home), "SPARK_LOCAL_IP": HOST, "SPARK_LOG_DIR": str(RUN / "spark"),
+           "PYSPARK_PYTHON": sys.executable}
+    master = Service("spark-master", "spark", SPARK_MASTER_PORT,
+                     [cls, "org.apache.spark.deploy.master.Master", "--host", HOST,
+                      "--port", str(SPARK_MASTER_PORT), "--webui-port", str(SPARK_MASTER_UI_PORT)],
+                     env={**env, "SPARK_DAEMON_MEMORY": "512m"})
+    workers = []
+    for i, (port, ui) in enumerate(SPARK_WORKER_PORTS, start=1):
+        wdir = RUN / "spark" / f"worker{i}"
+        workers.append(Service(
+            f"spark-worker{i}", "spark", port,
+            [cls, "org.apache.spark.deploy.worker.Worker", "--host", HOST, "--port", str(port),
+             "--webui-port", str(ui), "--cores", "1", "--memory", "1g", "--work-dir", str(wdir),
+             f"spark://{HOST}:{SPARK_MASTER_PORT}"],
+            env={**env, "SPARK_DAEMON_MEMORY": "256m"}))
+    return [master, *workers]
+
+
+def all_services() -> list[Service]:
+    return [kafka_service(), hbase_service(), thrift_service(), *spark_services()]
+
+
+def by_name(name: str) -> Service:
+    for svc in all_services():
+        if svc.name == name:
+            return svc
+    raise StackError(f"unknown service {name!r}; valid: {[s.name for s in all_services()]}")
+
+
+# --------------------------------------------------------------------------- readiness
+
+
+def wait_until(svc: Service, probe_name: str, probe: "callable[[], None]") -> None:  # type: ignore[valid-type]
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if svc.pid() is None:
+            raise StackError(f"{svc.name} exited during start-up; see {svc.logfile}")
+        try:
+            probe()
+            return
+        except Exception as exc:  # noqa: BLE001 - any failure means "not yet"
+            last = exc
+            time.sleep(1.0)
+    raise StackError(f"{svc.name} not ready after {READY_TIMEOUT_S:.0f}s ({probe_name}: {last}); "
+                     f"see {svc.logfile}")
+
+
+def probe_port(port: int) -> "callable[[], None]":  # type: ignore[valid-type]
+    def probe() -> None:
+        if not port_open(port):
+            raise ConnectionError(f"{HOST}:{port} closed")
+    return probe
+
+
+def probe_kafka() -> None:
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=f"{HOST}:{KAFKA_PORT}", bootstrap_timeout_ms=5000,
+                             request_timeout_ms=5000)
+    try:
+        admin.describe_cluster()
+    finally:
+        admin.close()
+
+
+def probe_hbase() -> None:
+    """A create/put/get round trip: tables() answers before hbase:meta is assigned."""
+    import happybase
+
+    conn = happybase.Connection(HOST, THRIFT_PORT, timeout=20000)
+    try:
+        if b"leakproof_probe" not in conn.tables():
+            conn.create_table("leakproof_probe", {"p": {}})
+        table = conn.table("leakproof_probe")
+        table.put(b"r", {b"p:c": b"1"})
+        if table.row(b"r").get(b"p:c") != b"1":
+            raise RuntimeError("probe row did not read back")
+    finally:
+        conn.close()
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def ensure_hostname_resolves() -> None:
+    """HBase names its servers by the local host name; it must resolve (to loopback here)."""
+    name = socket.gethostname()
+    try:
+        socket.gethostbyname(name)
+    except socket.gaierror:
+        if os.geteuid() != 0:
+            raise StackError(f"host name {name!r} does not resolve; add it to /etc/hosts") from None
+        with open("/etc/hosts", "a") as hosts:
+            hosts.write(f"\n127.0.0.1 {name}\n")
+        log(f"added '127.0.0.1 {name}' to /etc/hosts")
+
+
+def prepare_kafka(wipe: bool) -> None:
+    run = RUN / "kafka"
+    if wipe:
+        shutil.rmtree(run / "data", ignore_errors=True)
+    render(SERVICES / "kafka" / "server.properties", run / "server.properties", ROOT=run,
+           PORT=KAFKA_PORT, CONTROLLER_PORT=KAFKA_CONTROLLER_PORT)
+    if (run / "data" / "meta.properties").exists():
+        return
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    result = subprocess.run(
+        ["java", "-XX:TieredStopAtLevel=1", "-cp", f"{run / 'lib'}/*",
+         f"-Dlog4j2.configurationFile=file:{SERVICES / 'kafka' / 'log4j2.properties'}",
+         "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
+         str(run / "server.properties"), "--ignore-formatted"],
+        capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise StackError(f"kafka storage format failed:\n{result.stdout}{result.stderr}")
+
+
+def prepare_hbase(wipe: bool) -> None:
+    run = RUN / "hbase"
+    if wipe:  # root and ZooKeeper data only make sense together
+        for sub in ("root", "tmp", "zk"):
+            shutil.rmtree(run / sub, ignore_errors=True)
+    for sub in ("logs", "tmp"):
+        (run / sub).mkdir(parents=True, exist_ok=True)
+    render(SERVICES / "hbase" / "hbase-site.xml", run / "conf" / "hbase-site.xml", ROOT=run,
+           ZK_PORT=ZK_PORT)
+    shutil.copy(SERVICES / "hbase" / "log4j2.properties", run / "conf" / "log4j2.properties")
+
+
+def up(spark: bool, wipe: bool) -> None:
+    fetch()
+    ensure_hostname_resolves()
+    kafka, hbase, thrift = kafka_service(), hbase_service(), thrift_service()
+    if wipe:
+        down(wipe=False)
+    t0 = time.monotonic()
+    if kafka.pid() is None:
+        prepare_kafka(wipe)
+    if hbase.pid() is None:
+        prepare_hbase(wipe)
+    kafka.start()
+    hbase.start()
+    if spark:
+        master, *workers = spark_services()
+        master.start()
+    wait_until(kafka, "describe_cluster", probe_kafka)
+    log(f"kafka ready on {HOST}:{KAFKA_PORT} ({time.monotonic() - t0:.1f}s)")
+    wait_until(hbase, "zookeeper port", probe_port(ZK_PORT))
+    thrift.start()
+    wait_until(thrift, "create/put/get", probe_hbase)
+    log(f"hbase + thrift ready on {HOST}:{THRIFT_PORT} ({time.monotonic() - t0:.1f}s)")
+    if spark:
+        wait_until(master, "master port", probe_port(SPARK_MASTER_PORT))
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            wait_until(worker, "worker port", probe_port(worker.port))
+        wait_spark_workers(len(workers))
+        log(f"spark standalone ready at spark://{HOST}:{SPARK_MASTER_PORT} "
+            f"({time.monotonic() - t0:.1f}s)")
+
+
+def wait_spark_workers(count: int) -> None:
+    """Workers listen before the master has registered them; ask the master's JSON view."""
+    import json
+    import urllib.request
+
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    alive = 0
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://{HOST}:{SPARK_MASTER_UI_PORT}/json/",
+                                        timeout=5) as resp:
+                state = json.load(resp)
+            alive = sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
+            if alive >= count:
+                return
+        except OSError:
+            pass
+        time.sleep(1.0)
+    raise StackError(f"spark master sees {alive} of {count} workers; see {RUN / 'spark' / 'logs'}")
+
+
+def down(wipe: bool) -> None:
+    # Consumers first, the store last: Spark, Thrift, HBase, Kafka.
+    for svc in reversed(all_services()):
+        svc.stop()
+    if wipe:
+        for sub in ("kafka/data", "hbase/root", "hbase/tmp", "hbase/zk", "spark"):
+            shutil.rmtree(RUN / sub, ignore_errors=True)
+        log("data wiped")
+
+
+def status() -> int:
+    down_count = 0
+    for svc in all_services():
+        pid = svc.pid()
+        if pid is None:
+            print(f"{svc.name:14s} stopped")
+            down_count += 1
+            continue
+        state = "listening" if port_open(svc.port) else "NOT LISTENING"
+        print(f"{svc.name:14s} pid {pid:<7d} {HOST}:{svc.port:<5d} {state:13s} "
+              f"rss {rss_mib(pid):7.0f} MiB  log {svc.logfile}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("fetch")
+    p_up = sub.add_parser("up")
+    p_up.add_argument("--spark", action="store_true", help="also a standalone master + 2 workers")
+    p_up.add_argument("--wipe", action="store_true", help="start from empty Kafka and HBase")
+    p_down = sub.add_parser("down")
+    p_down.add_argument("--wipe", action="store_true", help="also delete all data")
+    sub.add_parser("status")
+    for cmd in ("start", "stop", "kill"):
+        p = sub.add_parser(cmd)
+        p.add_argument("name")
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "fetch":
+            fetch()
+        elif args.cmd == "up":
+            up(args.spark, args.wipe)
+        elif args.cmd == "down":
+            down(args.wipe)
+        elif args.cmd == "status":
+            return status()
+        elif args.cmd == "stop":
+            by_name(args.name).stop()
+        elif args.cmd == "kill":
+            by_name(args.name).kill()
+        elif args.cmd == "start":
+            by_name(args.name).start()
+    except StackError as exc:
+        print(f"[stack] error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

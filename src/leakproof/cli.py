@@ -1,0 +1,152 @@
+"""``leakproof``: argument parsing only; every command calls the modules below it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from leakproof import config as config_mod
+from leakproof.errors import ConfigError, LeakproofError
+from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
+
+log = logging.getLogger("leakproof")
+
+
+def _spec(text: str) -> GeneratorSpec:
+    try:
+        seed, events, sessions, *rest = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not SEED:EVENTS:SESSIONS[:START_TS]") from None
+    return GeneratorSpec(seed, events, sessions, *(rest[:1] or [DEFAULT_START_TS]))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leakproof", description=__doc__)
+    parser.add_argument("--log-level", default="INFO")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    def cmd(name: str, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("--config", required=True, help="path to config.yml")
+        return p
+
+    run = cmd("run", "run the streaming job")
+    run.add_argument("--until-idle", type=float, metavar="S",
+                     help="stop gracefully after S seconds without new records")
+    run.add_argument("--max-batches", type=int, metavar="N", help="stop after N batches")
+
+    produce = cmd("produce", "produce seeded, realistic web sessions")
+    produce.add_argument("--events", type=int, required=True)
+    produce.add_argument("--sessions", type=int, required=True)
+    produce.add_argument("--seed", type=int, required=True)
+    produce.add_argument("--rate", type=float, help="events per second (default: unthrottled)")
+    produce.add_argument("--start-ts", type=int, default=DEFAULT_START_TS,
+                         help="event time of the first session, epoch ms")
+
+    topic = cmd("topic", "create the configured topic")
+    topic.add_argument("action", choices=["create"])
+    topic.add_argument("--partitions", type=int, required=True)
+
+    tables = cmd("tables", "create the HBase tables (idempotent)")
+    tables.add_argument("action", choices=["create"])
+
+    offsets = cmd("offsets", "committed offsets")
+    offsets.add_argument("action", choices=["show", "history"])
+    offsets.add_argument("--limit", type=int, default=20)
+
+    sessions = cmd("sessions", "read a session row")
+    sessions.add_argument("action", choices=["get"])
+    sessions.add_argument("session_id")
+
+    verify = cmd("verify", "compare HBase with the oracle for the given production runs")
+    verify.add_argument("--spec", type=_spec, action="append", default=[],
+                        metavar="SEED:EVENTS:SESSIONS", help="one per `produce` run")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("kafka", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        cfg = config_mod.load(args.config)
+        return _dispatch(args, cfg)
+    except ConfigError as exc:
+        print(f"leakproof: config error: {exc}", file=sys.stderr)
+        return 2
+    except LeakproofError as exc:
+        print(f"leakproof: {exc}", file=sys.stderr)
+        return 1
+
+
+def _dispatch(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    if args.cmd == "run":
+        from leakproof.stream import Job, RunLimits, spark_context
+
+        spark_context(cfg)
+        return Job(cfg, RunLimits(args.until_idle, args.max_batches)).run()
+    if args.cmd == "produce":
+        from leakproof.generator import generate
+        from leakproof.produce import send_events
+
+        spec = GeneratorSpec(args.seed, args.events, args.sessions, args.start_ts)
+        report = send_events(cfg.kafka, cfg.kafka.topic, generate(spec), args.rate)
+        print(f"produced {report.records} events ({spec.sessions} sessions, seed {spec.seed}) "
+              f"to {cfg.kafka.topic} in {report.seconds:.1f}s ({report.rate:.0f} ev/s)")
+        return 0
+    if args.cmd == "topic":
+        from leakproof.produce import create_topic
+
+        made = create_topic(cfg.kafka, cfg.kafka.topic, args.partitions)
+        print(f"topic {cfg.kafka.topic}: {'created' if made else 'exists'}")
+        return 0
+    from leakproof.hbase.connection import connect, ensure_tables
+
+    if args.cmd == "verify":
+        from leakproof.verify import verify
+
+        v = verify(cfg, args.spec)
+        print(f"oracle: {v.events} events in the topic, {v.bad_records} bad records, "
+              f"{v.sessions} session rows, {v.dead_letters} dead letters: "
+              f"{'EXACT MATCH' if v.ok else 'MISMATCH'}")
+        for problem in v.problems:
+            print(f"  {problem}")
+        return 0 if v.ok else 1
+    conn = connect(cfg.hbase)
+    try:
+        if args.cmd == "tables":
+            created = ensure_tables(conn, cfg.hbase)
+            print(f"tables created: {', '.join(created) or 'none (all exist)'}")
+        elif args.cmd == "offsets":
+            from leakproof.hbase.offset_store import OffsetStore
+
+            store = OffsetStore(conn.table(cfg.hbase.offsets_table), cfg.kafka.topic,
+                                cfg.kafka.group_id)
+            rows = store.history(1 if args.action == "show" else args.limit)
+            if not rows:
+                print(f"no committed offsets for {cfg.kafka.topic}:{cfg.kafka.group_id}")
+                return 1
+            for row in rows:
+                print(json.dumps({"batch_ms": row.batch_ms, "offsets": row.offsets,
+                                  "audit": row.audit}, sort_keys=True))
+        elif args.cmd == "sessions":
+            from leakproof.hbase.session_store import SessionStore
+
+            got = SessionStore(conn.table(cfg.hbase.sessions_table)).get(args.session_id)
+            if got is None:
+                print(f"no session {args.session_id}", file=sys.stderr)
+                return 1
+            print(json.dumps(got, indent=2, sort_keys=True))
+    finally:
+        conn.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

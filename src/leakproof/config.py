@@ -1,0 +1,279 @@
+"""YAML config -> frozen, validated config objects.
+
+Every key is known: an unknown key, a missing required key or a bad value raises ConfigError
+naming the dotted key and what would be valid. Values under ``kafka.consumer`` pass through to
+kafka-python (SASL, SSL); they are never shown by ``repr`` or in logs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from leakproof.errors import ConfigError
+
+OffsetReset = Literal["earliest", "latest", "none"]
+DataLossPolicy = Literal["fail", "skip"]
+
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    """Where to read: the topic, which partitions, and what to do when offsets do not fit."""
+
+    bootstrap_servers: str
+    topic: str
+    group_id: str
+    partitions: tuple[int, ...] | None = None  # None = all, re-read every batch
+    auto_offset_reset: OffsetReset = "earliest"
+    on_data_loss: DataLossPolicy = "fail"
+    max_rate_per_partition: int = 0  # events/s; 0 = no cap
+    min_rate_per_partition: int = 0
+    consumer: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    read_timeout_s: float = 60.0
+
+    def client_settings(self) -> dict[str, Any]:
+        """kafka-python settings every consumer, producer and admin client gets."""
+        return {"bootstrap_servers": self.bootstrap_servers.split(","), **self.consumer}
+
+
+@dataclass(frozen=True)
+class HBaseConfig:
+    """How to reach the HBase Thrift1 server, and the table names (behind ``table_prefix``)."""
+
+    host: str = "127.0.0.1"
+    port: int = 9090
+    transport: Literal["buffered", "framed"] = "buffered"
+    protocol: Literal["binary", "compact"] = "binary"
+    table_prefix: str | None = None
+    timeout_ms: int = 60000
+    sessions_table: str = "web_sessions"
+    dead_letter_table: str = "web_events_dead_letter"
+    offsets_table: str = "stream_kafka_offsets"
+    state_table: str = "leakproof_state"
+
+    def full_name(self, table: str) -> str:
+        """The name HBase knows: happybase joins prefix and name with ``_``."""
+        return f"{self.table_prefix}_{table}" if self.table_prefix else table
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """The Spark side: batch clock and master for ``leakproof run``."""
+
+    batch_interval_s: float = 2.0
+    master: str = "local[2]"
+    app_name: str = "leakproof"
+
+
+@dataclass(frozen=True)
+class SessionsConfig:
+    """When a session closes: partition watermark > last_ts + inactivity_gap + grace."""
+
+    inactivity_gap_s: float = 1800.0
+    grace_s: float = 60.0
+
+    @property
+    def close_after_ms(self) -> int:
+        return round((self.inactivity_gap_s + self.grace_s) * 1000)
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """Optional outputs besides HBase."""
+
+    closed_sessions_topic: str | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole job's configuration."""
+
+    kafka: KafkaConfig
+    hbase: HBaseConfig
+    job: JobConfig
+    sessions: SessionsConfig
+    output: OutputConfig
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load(path: str | Path) -> Config:
+    """Read and validate a YAML config file."""
+    try:
+        text = Path(path).read_text("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    return from_dict(data or {})
+
+
+def from_dict(data: Any) -> Config:
+    """Validate a parsed YAML document; every error names the dotted key at fault."""
+    root = _section(data, "")
+    _no_unknown(root, "", {"kafka", "hbase", "job", "sessions", "output"})
+    return Config(
+        kafka=_kafka(_section(root.get("kafka"), "kafka")),
+        hbase=_hbase(_section(root.get("hbase", {}), "hbase")),
+        job=_job(_section(root.get("job", {}), "job")),
+        sessions=_sessions(_section(root.get("sessions", {}), "sessions")),
+        output=_output(_section(root.get("output", {}), "output")),
+    )
+
+
+def _section(value: Any, key: str) -> dict[str, Any]:
+    if value is None and key:
+        raise ConfigError(f"'{key}' is required (a mapping)")
+    if not isinstance(value, dict):
+        raise ConfigError(f"'{key or '<top level>'}' must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _no_unknown(section: Mapping[str, Any], prefix: str, known: set[str]) -> None:
+    unknown = sorted(set(section) - known)
+    if unknown:
+        where = f"{prefix}." if prefix else ""
+        raise ConfigError(f"unknown key '{where}{unknown[0]}'; valid keys here: "
+                          f"{', '.join(sorted(known))}")
+
+
+def _known(cls: type) -> set[str]:
+    return {f.name for f in fields(cls)}
+
+
+def _str(section: Mapping[str, Any], key: str, prefix: str, default: str | None = None,
+         *, pattern: re.Pattern[str] | None = None) -> str:
+    value = section.get(key, default)
+    if value is None:
+        raise ConfigError(f"'{prefix}.{key}' is required")
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"'{prefix}.{key}' must be a non-empty string, got {value!r}")
+    if pattern is not None and not pattern.match(value):
+        raise ConfigError(f"'{prefix}.{key}' = {value!r} has characters outside "
+                          f"{pattern.pattern}")
+    return value
+
+
+def _choice(section: Mapping[str, Any], key: str, prefix: str, default: str,
+            valid: tuple[str, ...]) -> Any:
+    value = section.get(key, default)
+    if value not in valid:
+        raise ConfigError(f"'{prefix}.{key}' = {value!r} is not valid; use one of: "
+                          f"{' | '.join(valid)}")
+    return value
+
+
+def _number(section: Mapping[str, Any], key: str, prefix: str, default: float, *,
+            minimum: float, integer: bool = False, exclusive: bool = False) -> Any:
+    value = section.get(key, default)
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ConfigError(f"'{prefix}.{key}' must be {'an integer' if integer else 'a number'}, "
+                          f"got {value!r}")
+    if value < minimum or (exclusive and value == minimum):
+        op = ">" if exclusive else ">="
+        raise ConfigError(f"'{prefix}.{key}' must be {op} {minimum}, got {value!r}")
+    return value
+
+
+def _kafka(s: dict[str, Any]) -> KafkaConfig:
+    p = "kafka"
+    _no_unknown(s, p, _known(KafkaConfig))
+    raw_parts = s.get("partitions", "all")
+    partitions: tuple[int, ...] | None
+    if raw_parts == "all":
+        partitions = None
+    elif (isinstance(raw_parts, list) and raw_parts
+          and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in raw_parts)):
+        if len(set(raw_parts)) != len(raw_parts):
+            raise ConfigError(f"'kafka.partitions' lists a partition twice: {raw_parts}")
+        partitions = tuple(sorted(raw_parts))
+    else:
+        raise ConfigError(f"'kafka.partitions' must be 'all' or a non-empty list of partition "
+                          f"ids (integers >= 0), got {raw_parts!r}")
+    consumer = s.get("consumer") or {}
+    if not isinstance(consumer, dict) or not all(isinstance(k, str) for k in consumer):
+        raise ConfigError("'kafka.consumer' must be a mapping of kafka-python settings")
+    reserved = sorted(set(consumer) & {"bootstrap_servers", "group_id", "enable_auto_commit",
+                                       "auto_offset_reset", "key_deserializer",
+                                       "value_deserializer"})
+    if reserved:
+        raise ConfigError(f"'kafka.consumer.{reserved[0]}' is set by leakproof itself; remove it")
+    max_rate = _number(s, "max_rate_per_partition", p, 0, minimum=0, integer=True)
+    min_rate = _number(s, "min_rate_per_partition", p, 0, minimum=0, integer=True)
+    if max_rate and min_rate > max_rate:
+        raise ConfigError(f"'kafka.min_rate_per_partition' ({min_rate}) must not exceed "
+                          f"'kafka.max_rate_per_partition' ({max_rate})")
+    return KafkaConfig(
+        bootstrap_servers=_str(s, "bootstrap_servers", p),
+        topic=_str(s, "topic", p, pattern=_TOPIC_RE),
+        group_id=_str(s, "group_id", p, pattern=_NAME_RE),
+        partitions=partitions,
+        auto_offset_reset=_choice(s, "auto_offset_reset", p, "earliest",
+                                  ("earliest", "latest", "none")),
+        on_data_loss=_choice(s, "on_data_loss", p, "fail", ("fail", "skip")),
+        max_rate_per_partition=max_rate,
+        min_rate_per_partition=min_rate,
+        consumer=dict(consumer),
+        read_timeout_s=_number(s, "read_timeout_s", p, 60.0, minimum=0, exclusive=True),
+    )
+
+
+def _hbase(s: dict[str, Any]) -> HBaseConfig:
+    p = "hbase"
+    _no_unknown(s, p, _known(HBaseConfig))
+    prefix = s.get("table_prefix")
+    if prefix is not None:
+        prefix = _str(s, "table_prefix", p, pattern=_NAME_RE)
+    names = {k: _str(s, k, p, getattr(HBaseConfig, k), pattern=_NAME_RE)
+             for k in ("sessions_table", "dead_letter_table", "offsets_table", "state_table")}
+    if len(set(names.values())) != len(names):
+        raise ConfigError(f"'hbase.*_table' names must differ, got {names}")
+    return HBaseConfig(
+        host=_str(s, "host", p, "127.0.0.1"),
+        port=_number(s, "port", p, 9090, minimum=1, integer=True),
+        transport=_choice(s, "transport", p, "buffered", ("buffered", "framed")),
+        protocol=_choice(s, "protocol", p, "binary", ("binary", "compact")),
+        table_prefix=prefix,
+        timeout_ms=_number(s, "timeout_ms", p, 60000, minimum=1, integer=True),
+        **names,
+    )
+
+
+def _job(s: dict[str, Any]) -> JobConfig:
+    p = "job"
+    _no_unknown(s, p, _known(JobConfig))
+    interval = _number(s, "batch_interval_s", p, 2.0, minimum=0, exclusive=True)
+    if round(interval * 1000) < 1:
+        raise ConfigError(f"'job.batch_interval_s' must be at least 0.001, got {interval}")
+    return JobConfig(batch_interval_s=interval, master=_str(s, "master", p, "local[2]"),
+                     app_name=_str(s, "app_name", p, "leakproof"))
+
+
+def _sessions(s: dict[str, Any]) -> SessionsConfig:
+    p = "sessions"
+    _no_unknown(s, p, _known(SessionsConfig))
+    return SessionsConfig(
+        inactivity_gap_s=_number(s, "inactivity_gap_s", p, 1800.0, minimum=0, exclusive=True),
+        grace_s=_number(s, "grace_s", p, 60.0, minimum=0),
+    )
+
+
+def _output(s: dict[str, Any]) -> OutputConfig:
+    p = "output"
+    _no_unknown(s, p, _known(OutputConfig))
+    topic = s.get("closed_sessions_topic")
+    if topic is not None:
+        topic = _str(s, "closed_sessions_topic", p, pattern=_TOPIC_RE)
+    return OutputConfig(closed_sessions_topic=topic)

@@ -1,0 +1,60 @@
+"""The exception tree: one root, a few per layer, each message saying what to do about it."""
+
+from __future__ import annotations
+
+
+class LeakproofError(Exception):
+    """Root of every error leakproof raises on purpose."""
+
+
+class ConfigError(LeakproofError):
+    """A config file or value is wrong; the message names the YAML key and the valid values."""
+
+
+class DecodeError(LeakproofError):
+    """A Kafka record could not become a WebEvent; carries its coordinates and raw bytes.
+
+    Decode errors never stop a partition: the task dead-letters the record and goes on.
+    """
+
+    def __init__(self, reason: str, *, topic: str, partition: int, offset: int,
+                 key: bytes | None, value: bytes | None) -> None:
+        super().__init__(f"{topic}:{partition}:{offset}: {reason}")
+        self.reason = reason
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.key = key
+        self.value = value
+
+
+class KeyDecodeError(DecodeError):
+    """The record key is missing, not UTF-8, or does not match the payload's session_id."""
+
+
+class ValueDecodeError(DecodeError):
+    """The record value is missing, not a WebEvent, or a WebEvent with invalid fields."""
+
+
+class OffsetError(LeakproofError):
+    """Stored offsets cannot be used as they are: data loss, a recreated topic, a policy of none."""
+
+
+class DataLossError(OffsetError):
+    """A stored offset is below the log start: retention deleted records never processed."""
+
+
+class CommitRefused(LeakproofError):
+    """The offsets commit would break the chain: another driver, or a batch that did not finish."""
+
+
+class KafkaReadError(LeakproofError):
+    """A partition's offset range could not be read in full."""
+
+
+class StoreError(LeakproofError):
+    """HBase did not take a read or write; the batch fails and nothing later commits."""
+
+
+class BatchFailed(LeakproofError):
+    """A batch's output failed; the job stops so a supervisor can restart it from HBase."""

@@ -1,0 +1,44 @@
+"""The WebEvent record and its Avro schema (the contract in DESIGN.md, field order included)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+SCHEMA_RESOURCE = "schemas/web_event.avsc"
+
+
+@dataclass(frozen=True, slots=True)
+class WebEvent:
+    """One web-server event, as produced to Kafka (value) under key ``session_id``."""
+
+    session_id: str
+    user_id: str
+    seq: int
+    ts: int
+    event_type: str
+    url: str
+    status: int
+    bytes: int
+    referrer: str | None = None
+    user_agent: str | None = None
+
+    def to_record(self) -> dict[str, Any]:
+        """The dict fastavro writes; keys in schema order."""
+        return {
+            "session_id": self.session_id, "user_id": self.user_id, "seq": self.seq,
+            "ts": self.ts, "event_type": self.event_type, "url": self.url,
+            "status": self.status, "bytes": self.bytes, "referrer": self.referrer,
+            "user_agent": self.user_agent,
+        }
+
+
+@cache
+def schema_json() -> dict[str, Any]:
+    """The shipped schema file, parsed (not yet compiled by fastavro)."""
+    text = resources.files("leakproof").joinpath(SCHEMA_RESOURCE).read_text("utf-8")
+    parsed: dict[str, Any] = json.loads(text)
+    return parsed

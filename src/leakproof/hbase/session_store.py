@@ -1,0 +1,88 @@
+"""The sessions table: row = session_id; family ``s`` the aggregates as text, ``f`` fences.
+
+A row is always written whole in one put, aggregate and fence together: HBase applies a row's
+mutation atomically, so a crash can never leave an aggregate without the fence that says
+which offsets it already holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import happybase
+
+from leakproof.sessions import SessionState
+
+# family `s`, as DESIGN.md fixes them (decimal text / text), plus late_events.
+_INT_COLUMNS = ("events", "pageviews", "clicks", "purchases", "errors", "bytes", "first_ts",
+                "last_ts", "out_of_order", "late_events")
+_TEXT_COLUMNS = ("user_id", "entry_url", "exit_url", "state")
+_FENCE_PREFIX = "f:p:"
+
+
+def fence_key(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+def to_cells(s: SessionState) -> dict[bytes, bytes]:
+    cells = {f"s:{c}".encode(): str(getattr(s, c)).encode() for c in _INT_COLUMNS}
+    cells.update({f"s:{c}".encode(): getattr(s, c).encode("utf-8") for c in _TEXT_COLUMNS})
+    cells[b"f:entry_seq"] = str(s.entry_seq).encode()
+    cells[b"f:max_seq"] = str(s.max_seq).encode()
+    for key, offset in s.fences.items():
+        cells[f"{_FENCE_PREFIX}{key}".encode()] = str(offset).encode()
+    return cells
+
+
+def from_cells(session_id: str, cells: Mapping[bytes, bytes]) -> SessionState:
+    s = SessionState(session_id=session_id, user_id=cells[b"s:user_id"].decode("utf-8"))
+    for c in _INT_COLUMNS:
+        setattr(s, c, int(cells.get(f"s:{c}".encode(), b"0")))
+    for c in ("entry_url", "exit_url", "state"):
+        setattr(s, c, cells.get(f"s:{c}".encode(), b"").decode("utf-8"))
+    s.entry_seq = int(cells.get(b"f:entry_seq", b"0"))
+    s.max_seq = int(cells.get(b"f:max_seq", b"-1"))
+    prefix = _FENCE_PREFIX.encode()
+    s.fences = {k[len(prefix):].decode(): int(v) for k, v in cells.items() if k.startswith(prefix)}
+    return s
+
+
+def readable(cells: Mapping[bytes, bytes]) -> dict[str, str]:
+    """Family ``s`` as {column: text}: what operators and the oracle compare."""
+    return {k[2:].decode(): v.decode("utf-8") for k, v in cells.items() if k.startswith(b"s:")}
+
+
+class SessionStore:
+    """Batched reads and writes of session rows on one happybase table."""
+
+    def __init__(self, table: happybase.Table, batch_size: int = 1000) -> None:
+        self._table = table
+        self._batch_size = batch_size
+
+    def read(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
+        """The rows that exist among ``session_ids`` (getRows, in chunks)."""
+        ids = list(session_ids)
+        found: dict[str, SessionState] = {}
+        for i in range(0, len(ids), self._batch_size):
+            chunk = [sid.encode("utf-8") for sid in ids[i:i + self._batch_size]]
+            for key, cells in self._table.rows(chunk):
+                sid = key.decode("utf-8")
+                found[sid] = from_cells(sid, cells)
+        return found
+
+    def write(self, rows: Iterable[SessionState], close: Iterable[str] = ()) -> None:
+        """Put whole rows, and mark sessions closed that expired without new events."""
+        with self._table.batch(batch_size=self._batch_size) as batch:
+            for s in rows:
+                batch.put(s.session_id.encode("utf-8"), to_cells(s))
+            for sid in close:
+                batch.put(sid.encode("utf-8"), {b"s:state": b"closed"})
+
+    def get(self, session_id: str) -> dict[str, str] | None:
+        cells = self._table.row(session_id.encode("utf-8"))
+        return readable(cells) if cells else None
+
+    def scan_readable(self, batch_size: int = 5000) -> dict[str, dict[str, str]]:
+        """Every session row as text (for verification; a full table scan)."""
+        return {k.decode("utf-8"): readable(v)
+                for k, v in self._table.scan(columns=[b"s"], batch_size=batch_size)}

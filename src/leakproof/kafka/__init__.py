@@ -1,0 +1,1 @@
+"""Kafka adapters: partition metadata and log bounds (driver), range reader (executors)."""

@@ -1,0 +1,152 @@
+"""What one Spark task does with one offset range (runs in an executor's Python worker).
+
+1. read the range from Kafka, in offset order, and decode each record;
+2. read the partition's state row and the rows of every session the range touches;
+3. fold the events into the sessions (fences skip what an earlier attempt applied);
+4. write the session rows, aggregate and fence in one put per row;
+5. write the dead letters;
+6. write the partition's state row (watermark, open sessions) -- last, so it never runs
+   ahead of the session rows;
+7. produce the summaries of sessions closed by this range, if configured.
+
+Any failure raises: the batch fails and its offsets are not committed. Every step is
+idempotent, so the replay of the range after a restart leaves the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from leakproof import codec
+from leakproof.config import Config
+from leakproof.crashpoints import crash_point
+from leakproof.errors import DecodeError
+from leakproof.events import WebEvent
+from leakproof.hbase.connection import CONNECTION_ERRORS, Connections
+from leakproof.hbase.dead_letters import DeadLetterStore
+from leakproof.hbase.session_store import SessionStore, fence_key
+from leakproof.hbase.state_store import StateStore
+from leakproof.kafka.reader import read_range
+from leakproof.offsets import OffsetRange
+from leakproof.sessions import PartitionFolder
+
+log = logging.getLogger(__name__)
+
+_connections: dict[Any, Connections] = {}
+
+
+@dataclass
+class TaskReport:
+    """One range's counts and timings, sent back to the driver for the progress line."""
+
+    partition: int
+    from_offset: int
+    until_offset: int
+    records: int = 0
+    applied: int = 0
+    replayed: int = 0
+    late: int = 0
+    dead_letters: int = 0
+    dead_letter_kinds: dict[str, int] = field(default_factory=dict)
+    sessions: int = 0
+    closed: int = 0
+    watermark: int = -1
+    read_s: float = 0.0
+    fold_s: float = 0.0
+    write_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_range(cfg: Config, batch_ms: int, rng: OffsetRange) -> TaskReport:
+    """Process one range end to end; see the module docstring for the steps."""
+    report = TaskReport(rng.partition, rng.from_offset, rng.until_offset)
+    conns = _connections.setdefault(cfg.hbase, Connections(cfg.hbase))
+    try:
+        _run(cfg, batch_ms, rng, report, conns)
+    except CONNECTION_ERRORS:
+        conns.reset()
+        raise
+    return report
+
+
+def _run(cfg: Config, batch_ms: int, rng: OffsetRange, report: TaskReport,
+         conns: Connections) -> None:
+    # 1. read and decode
+    t0 = time.monotonic()
+    events: list[tuple[int, WebEvent]] = []
+    dead: list[DecodeError] = []
+    for offset, key, value in read_range(cfg.kafka, rng):
+        report.records += 1
+        try:
+            events.append((offset, codec.decode(key, value, topic=rng.topic,
+                                                partition=rng.partition, offset=offset)))
+        except DecodeError as err:
+            dead.append(err)
+            kind = type(err).__name__
+            report.dead_letter_kinds[kind] = report.dead_letter_kinds.get(kind, 0) + 1
+    t1 = time.monotonic()
+    report.read_s = t1 - t0
+
+    with conns.get() as conn:
+        sessions_table = SessionStore(conn.table(cfg.hbase.sessions_table))
+        state_store = StateStore(conn, cfg.hbase.state_table)
+        # 2. read state and touched rows
+        state = state_store.read_partition(rng.topic, rng.partition)
+        touched_ids = {e.session_id for _, e in events}
+        rows = sessions_table.read(touched_ids)
+        # 3. fold
+        folder = PartitionFolder(fence_key(rng.topic, rng.partition),
+                                 cfg.sessions.close_after_ms, state, rows)
+        for offset, event in events:
+            folder.feed(offset, event)
+        result = folder.finish()
+        t2 = time.monotonic()
+        report.fold_s = t2 - t1
+        # 4. session rows, each with its fence
+        sessions_table.write(result.touched.values(), close=result.closed_untouched)
+        crash_point("task_after_sessions")
+        # 5. dead letters
+        DeadLetterStore(conn.table(cfg.hbase.dead_letter_table)).write(dead, batch_ms)
+        # 6. partition state, last
+        state_store.write_partition(rng.topic, rng.partition, result.partition,
+                                    closed=result.closed_now)
+        # 7. closed summaries
+        if cfg.output.closed_sessions_topic and result.closed_now:
+            closed_rows = {sid: s for sid, s in result.touched.items() if s.closed}
+            closed_rows.update(sessions_table.read(result.closed_untouched))
+            _produce_closed(cfg, closed_rows)
+        report.write_s = time.monotonic() - t2
+    report.applied, report.replayed, report.late = result.applied, result.replayed, result.late
+    report.dead_letters = len(dead)
+    report.sessions = len(result.touched)
+    report.closed = len(result.closed_now)
+    report.watermark = result.partition.watermark
+
+
+_producers: dict[str, Any] = {}
+
+
+def _produce_closed(cfg: Config, rows: dict[str, Any]) -> None:
+    """Key = session id on a compacted topic: a replay re-sends the same value for the key."""
+    from kafka import KafkaProducer
+
+    from leakproof.hbase.session_store import to_cells, readable
+
+    topic = cfg.output.closed_sessions_topic
+    assert topic is not None
+    producer = _producers.get(cfg.kafka.bootstrap_servers)
+    if producer is None:
+        producer = KafkaProducer(**cfg.kafka.client_settings(), enable_idempotence=True)
+        _producers[cfg.kafka.bootstrap_servers] = producer
+    for sid, s in rows.items():
+        summary = readable(to_cells(s))
+        summary["state"] = "closed"
+        producer.send(topic, key=sid.encode("utf-8"),
+                      value=json.dumps({"session_id": sid, **summary}).encode())
+    producer.flush()

@@ -1,0 +1,197 @@
+"""The session fold: per-session aggregates, fences, watermark and closing (pure).
+
+One Spark task folds one partition's offset range, in offset order, into the session rows it
+read from HBase. The rules, all decided per event so that the result never depends on where
+batch boundaries fall (a replay gives the same answer as the first run):
+
+- The partition watermark W is the highest event time seen in the partition so far. Every valid
+  event advances it, also one that is skipped as already applied.
+- A session expires once W > last_ts + inactivity_gap + grace. An event for an expired (or
+  closed) session is *late*: counted in ``late_events``, not folded into the aggregates.
+- Each session row carries a fence per ``topic:partition``: the offset of the last event it
+  applied. An event at or below the fence was applied before this replay and is skipped.
+- At the end of the range, every open session of the partition that has expired is closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+from leakproof.events import WebEvent
+
+NO_WATERMARK = -1
+
+
+class Outcome(Enum):
+    """What feeding one event did."""
+
+    APPLIED = "applied"
+    REPLAYED = "replayed"  # at or below the session's fence: applied by an earlier attempt
+    LATE = "late"
+
+
+@dataclass(slots=True)
+class SessionState:
+    """A session row: the aggregates of DESIGN.md plus what folding needs to go on."""
+
+    session_id: str
+    user_id: str
+    events: int = 0
+    pageviews: int = 0
+    clicks: int = 0
+    purchases: int = 0
+    errors: int = 0
+    bytes: int = 0
+    first_ts: int = 0
+    last_ts: int = 0
+    entry_url: str = ""
+    entry_seq: int = 0
+    exit_url: str = ""
+    max_seq: int = -1  # highest seq applied; exit_url belongs to it
+    state: str = "open"
+    out_of_order: int = 0
+    late_events: int = 0
+    fences: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def closed(self) -> bool:
+        return self.state == "closed"
+
+    def expired(self, watermark: int, close_after_ms: int) -> bool:
+        return watermark > self.last_ts + close_after_ms
+
+
+def apply_event(s: SessionState, e: WebEvent) -> None:
+    """Fold one event into its session (the caller has ruled out replays and late events)."""
+    first = s.events == 0
+    s.events += 1
+    if e.event_type == "pageview":
+        s.pageviews += 1
+    elif e.event_type == "click":
+        s.clicks += 1
+    elif e.event_type == "purchase":
+        s.purchases += 1
+    if e.status >= 500:
+        s.errors += 1
+    s.bytes += e.bytes
+    if first:
+        s.user_id = e.user_id
+        s.first_ts = s.last_ts = e.ts
+        s.entry_url, s.entry_seq = e.url, e.seq
+        s.exit_url, s.max_seq = e.url, e.seq
+        return
+    s.first_ts = min(s.first_ts, e.ts)
+    s.last_ts = max(s.last_ts, e.ts)
+    if e.seq < s.entry_seq:
+        s.entry_url, s.entry_seq = e.url, e.seq
+    if e.seq > s.max_seq:
+        s.exit_url, s.max_seq = e.url, e.seq
+    else:
+        s.out_of_order += 1  # not greater than the highest seq applied before it
+
+
+@dataclass
+class PartitionState:
+    """What a partition's fold carries between batches (kept in HBase's state table).
+
+    ``open_sessions`` maps each open session to its last_ts, so expiry can be decided without
+    reading every session row; ``watermark_offset`` is the last offset W covers.
+    """
+
+    watermark: int = NO_WATERMARK
+    watermark_offset: int = -1
+    open_sessions: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class FoldResult:
+    """What one range's fold leaves to write, and its counts for the progress line."""
+
+    touched: dict[str, SessionState]  # rows to write in full (aggregate + fence in one put)
+    closed_untouched: list[str]  # open sessions that expired without new events: close them
+    partition: PartitionState  # the state to store after every session row is written
+    closed_now: list[str]  # every session closed by this range (touched or not)
+    applied: int = 0
+    replayed: int = 0
+    late: int = 0
+
+
+class PartitionFolder:
+    """Folds one partition's events, in offset order, over the session rows read for them."""
+
+    def __init__(self, fence_key: str, close_after_ms: int, state: PartitionState,
+                 sessions: Mapping[str, SessionState]) -> None:
+        self._fence_key = fence_key
+        self._close_after_ms = close_after_ms
+        self._start = state
+        self._watermark = state.watermark
+        self._last_offset = state.watermark_offset
+        self._sessions = {sid: replace(s, fences=dict(s.fences)) for sid, s in sessions.items()}
+        self._touched: dict[str, SessionState] = {}
+        self._counts = {o: 0 for o in Outcome}
+
+    @property
+    def watermark(self) -> int:
+        return self._watermark
+
+    def feed(self, offset: int, event: WebEvent) -> Outcome:
+        """Fold one event; events must come in increasing offset order."""
+        watermark_before = self._watermark
+        self._watermark = max(self._watermark, event.ts)
+        self._last_offset = max(self._last_offset, offset)
+        s = self._sessions.get(event.session_id)
+        if s is not None and s.fences.get(self._fence_key, -1) >= offset:
+            outcome = Outcome.REPLAYED
+        else:
+            if s is None:
+                s = SessionState(event.session_id, event.user_id)
+                self._sessions[event.session_id] = s
+            if s.events and (s.closed or s.expired(watermark_before, self._close_after_ms)):
+                s.late_events += 1
+                outcome = Outcome.LATE
+            else:
+                apply_event(s, event)
+                outcome = Outcome.APPLIED
+            s.fences[self._fence_key] = offset
+            self._touched[event.session_id] = s
+        self._counts[outcome] += 1
+        return outcome
+
+    def finish(self) -> FoldResult:
+        """Close what expired and say what to write; the folder is not fed after this."""
+        w, after = self._watermark, self._close_after_ms
+        open_sessions = dict(self._start.open_sessions)
+        closed_now: list[str] = []
+        for sid, s in self._touched.items():
+            if not s.closed and s.expired(w, after):
+                s.state = "closed"
+                closed_now.append(sid)
+            if s.closed:
+                open_sessions.pop(sid, None)
+            else:
+                open_sessions[sid] = s.last_ts
+        closed_untouched = [sid for sid, last_ts in open_sessions.items()
+                            if sid not in self._touched and w > last_ts + after]
+        for sid in closed_untouched:
+            del open_sessions[sid]
+        return FoldResult(
+            touched=self._touched,
+            closed_untouched=closed_untouched,
+            partition=PartitionState(w, self._last_offset, open_sessions),
+            closed_now=closed_now + closed_untouched,
+            applied=self._counts[Outcome.APPLIED],
+            replayed=self._counts[Outcome.REPLAYED],
+            late=self._counts[Outcome.LATE],
+        )
+
+
+def fold_range(fence_key: str, close_after_ms: int, state: PartitionState,
+               sessions: Mapping[str, SessionState],
+               events: Iterable[tuple[int, WebEvent]]) -> FoldResult:
+    """Fold a whole range at once (offset, event pairs in offset order)."""
+    folder = PartitionFolder(fence_key, close_after_ms, state, sessions)
+    for offset, event in events:
+        folder.feed(offset, event)
+    return folder.finish()
