@@ -1,0 +1,62 @@
+# One entry for every chore. `make help` lists them.
+SHELL := /bin/bash
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STACK := $(BIN)/python scripts/stack.py
+SPARK ?= 0
+WIPE ?= 0
+ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help venv jars stack-up stack-down stack-status shell run test test-unit lint fmt bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+
+$(BIN)/.installed: pyproject.toml
+	@command -v $(PY) >/dev/null || { echo "need $(PY) on PATH"; exit 1; }
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/.installed ## create .venv with leakproof and its tools (pyspark, kafka-python, happybase, ...)
+
+jars: venv ## fetch the Kafka and HBase jars from Maven Central (cached)
+	$(STACK) fetch
+
+stack-up: venv ## start Kafka, HBase + Thrift (SPARK=1: also Spark standalone; WIPE=1: empty data)
+	$(STACK) up $(if $(filter 1,$(SPARK)),--spark) $(if $(filter 1,$(WIPE)),--wipe)
+
+stack-down: venv ## stop everything the stack started (WIPE=1: delete its data too)
+	$(STACK) down $(if $(filter 1,$(WIPE)),--wipe)
+
+stack-status: venv ## one line per service: pid, port, memory
+	$(STACK) status
+
+shell: ## the HBase shell on the local stack (reads commands from stdin)
+	scripts/hbase-shell
+
+run: venv ## README command 1: the job on the local stack, checked against the oracle
+	scripts/demo.sh
+
+test: venv ## README command 2: lint, start the stack, run every test tier, stop the stack
+	scripts/test.sh $(ARGS)
+
+test-unit: venv ## the pure tests only (no network, no JVM)
+	$(BIN)/pytest -q tests/unit
+
+lint: venv ## ruff and mypy
+	$(BIN)/ruff check src tests scripts
+	$(BIN)/mypy
+
+fmt: venv ## ruff's fixes and formatting of imports
+	$(BIN)/ruff check --fix src tests scripts
+
+bench: venv ## throughput: the job against the raw kafka-python + Avro ceiling
+	scripts/bench.sh
+
+clean: ## remove the venv, the stack's jars and data, caches
+	-$(STACK) down 2>/dev/null
+	rm -rf $(VENV) .services .pytest_cache .mypy_cache .ruff_cache src/*.egg-info

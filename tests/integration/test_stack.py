@@ -1,0 +1,112 @@
+"""The foundation: the real Kafka, HBase (Thrift + shell) and Spark the project starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from leakproof.kafka.reader import read_range
+from leakproof.offsets import OffsetRange
+from leakproof.produce import send_raw
+
+from .conftest import ROOT, SPARK_MASTER, Env, _open
+
+pytestmark = pytest.mark.integration
+
+
+def test_keyed_records_read_back_in_order_by_assign_and_seek(env: Env) -> None:
+    records = [(f"k{i % 5}".encode(), f"v{i}".encode()) for i in range(500)]
+    send_raw(env.cfg.kafka, env.name, records)
+    consumer = KafkaConsumer(bootstrap_servers="127.0.0.1:9092", group_id=None,
+                             enable_auto_commit=False)
+    parts = sorted(consumer.partitions_for_topic(env.name))
+    assert parts == [0, 1, 2, 3]
+    ends = consumer.end_offsets([TopicPartition(env.name, p) for p in parts])
+    consumer.close()
+    assert sum(ends.values()) == 500
+    by_partition: dict[int, list[bytes]] = {}
+    for tp, end in ends.items():
+        got = list(read_range(env.cfg.kafka, OffsetRange(env.name, tp.partition, 0, end)))
+        assert [o for o, _, _ in got] == list(range(end))
+        by_partition[tp.partition] = [v for _, _, v in got if v is not None]
+        keys = {k for _, k, _ in got}
+        # one key lives in one partition: keys never span partitions
+        for other, values in by_partition.items():
+            if other != tp.partition:
+                assert not keys & {k for k, v in records if v in values}
+    # per key, the order of sending is kept
+    for key in {k for k, _ in records}:
+        sent = [v for k, v in records if k == key]
+        found = [v for vs in by_partition.values() for v in vs if v in set(sent)]
+        assert found == sent
+    # a middle range reads exactly [from, until)
+    p = max(ends, key=lambda tp: ends[tp]).partition
+    mid = list(read_range(env.cfg.kafka, OffsetRange(env.name, p, 10, 20)))
+    assert [o for o, _, _ in mid] == list(range(10, 20))
+
+
+def test_happybase_batch_put_get_and_reverse_prefix_scan(env: Env) -> None:
+    conn = env.hbase()
+    try:
+        conn.create_table("probe", {"f": {}})
+        table = conn.table("probe")
+        with table.batch() as b:
+            for t in (1000, 2000, 3000):
+                b.put(f"topic:grp:{t:013d}".encode(), {b"f:0": str(t).encode()})
+            b.put(b"topic:grp2:0000000009999", {b"f:0": b"other group"})
+        assert table.row(b"topic:grp:0000000002000") == {b"f:0": b"2000"}
+        rows = list(table.scan(row_prefix=b"topic:grp:", reverse=True))
+        assert [k for k, _ in rows] == [f"topic:grp:{t:013d}".encode() for t in (3000, 2000, 1000)]
+        assert b"probe" in {t.split(b"_", 1)[-1] for t in conn.tables()}
+    finally:
+        conn.close()
+
+
+def test_hbase_shell_shows_a_row_happybase_wrote(env: Env) -> None:
+    conn = env.hbase()
+    try:
+        conn.create_table("shell", {"offsets": {}})
+        conn.table("shell").put(b"web:g:1700000000000", {b"offsets:0": b"42"})
+    finally:
+        conn.close()
+    table = f"{env.name}_shell"
+    out = subprocess.run([str(ROOT / "scripts" / "hbase-shell")],
+                         input=f"scan '{table}', {{REVERSED => true}}\n", capture_output=True,
+                         text=True, timeout=180, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "web:g:1700000000000 column=offsets:0" in out.stdout
+    assert "value=42" in out.stdout
+    bad = subprocess.run([str(ROOT / "scripts" / "hbase-shell")], input="scan 'no_such_table'\n",
+                         capture_output=True, text=True, timeout=180, check=False)
+    assert bad.returncode != 0  # -n: the first error ends the shell with a failure
+
+
+SPARK_JOB = textwrap.dedent("""
+    import os, sys
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from pyspark import SparkConf, SparkContext
+    conf = SparkConf().setMaster(sys.argv[1]).setAppName("leakproof-smoke")
+    conf.set("spark.executor.memory", "512m").set("spark.ui.enabled", "false")
+    sc = SparkContext(conf=conf)
+    rdd = sc.parallelize(range(1000), 4).map(lambda x: (os.getpid(), x * x))
+    pids = rdd.keys().distinct().count()
+    print("RESULT", rdd.values().sum(), pids, flush=True)
+    sc.stop()
+""")
+
+
+@pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077"])
+def test_pyspark_job_runs(master: str) -> None:
+    if master.startswith("spark://") and not _open(SPARK_MASTER):
+        pytest.fail("the Spark standalone master is not running: `make stack-up SPARK=1`")
+    out = subprocess.run([sys.executable, "-c", SPARK_JOB, master], capture_output=True,
+                         text=True, timeout=240, check=False)
+    assert out.returncode == 0, out.stderr[-4000:]
+    line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT"))
+    _, total, _pids = line.split()
+    assert int(total) == sum(x * x for x in range(1000))

@@ -1,0 +1,84 @@
+"""Config: defaults, the shipped config.yml, and errors that name the key at fault."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from leakproof import config
+from leakproof.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def minimal(**kafka: Any) -> dict[str, Any]:
+    return {"kafka": {"bootstrap_servers": "h:9092", "topic": "t", "group_id": "g", **kafka}}
+
+
+def test_shipped_config_loads_with_documented_values() -> None:
+    cfg = config.load(ROOT / "config.yml")
+    assert cfg.kafka.topic == "web-events"
+    assert cfg.kafka.partitions is None
+    assert cfg.hbase.offsets_table == "stream_kafka_offsets"
+    assert cfg.sessions.close_after_ms == (1800 + 60) * 1000
+
+
+def test_defaults_fill_optional_sections() -> None:
+    cfg = config.from_dict(minimal())
+    assert cfg.kafka.auto_offset_reset == "earliest"
+    assert cfg.kafka.on_data_loss == "fail"
+    assert cfg.hbase.port == 9090
+    assert cfg.job.batch_interval_s == 2.0
+    assert cfg.output.closed_sessions_topic is None
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({**minimal(), "extra": 1}, "unknown key 'extra'"),
+        (minimal(auto_offset_reset="smallest"), "'kafka.auto_offset_reset' = 'smallest' is not "
+                                                "valid; use one of: earliest | latest | none"),
+        (minimal(on_data_loss="ignore"), "use one of: fail | skip"),
+        (minimal(partitions=[0, 0]), "lists a partition twice"),
+        (minimal(partitions="some"), "'kafka.partitions' must be 'all' or a non-empty list"),
+        (minimal(max_rate_per_partition=-1), "'kafka.max_rate_per_partition' must be >= 0"),
+        (minimal(max_rate_per_partition=10, min_rate_per_partition=20),
+         "'kafka.min_rate_per_partition' (20) must not exceed"),
+        (minimal(consumer={"group_id": "x"}), "'kafka.consumer.group_id' is set by leakproof"),
+        (minimal(colour="red"), "unknown key 'kafka.colour'"),
+        ({"kafka": {"topic": "t", "group_id": "g"}}, "'kafka.bootstrap_servers' is required"),
+        ({**minimal(), "hbase": {"transport": "http"}}, "use one of: buffered | framed"),
+        ({**minimal(), "hbase": {"port": "9090"}}, "'hbase.port' must be an integer"),
+        ({**minimal(), "job": {"batch_interval_s": 0}}, "'job.batch_interval_s' must be > 0"),
+        ({**minimal(), "sessions": {"grace_s": -1}}, "'sessions.grace_s' must be >= 0"),
+        (minimal(topic="bad topic"), "'kafka.topic' = 'bad topic' has characters outside"),
+        (minimal(group_id="a:b"), "'kafka.group_id' = 'a:b' has characters outside"),
+        ({"kafka": None}, "'kafka' is required"),
+    ],
+)
+def test_errors_name_the_key_and_valid_values(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config.from_dict(data)
+    assert message in str(err.value)
+
+
+def test_table_prefix_follows_happybase_rule() -> None:
+    cfg = config.from_dict({**minimal(), "hbase": {"table_prefix": "t1"}})
+    assert cfg.hbase.full_name(cfg.hbase.sessions_table) == "t1_web_sessions"
+
+
+def test_secrets_stay_out_of_repr() -> None:
+    cfg = config.from_dict(minimal(consumer={"sasl_plain_password": "canary-s3cret"}))
+    assert "canary-s3cret" not in repr(cfg)
+    assert cfg.kafka.client_settings()["sasl_plain_password"] == "canary-s3cret"
+
+
+def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        config.load(tmp_path / "missing.yml")
+    bad = tmp_path / "bad.yml"
+    bad.write_text("kafka: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        config.load(bad)

@@ -1,0 +1,34 @@
+"""docker-compose.yml gives Docker users the same topology and ports as config.yml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from leakproof import config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_compose_services_and_ports_agree_with_config() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    cfg = config.load(ROOT / "config.yml")
+    services = compose["services"]
+    assert {"kafka", "hbase"} <= set(services)
+    kafka_port = int(cfg.kafka.bootstrap_servers.rsplit(":", 1)[1])
+    ports = {s: [str(p) for p in services[s].get("ports", [])] for s in services}
+    assert any(p.endswith(f":{kafka_port}") for p in ports["kafka"])
+    assert any(p.endswith(f":{cfg.hbase.port}") for p in ports["hbase"])
+    assert all(p.startswith("127.0.0.1:") for ps in ports.values() for p in ps)
+    env = services["kafka"]["environment"]
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert f"127.0.0.1:{kafka_port}" in env["KAFKA_ADVERTISED_LISTENERS"]
+
+
+def test_makefile_has_the_readme_commands() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    readme = (ROOT / "README.md").read_text()
+    for target in ("run", "test", "stack-up", "stack-down", "stack-status", "help"):
+        assert f"\n{target}:" in makefile
+    assert "make run" in readme and "make test" in readme

@@ -1,0 +1,116 @@
+"""The session fold with literal events: aggregates, fences, late events, closing."""
+
+from __future__ import annotations
+
+from leakproof.events import WebEvent
+from leakproof.sessions import (
+    Outcome,
+    PartitionFolder,
+    PartitionState,
+    SessionState,
+    fold_range,
+)
+
+GAP = 1000  # close_after_ms in these tests
+K = "t:0"
+
+
+def ev(sid: str, seq: int, ts: int, kind: str = "pageview", status: int = 200,
+       size: int = 10, url: str | None = None) -> WebEvent:
+    return WebEvent(sid, "u-" + sid, seq, ts, kind, url or f"/{sid}/{seq}", status, size)
+
+
+def test_aggregates_of_one_session() -> None:
+    events = [ev("a", 0, 100), ev("a", 1, 150, "click", 503, 5),
+              ev("a", 2, 190, "purchase", 200, 1)]
+    r = fold_range(K, GAP, PartitionState(), {}, enumerate(events))
+    s = r.touched["a"]
+    assert (s.events, s.pageviews, s.clicks, s.purchases, s.errors, s.bytes) == (3, 1, 1, 1, 1, 16)
+    assert (s.first_ts, s.last_ts, s.entry_url, s.exit_url) == (100, 190, "/a/0", "/a/2")
+    assert (s.user_id, s.state, s.out_of_order, s.late_events) == ("u-a", "open", 0, 0)
+    assert s.fences == {K: 2}
+    assert r.partition.open_sessions == {"a": 190}
+    assert (r.partition.watermark, r.partition.watermark_offset) == (190, 2)
+
+
+def test_out_of_order_counts_seq_not_above_the_highest_so_far() -> None:
+    events = [ev("a", 0, 100), ev("a", 2, 120), ev("a", 1, 110), ev("a", 2, 121),
+              ev("a", 3, 130)]
+    s = fold_range(K, GAP, PartitionState(), {}, enumerate(events)).touched["a"]
+    assert s.out_of_order == 2
+    assert s.exit_url == "/a/3"
+    assert s.entry_url == "/a/0"
+
+
+def test_entry_url_follows_lowest_seq_even_when_it_arrives_late() -> None:
+    events = [ev("a", 1, 100), ev("a", 0, 90)]
+    s = fold_range(K, GAP, PartitionState(), {}, enumerate(events)).touched["a"]
+    assert (s.entry_url, s.exit_url, s.first_ts) == ("/a/0", "/a/1", 90)
+
+
+def test_session_closes_when_watermark_passes_last_ts_plus_gap_and_grace() -> None:
+    events = [ev("a", 0, 100), ev("b", 0, 1100)]  # W = 1100, a's deadline = 1100: not past
+    r = fold_range(K, GAP, PartitionState(), {}, enumerate(events))
+    assert r.touched["a"].state == "open"
+    r2 = fold_range(K, GAP, r.partition, r.touched, [(2, ev("b", 1, 1101))])
+    assert r2.closed_untouched == ["a"]  # W = 1101 > 1100
+    assert "a" not in r2.partition.open_sessions
+    assert r2.closed_now == ["a"]
+
+
+def test_event_for_an_expired_session_is_late_and_not_folded() -> None:
+    events = [ev("a", 0, 100), ev("b", 0, 5000), ev("a", 1, 200)]
+    r = fold_range(K, GAP, PartitionState(), {}, enumerate(events))
+    a = r.touched["a"]
+    assert (a.events, a.late_events, a.last_ts, a.state) == (1, 1, 100, "closed")
+    assert a.fences[K] == 2  # a late event is still consumed: a replay must not count it again
+    assert r.late == 1
+
+
+def test_late_decision_does_not_depend_on_batch_boundaries() -> None:
+    events = [ev("a", 0, 100), ev("b", 0, 900), ev("c", 0, 1200), ev("a", 1, 1150),
+              ev("b", 1, 3000), ev("a", 2, 1300)]
+    whole = fold_range(K, GAP, PartitionState(), {}, enumerate(events))
+    for cut in range(1, len(events)):
+        first = fold_range(K, GAP, PartitionState(), {}, list(enumerate(events))[:cut])
+        rows = dict(first.touched)
+        second = fold_range(K, GAP, first.partition, rows, list(enumerate(events))[cut:])
+        merged = {**rows, **second.touched}
+        for sid in ("a", "b", "c"):
+            w, m = whole.touched[sid], merged[sid]
+            assert (m.events, m.late_events, m.last_ts) == (w.events, w.late_events, w.last_ts)
+            closed = m.closed or sid in second.closed_untouched
+            assert closed == w.closed, (cut, sid)
+
+
+def test_replay_skips_what_the_fence_covers_but_advances_the_watermark() -> None:
+    events = list(enumerate([ev("a", 0, 100), ev("a", 1, 200), ev("a", 2, 300)]))
+    first = fold_range(K, GAP, PartitionState(), {}, events)
+    # Crash after the session rows, before the partition state: replay with the old state.
+    again = PartitionFolder(K, GAP, PartitionState(), first.touched)
+    assert [again.feed(o, e) for o, e in events] == [Outcome.REPLAYED] * 3
+    assert again.watermark == 300
+    r = again.finish()
+    assert r.touched == {}
+    assert r.replayed == 3
+    assert first.touched["a"].events == 3
+
+
+def test_fences_are_per_partition() -> None:
+    row = SessionState("a", "u", events=1, last_ts=100, fences={"t:0": 50})
+    r = fold_range("t:1", GAP, PartitionState(), {"a": row}, [(10, ev("a", 1, 110))])
+    assert r.touched["a"].events == 2
+    assert r.touched["a"].fences == {"t:0": 50, "t:1": 10}
+
+
+def test_event_for_a_closed_row_is_late() -> None:
+    row = SessionState("a", "u", events=4, last_ts=100, state="closed")
+    r = fold_range(K, GAP, PartitionState(), {"a": row}, [(7, ev("a", 5, 101))])
+    assert r.touched["a"].late_events == 1
+    assert r.touched["a"].events == 4
+
+
+def test_folder_does_not_mutate_rows_it_was_given() -> None:
+    row = SessionState("a", "u", events=1, last_ts=100, fences={K: 1})
+    fold_range(K, GAP, PartitionState(), {"a": row}, [(2, ev("a", 1, 110))])
+    assert row.events == 1 and row.fences == {K: 1}
