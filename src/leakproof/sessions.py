@@ -11,6 +11,7 @@ batch boundaries fall (a replay gives the same answer as the first run):
 - Each session row carries a fence per ``topic:partition``: the offset of the last event it
   applied. An event at or below the fence was applied before this replay and is skipped.
 - At the end of the range, every open session of the partition that has expired is closed.
+  Sessions the range only replayed count too: their rows may be newer than the open set.
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ class PartitionFolder:
         self._watermark = state.watermark
         self._last_offset = state.watermark_offset
         self._sessions = {sid: replace(s, fences=dict(s.fences)) for sid, s in sessions.items()}
-        self._touched: dict[str, SessionState] = {}
+        self._touched: dict[str, SessionState] = {}  # changed: rows to write
+        self._seen: dict[str, SessionState] = {}  # every session the range has events for
         self._counts = {o: 0 for o in Outcome}
 
     @property
@@ -156,6 +158,9 @@ class PartitionFolder:
                 outcome = Outcome.APPLIED
             s.fences[self._fence_key] = offset
             self._touched[event.session_id] = s
+        # A replayed session still counts as seen: its row (written by an attempt that died
+        # before the partition state) may be newer than the open set, or even missing from it.
+        self._seen[event.session_id] = s
         self._counts[outcome] += 1
         return outcome
 
@@ -164,16 +169,17 @@ class PartitionFolder:
         w, after = self._watermark, self._close_after_ms
         open_sessions = dict(self._start.open_sessions)
         closed_now: list[str] = []
-        for sid, s in self._touched.items():
+        for sid, s in self._seen.items():
             if not s.closed and s.expired(w, after):
                 s.state = "closed"
                 closed_now.append(sid)
+                self._touched[sid] = s
             if s.closed:
                 open_sessions.pop(sid, None)
             else:
                 open_sessions[sid] = s.last_ts
         closed_untouched = [sid for sid, last_ts in open_sessions.items()
-                            if sid not in self._touched and w > last_ts + after]
+                            if sid not in self._seen and w > last_ts + after]
         for sid in closed_untouched:
             del open_sessions[sid]
         return FoldResult(

@@ -391,6 +391,7 @@ class Job:
             lambda t, rdd: self.output(t, rdd))
         self._install_signal_handlers()
         ssc.start()
+        self._last_data = time.monotonic()  # the idle clock starts with the stream
         log.info("streaming %s every %.3gs on %s", self.topic, self.cfg.job.batch_interval_s,
                  sc.master)
         try:

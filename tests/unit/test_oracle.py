@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from leakproof.events import WebEvent
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.session_store import from_cells, readable, to_cells
 from leakproof.oracle import compare, expected_rows
@@ -34,21 +35,34 @@ def test_generator_sessions_are_realistic() -> None:
     assert 0 < out_of_order < len(seqs) / 2  # a few delayed deliveries, as the spec says
 
 
-def fold_in_batches(events: list, cut_every: int) -> dict[str, dict[str, str]]:
-    """Fold like the job does: batches, rows through the HBase cell encoding in between."""
-    state, rows = PartitionState(), {}
+def fold_in_batches(events: list[WebEvent], cut_every: int,
+                    crash_every: int = 0) -> dict[str, dict[str, str]]:
+    """Fold like the job does: batches, rows through the HBase cell encoding in between.
+
+    With ``crash_every`` = n, every n-th batch "crashes" after writing half its session rows
+    (no partition state, no commit) and is replayed from the same start, as after a restart.
+    """
+    state = PartitionState()
     stored: dict[str, dict[bytes, bytes]] = {}
     indexed = list(enumerate(events))
-    for i in range(0, len(indexed), cut_every):
+    batch = 0
+    i = 0
+    while i < len(indexed):
         chunk = indexed[i:i + cut_every]
         touched_ids = {e.session_id for _, e in chunk}
         rows = {sid: from_cells(sid, stored[sid]) for sid in touched_ids if sid in stored}
         r = fold_range("t:0", CLOSE_MS, state, rows, chunk)
+        batch += 1
+        if crash_every and batch % crash_every == 0:
+            for s in list(r.touched.values())[::2]:
+                stored[s.session_id] = to_cells(s)
+            continue  # replay the same range
         for s in r.touched.values():
             stored[s.session_id] = to_cells(s)
         for sid in r.closed_untouched:
             stored[sid][b"s:state"] = b"closed"
         state = r.partition
+        i += cut_every
     return {sid: readable(c) for sid, c in stored.items()}
 
 
@@ -60,6 +74,14 @@ def test_fold_matches_oracle_for_any_batching() -> None:
     assert any(r["state"] == "closed" for r in expected.values())
     for cut in (1, 7, 250, 4000, random.Random(1).randrange(2, 900)):
         assert compare(expected, fold_in_batches(events, cut)) == [], cut
+
+
+def test_replays_after_partial_writes_match_the_oracle() -> None:
+    events = generate(GeneratorSpec(seed=12, events=4000, sessions=400, mean_think_s=120,
+                                    late_fraction=0.05))
+    expected = expected_rows({0: events}, CLOSE_MS)
+    for cut, crash_every in ((50, 2), (333, 3), (700, 1 + 1)):
+        assert compare(expected, fold_in_batches(events, cut, crash_every)) == [], cut
 
 
 def test_compare_reports_each_difference() -> None:
