@@ -18,6 +18,7 @@ so it runs from the project's virtualenv.
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import os
 import shutil
@@ -27,7 +28,7 @@ import subprocess
 import sys
 import time
 import uuid
-import base64
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -308,7 +309,7 @@ def by_name(name: str) -> Service:
 # --------------------------------------------------------------------------- readiness
 
 
-def wait_until(svc: Service, probe_name: str, probe: "callable[[], None]") -> None:  # type: ignore[valid-type]
+def wait_until(svc: Service, probe_name: str, probe: Callable[[], None]) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -324,7 +325,7 @@ def wait_until(svc: Service, probe_name: str, probe: "callable[[], None]") -> No
                      f"see {svc.logfile}")
 
 
-def probe_port(port: int) -> "callable[[], None]":  # type: ignore[valid-type]
+def probe_port(port: int) -> Callable[[], None]:
     def probe() -> None:
         if not port_open(port):
             raise ConnectionError(f"{HOST}:{port} closed")

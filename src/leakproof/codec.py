@@ -41,8 +41,8 @@ def encode_key(event: WebEvent) -> bytes:
 def decode(key: bytes | None, value: bytes | None, *, topic: str, partition: int,
            offset: int) -> WebEvent:
     """Decode and validate one record; raises KeyDecodeError or ValueDecodeError."""
-    where = {"topic": topic, "partition": partition, "offset": offset, "key": key,
-             "value": value}
+    where: dict[str, Any] = {"topic": topic, "partition": partition, "offset": offset,
+                             "key": key, "value": value}
     if value is None:
         raise ValueDecodeError("null value (tombstone)", **where)
     if not value:
@@ -52,7 +52,7 @@ def decode(key: bytes | None, value: bytes | None, *, topic: str, partition: int
         rec = fastavro.schemaless_reader(buf, parsed_schema(), None)
     except UnicodeDecodeError as exc:
         raise ValueDecodeError(f"invalid UTF-8 in a string field: {exc.reason}", **where) from exc
-    except Exception as exc:  # noqa: BLE001 - fastavro raises many kinds on garbage
+    except Exception as exc:
         raise ValueDecodeError(f"not a WebEvent: {type(exc).__name__}: {exc}", **where) from exc
     if buf.tell() != len(value):
         raise ValueDecodeError(f"not a WebEvent: {len(value) - buf.tell()} bytes left over after "

@@ -136,7 +136,7 @@ def _produce_closed(cfg: Config, rows: dict[str, Any]) -> None:
     """Key = session id on a compacted topic: a replay re-sends the same value for the key."""
     from kafka import KafkaProducer
 
-    from leakproof.hbase.session_store import to_cells, readable
+    from leakproof.hbase.session_store import readable, to_cells
 
     topic = cfg.output.closed_sessions_topic
     assert topic is not None

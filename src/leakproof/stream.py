@@ -293,12 +293,14 @@ class Job:
             state = StateStore(conn, self.cfg.hbase.state_table)
             crash_point("driver_before_commit")
             # 3. the lease: still ours, and our previous batch was the last one
-            if not state.compare_and_set_lease(self.topic, self.group, self._lease, new_lease):
-                if state.read_lease(self.topic, self.group) != new_lease:  # not a lost reply
-                    raise CommitRefused(
-                        f"batch {plan.batch_ms}: the lease of {self.topic}:{self.group} moved "
-                        f"on (now {state.read_lease(self.topic, self.group)!r}); another driver "
-                        f"runs this topic and group. This driver stops without committing.")
+            # (a retried call may find its own earlier write: a lost reply, not a rival)
+            ours = state.compare_and_set_lease(self.topic, self.group, self._lease, new_lease)
+            holder = None if ours else state.read_lease(self.topic, self.group)
+            if not ours and holder != new_lease:
+                raise CommitRefused(
+                    f"batch {plan.batch_ms}: the lease of {self.topic}:{self.group} moved on "
+                    f"(now {holder!r}); another driver runs this topic and group. This driver "
+                    f"stops without committing.")
             crash_point("driver_during_commit")
             # 4. the offsets row
             OffsetStore(conn.table(self.cfg.hbase.offsets_table), self.topic,
@@ -312,7 +314,9 @@ class Job:
         return time.monotonic() - t0
 
     def _audit(self, plan: BatchPlan, reports: list[dict[str, Any]]) -> dict[str, str]:
-        total = lambda k: sum(int(r[k]) for r in reports)  # noqa: E731
+        def total(k: str) -> int:
+            return sum(int(r[k]) for r in reports)
+
         audit = {
             "records": total("records"), "applied": total("applied"),
             "replayed": total("replayed"), "late": total("late"),
@@ -333,8 +337,12 @@ class Job:
         if not reports and not plan.gaps:
             log.debug("batch %d: no new records", plan.batch_ms)
             return
-        total = lambda k: sum(r[k] for r in reports)  # noqa: E731
-        worst = lambda k: max((r[k] for r in reports), default=0.0)  # noqa: E731
+        def total(k: str) -> int:
+            return sum(int(r[k]) for r in reports)
+
+        def worst(k: str) -> float:
+            return max((float(r[k]) for r in reports), default=0.0)
+
         ranges = " ".join(f"p{r.partition}:{r.from_offset}->{r.until_offset}"
                           for r in plan.ranges if r.count)
         kinds: dict[str, int] = {}
@@ -384,7 +392,8 @@ class Job:
 
         self.prepare()
         sc = SparkContext.getOrCreate()
-        ssc = StreamingContext(sc, self.cfg.job.batch_interval_s)
+        # PySpark's hints say int, but it multiplies by 1000 and takes fractions of a second.
+        ssc = StreamingContext(sc, self.cfg.job.batch_interval_s)  # type: ignore[arg-type]
         ticks = ssc.queueStream([], oneAtATime=True, default=sc.parallelize([0], 1))
         # PySpark counts a callback's arguments: pass plain two-argument functions.
         ticks.transform(lambda t, rdd: self.plan_rdd(t, rdd)).foreachRDD(
@@ -395,7 +404,7 @@ class Job:
         log.info("streaming %s every %.3gs on %s", self.topic, self.cfg.job.batch_interval_s,
                  sc.master)
         try:
-            while not ssc.awaitTerminationOrTimeout(0.5):
+            while not ssc.awaitTerminationOrTimeout(0.5):  # type: ignore[func-returns-value,arg-type]
                 if self._failure is not None:
                     ssc.stop(stopSparkContext=False, stopGraceFully=False)
                     break

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -60,7 +61,7 @@ def assert_offsets_chain(env: Env, *, complete: bool = True) -> list[dict[int, i
                 offsets[int(col[8:])] = int(value)
         assert sorted(offsets) == [0, 1, 2, 3]
         chain.append(offsets)
-    for before, after in zip(chain, chain[1:], strict=False):
+    for before, after in itertools.pairwise(chain):
         assert all(after[p] >= before[p] for p in before), (before, after)
     if complete:
         assert chain[-1] == log_ends(env)
@@ -139,7 +140,7 @@ def wait_thrift() -> None:
             conn.tables()
             conn.close()
             return
-        except Exception:  # noqa: BLE001 - not up yet
+        except Exception:
             if time.monotonic() > deadline:
                 raise
             time.sleep(1)

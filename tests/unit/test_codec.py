@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import fastavro
 import pytest
@@ -13,7 +14,7 @@ from leakproof.events import WebEvent, schema_json
 
 EVENT = WebEvent("s1", "u1", 3, 1_700_000_000_123, "click", "https://x/a", 200, 512,
                  referrer=None, user_agent="curl/8")
-WHERE = {"topic": "t", "partition": 2, "offset": 41}
+WHERE: dict[str, Any] = {"topic": "t", "partition": 2, "offset": 41}
 
 
 def test_schema_field_order_is_the_contract() -> None:

@@ -63,7 +63,7 @@ class Connections:
         if conn is not None:
             try:
                 conn.close()
-            except Exception:  # noqa: BLE001 - it is already broken
+            except Exception:
                 log.debug("closing a broken HBase connection failed", exc_info=True)
 
     def call(self, what: str, fn: Callable[[happybase.Connection], T], retries: int = 1) -> T:

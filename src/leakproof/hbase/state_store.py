@@ -64,7 +64,8 @@ class StateStore:
     # -- leases --------------------------------------------------------------------------
 
     def read_lease(self, topic: str, group: str) -> bytes | None:
-        return self._table.row(lease_row(topic, group), columns=[LEASE_COLUMN]).get(LEASE_COLUMN)
+        cells: dict[bytes, bytes] = self._table.row(lease_row(topic, group), columns=[LEASE_COLUMN])
+        return cells.get(LEASE_COLUMN)
 
     def compare_and_set_lease(self, topic: str, group: str, expected: bytes | None,
                               new: bytes) -> bool:

@@ -60,7 +60,7 @@ def drop_consumer(cfg: KafkaConfig, topic: str, partition: int) -> None:
     if consumer is not None:
         try:
             consumer.close(autocommit=False)
-        except Exception:  # noqa: BLE001 - it is being thrown away
+        except Exception:
             log.debug("closing a broken consumer failed", exc_info=True)
 
 

@@ -1,0 +1,127 @@
+"""Stopping, partitions appearing while running, the closed-sessions topic."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer
+
+from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
+from leakproof.produce import create_topic
+
+from .conftest import Env
+from .test_pipeline import assert_offsets_chain, audit_total, offsets_rows
+
+pytestmark = pytest.mark.integration
+
+
+def start_job(env: Env, config: Path, name: str) -> tuple[subprocess.Popen[bytes], Path]:
+    log = env.tmp / f"{name}.log"
+    with open(log, "wb") as out:
+        job = subprocess.Popen([sys.executable, "-m", "leakproof.cli", "run", "--config",
+                                str(config)], stdout=out, stderr=subprocess.STDOUT)
+    return job, log
+
+
+def wait_for(what: str, check: object, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def capped(env: Env, rate: int) -> Path:
+    path = env.tmp / f"capped{rate}.yml"
+    path.write_text(env.path.read_text().replace("max_rate_per_partition: 0",
+                                                 f"max_rate_per_partition: {rate}"))
+    return path
+
+
+def test_sigterm_finishes_the_batch_in_flight_commits_and_exits_0(env: Env) -> None:
+    spec = GeneratorSpec(seed=601, events=30_000, sessions=3_000)
+    env.produce(spec)
+    job, log = start_job(env, capped(env, 500), "sigterm")
+    try:
+        wait_for("a first commit", lambda: len(offsets_rows(env)) >= 2)
+        job.send_signal(signal.SIGTERM)
+        rc = job.wait(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    text = log.read_text()
+    assert rc == 0, text[-4000:]
+    assert "stopping gracefully: SIGTERM received" in text
+    chain = assert_offsets_chain(env, complete=False)
+    assert sum(chain[-1].values()) < 30_000
+    # what it committed is exactly what it processed: the restart finishes the rest
+    processed = audit_total(env, b"records")
+    assert processed == sum(chain[-1].values())
+    env.run("--until-idle", "4")
+    env.verify(spec)
+    assert audit_total(env, b"records") == 30_000
+
+
+def test_partitions_added_while_running_are_picked_up(env: Env) -> None:
+    first = GeneratorSpec(seed=701, events=8_000, sessions=800)
+    env.produce(first)
+    job, log = start_job(env, env.path, "grow")
+    try:
+        wait_for("the first records committed",
+                 lambda: audit_total(env, b"records") == 8_000)
+        admin = KafkaAdminClient(bootstrap_servers="127.0.0.1:9092")
+        try:
+            admin.create_partitions({env.name: 6})
+        finally:
+            admin.close()
+        second = GeneratorSpec(seed=702, events=8_000, sessions=800,
+                               start_ts=DEFAULT_START_TS + 1_800_000)
+        env.produce(second)
+        wait_for("all records committed", lambda: audit_total(env, b"records") == 16_000)
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(timeout=120) == 0
+    finally:
+        if job.poll() is None:
+            job.kill()
+    text = log.read_text()
+    assert "partition 5 of" in text and "appeared; reading it from offset 0" in text
+    newest = offsets_rows(env)[-1][1]
+    assert {k for k in newest if k.startswith(b"offsets:")} == {
+        f"offsets:{p}".encode() for p in range(6)}
+    env.verify(first, second)
+
+
+def test_closed_sessions_are_produced_to_a_compacted_topic(env: Env) -> None:
+    topic = f"{env.name}-closed"
+    create_topic(env.cfg.kafka, topic, 1, {"cleanup.policy": "compact"})
+    path = env.tmp / "closed.yml"
+    path.write_text(env.path.read_text().replace("closed_sessions_topic: null",
+                                                 f"closed_sessions_topic: {topic}"))
+    spec = GeneratorSpec(seed=801, events=6_000, sessions=600)
+    env.produce(spec)
+    out = subprocess.run([sys.executable, "-m", "leakproof.cli", "run", "--config", str(path),
+                          "--until-idle", "4"], capture_output=True, text=True, timeout=240,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-4000:]
+    env.verify(spec)
+    conn = env.hbase()
+    try:
+        closed = {k.decode(): {c.decode()[2:]: v.decode() for c, v in cells.items()}
+                  for k, cells in conn.table("web_sessions").scan(columns=[b"s"])
+                  if cells.get(b"s:state") == b"closed"}
+    finally:
+        conn.close()
+    assert closed
+    consumer = KafkaConsumer(topic, bootstrap_servers="127.0.0.1:9092", group_id=None,
+                             auto_offset_reset="earliest", consumer_timeout_ms=5000)
+    summaries = {m.key.decode(): json.loads(m.value) for m in consumer}
+    consumer.close()
+    assert set(summaries) == set(closed)
+    for sid, summary in summaries.items():
+        assert summary["events"] == closed[sid]["events"]
+        assert summary["state"] == "closed"
