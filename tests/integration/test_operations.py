@@ -15,7 +15,7 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
 from leakproof.produce import create_topic
 
-from .conftest import Env
+from .conftest import Env, write_config
 from .test_pipeline import assert_offsets_chain, audit_total, offsets_rows
 
 pytestmark = pytest.mark.integration
@@ -100,8 +100,7 @@ def test_closed_sessions_are_produced_to_a_compacted_topic(env: Env) -> None:
     topic = f"{env.name}-closed"
     create_topic(env.cfg.kafka, topic, 1, {"cleanup.policy": "compact"})
     path = env.tmp / "closed.yml"
-    path.write_text(env.path.read_text().replace("closed_sessions_topic: null",
-                                                 f"closed_sessions_topic: {topic}"))
+    write_config(path, env.name, output={"closed_sessions_topic": topic})
     spec = GeneratorSpec(seed=801, events=6_000, sessions=600)
     env.produce(spec)
     out = subprocess.run([sys.executable, "-m", "leakproof.cli", "run", "--config", str(path),
