@@ -55,7 +55,8 @@ fmt: venv ## ruff's fixes and formatting of imports
 	$(BIN)/ruff check --fix src tests scripts
 
 bench: venv ## throughput: the job against the raw kafka-python + Avro ceiling
-	scripts/bench.sh
+	$(STACK) up
+	$(BIN)/python scripts/bench.py
 
 clean: ## remove the venv, the stack's jars and data, caches
 	-$(STACK) down 2>/dev/null

@@ -91,8 +91,8 @@ def fetch() -> None:
         log(f"fetching {name} jars from Maven Central (first run only)")
         started = time.monotonic()
         cmd = [
-            "mvn", "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
-            "-DincludeScope=runtime", f"-DoutputDirectory={lib}",
+            "mvn", "-B", "-q", "-Dstyle.color=never", "-f", str(pom),
+            "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={lib}",
         ]
         if subprocess.run(cmd, check=False).returncode != 0:
             raise StackError(f"maven could not resolve {pom}")

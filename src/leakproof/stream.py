@@ -55,7 +55,7 @@ class RunLimits:
     """When ``leakproof run`` stops by itself (besides SIGTERM / SIGINT)."""
 
     until_idle_s: float | None = None
-    max_batches: int | None = None
+    max_batches: int | None = None  # batches with records; later ones are not planned
 
 
 @dataclass
@@ -97,7 +97,8 @@ class Job:
         self._lease: bytes = b""
         self._failure: BaseException | None = None
         self._stop_reason: str | None = None
-        self._batches = 0
+        self._batches = 0  # outputs run
+        self._planned_with_data = 0
         self._last_data = time.monotonic()
         self._hbase = Connections(cfg.hbase)
         self._kafka: KafkaMetadata | None = None
@@ -215,6 +216,12 @@ class Job:
             self._plans[batch_ms] = plan
             if plan.records:
                 self._last_data = time.monotonic()
+                self._planned_with_data += 1
+                # Count at plan time: batches generated while earlier ones run would
+                # otherwise all commit before a stop requested at output time takes hold.
+                if self.limits.max_batches and self._planned_with_data >= self.limits.max_batches:
+                    self._request_stop(f"{self._planned_with_data} batches planned "
+                                       f"(--max-batches)")
         work = [r for r in plan.ranges if r.count]
         if not work:
             return sc.emptyRDD()
@@ -244,8 +251,6 @@ class Job:
             return
         with self._lock:
             self._batches += 1
-            if self.limits.max_batches and self._batches >= self.limits.max_batches:
-                self._request_stop(f"{self._batches} batches done (--max-batches)")
         self._progress(plan, reports, time.monotonic() - started, commit_s)
 
     def _run_tasks(self, batch_ms: int, plan: BatchPlan, rdd: Any) -> list[dict[str, Any]]:

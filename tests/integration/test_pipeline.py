@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import subprocess
@@ -85,6 +86,15 @@ def test_end_to_end_matches_the_oracle(env: Env) -> None:
     show = subprocess.run([sys.executable, "-m", "leakproof.cli", "offsets", "show", "--config",
                            str(env.path)], capture_output=True, text=True, check=True)
     assert '"offsets": {"0": ' in show.stdout
+    conn = env.hbase()
+    try:
+        sid = next(k for k, _ in conn.table("web_sessions").scan(limit=1)).decode()
+    finally:
+        conn.close()
+    got = subprocess.run([sys.executable, "-m", "leakproof.cli", "sessions", "get", "--config",
+                          str(env.path), sid], capture_output=True, text=True, check=True)
+    row = json.loads(got.stdout)
+    assert int(row["events"]) >= 1 and row["state"] in ("open", "closed")
 
 
 def test_restart_after_some_batches_resumes_exactly(env: Env) -> None:
