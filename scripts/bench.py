@@ -40,20 +40,27 @@ WORKERS = int(os.environ.get("WORKERS", "2"))
 
 
 def tree_rss_mib(pid: int) -> float:
-    """Resident memory of a process and all its descendants."""
-    total = 0
-    todo = [pid]
+    """Resident memory of a process and all its descendants (JVMs, Python workers)."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        p = int(entry.name)
+        parents[p] = int(stat.rsplit(")", 1)[1].split()[1])
+        rss[p] = next((int(line.split()[1]) for line in status.splitlines()
+                       if line.startswith("VmRSS:")), 0)
+    tree, todo = set(), [pid]
     while todo:
         p = todo.pop()
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        todo.extend(int(c) for c in children)
-    return total / 1024
+        tree.add(p)
+        todo.extend(c for c, parent in parents.items() if parent == p and c not in tree)
+    return sum(rss.get(p, 0) for p in tree) / 1024
 
 
 class PeakSampler:
@@ -88,20 +95,27 @@ def read_ranges(cfg_path: str, ranges: list[OffsetRange]) -> int:
 
 
 def main() -> int:
+    reuse = os.environ.get("TOPIC")  # an earlier run's topic: skip the pre-fill
     name = f"bench{int(time.time())}"
     work = ROOT / ".services" / "bench" / name
     work.mkdir(parents=True, exist_ok=True)
     data = yaml.safe_load((ROOT / "config.yml").read_text())
-    data["kafka"]["topic"] = name
+    data["kafka"]["topic"] = reuse or name
     data["hbase"]["table_prefix"] = name
+    if os.environ.get("MASTER"):
+        data["job"]["master"] = os.environ["MASTER"]
     cfg_path = work / "config.yml"
     cfg_path.write_text(yaml.safe_dump(data))
     cfg = config.load(cfg_path)
 
-    print(f"== pre-fill {EVENTS} events into {name} ({PARTITIONS} partitions)", flush=True)
-    create_topic(cfg.kafka, name, PARTITIONS)
-    report = send_events(cfg.kafka, name, generate(GeneratorSpec(7, EVENTS, EVENTS // 10)))
-    print(f"   produced in {report.seconds:.1f}s ({report.rate:.0f} ev/s)", flush=True)
+    if reuse:
+        print(f"== reusing topic {reuse}", flush=True)
+        name = reuse
+    else:
+        print(f"== pre-fill {EVENTS} events into {name} ({PARTITIONS} partitions)", flush=True)
+        create_topic(cfg.kafka, name, PARTITIONS)
+        report = send_events(cfg.kafka, name, generate(GeneratorSpec(7, EVENTS, EVENTS // 10)))
+        print(f"   produced in {report.seconds:.1f}s ({report.rate:.0f} ev/s)", flush=True)
 
     meta = KafkaMetadata(cfg.kafka)
     bounds = meta.log_bounds(name, meta.partitions(name))
@@ -134,7 +148,7 @@ def main() -> int:
         return 1
     conn = connect(cfg.hbase)
     try:
-        rows = OffsetStore(conn.table(cfg.hbase.offsets_table), name,
+        rows = OffsetStore(conn.table(cfg.hbase.offsets_table), cfg.kafka.topic,
                            cfg.kafka.group_id).history(limit=100_000)
     finally:
         conn.close()

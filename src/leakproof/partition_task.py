@@ -115,7 +115,7 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, report: TaskReport,
         DeadLetterStore(conn.table(cfg.hbase.dead_letter_table)).write(dead, batch_ms)
         # 6. partition state, last
         state_store.write_partition(rng.topic, rng.partition, result.partition,
-                                    closed=result.closed_now)
+                                    opened=result.open_changed, closed=result.closed_now)
         # 7. closed summaries
         if cfg.output.closed_sessions_topic and result.closed_now:
             closed_rows = {sid: s for sid, s in result.touched.items() if s.closed}

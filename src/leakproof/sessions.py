@@ -114,6 +114,7 @@ class FoldResult:
     closed_untouched: list[str]  # open sessions that expired without new events: close them
     partition: PartitionState  # the state to store after every session row is written
     closed_now: list[str]  # every session closed by this range (touched or not)
+    open_changed: dict[str, int]  # open sessions this range saw: their last_ts, to store
     applied: int = 0
     replayed: int = 0
     late: int = 0
@@ -169,6 +170,7 @@ class PartitionFolder:
         w, after = self._watermark, self._close_after_ms
         open_sessions = dict(self._start.open_sessions)
         closed_now: list[str] = []
+        open_changed: dict[str, int] = {}
         for sid, s in self._seen.items():
             if not s.closed and s.expired(w, after):
                 s.state = "closed"
@@ -177,7 +179,7 @@ class PartitionFolder:
             if s.closed:
                 open_sessions.pop(sid, None)
             else:
-                open_sessions[sid] = s.last_ts
+                open_sessions[sid] = open_changed[sid] = s.last_ts
         closed_untouched = [sid for sid, last_ts in open_sessions.items()
                             if sid not in self._seen and w > last_ts + after]
         for sid in closed_untouched:
@@ -187,6 +189,7 @@ class PartitionFolder:
             closed_untouched=closed_untouched,
             partition=PartitionState(w, self._last_offset, open_sessions),
             closed_now=closed_now + closed_untouched,
+            open_changed=open_changed,
             applied=self._counts[Outcome.APPLIED],
             replayed=self._counts[Outcome.REPLAYED],
             late=self._counts[Outcome.LATE],

@@ -49,13 +49,17 @@ class StateStore:
         )
 
     def write_partition(self, topic: str, partition: int, state: PartitionState,
-                        closed: list[str], batch_size: int = 5000) -> None:
-        """Store the new watermark and open set; closed sessions leave the open set."""
+                        opened: dict[str, int], closed: list[str],
+                        batch_size: int = 5000) -> None:
+        """Store the watermark; ``opened`` sessions (re)enter the open set, ``closed`` leave it.
+
+        Only what changed is written: the open set of a busy partition holds thousands of
+        sessions that most batches do not touch.
+        """
         row = _wm_row(topic, partition)
         cells = {b"w:watermark": str(state.watermark).encode(),
                  b"w:offset": str(state.watermark_offset).encode()}
-        cells.update({f"o:{sid}".encode(): str(ts).encode()
-                      for sid, ts in state.open_sessions.items()})
+        cells.update({f"o:{sid}".encode(): str(ts).encode() for sid, ts in opened.items()})
         with self._table.batch(batch_size=batch_size) as batch:
             if closed:
                 batch.delete(row, columns=[f"o:{sid}".encode() for sid in closed])
