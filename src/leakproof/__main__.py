@@ -1,4 +1,4 @@
-"""``python -m leakproof`` and the main file for ``spark-submit`` (see README: YARN)."""
+"""``python -m leakproof``; for spark-submit use scripts/spark_main.py (see its docstring)."""
 
 import sys
 

@@ -472,10 +472,10 @@ def spark_context(cfg: Config) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     conf = SparkConf()
-    if not conf.contains("spark.master"):
-        conf.setMaster(cfg.job.master)
-    if not conf.contains("spark.app.name"):
-        conf.setAppName(cfg.job.app_name)
+    # Under spark-submit the JVM already runs (it set PYSPARK_GATEWAY_PORT) and holds the
+    # master and app name it was given; a SparkConf made before the context cannot see them.
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        conf.setMaster(cfg.job.master).setAppName(cfg.job.app_name)
     conf.setIfMissing("spark.ui.showConsoleProgress", "false")
     conf.setIfMissing("spark.ui.enabled", "false")
     conf.setIfMissing("spark.streaming.concurrentJobs", "1")

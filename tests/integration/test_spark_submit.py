@@ -31,11 +31,12 @@ def test_job_under_spark_submit_on_the_standalone_cluster(env: Env) -> None:
            "--conf", f"spark.pyspark.python={sys.executable}",
            "--conf", "spark.executor.memory=768m", "--conf", "spark.ui.enabled=false",
            "--conf", "spark.driver.host=127.0.0.1",
-           str(ROOT / "src" / "leakproof" / "__main__.py"),
+           str(ROOT / "scripts" / "spark_main.py"),
            "run", "--config", str(env.path), "--until-idle", "5"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     (env.tmp / "spark-submit.log").write_text(out.stdout + out.stderr)
     assert out.returncode == 0, out.stderr[-5000:]
-    assert "on spark://127.0.0.1:7077" in out.stderr
+    # spark-submit merges the Python driver's stderr into its own stdout
+    assert "on spark://127.0.0.1:7077" in out.stdout + out.stderr
     env.verify(spec)
     assert_offsets_chain(env)
