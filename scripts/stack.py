@@ -21,6 +21,7 @@ import argparse
 import base64
 import hashlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -41,6 +42,7 @@ KAFKA_PORT = 9092
 KAFKA_CONTROLLER_PORT = 9093
 ZK_PORT = 2181
 THRIFT_PORT = 9090
+THRIFT_FC_PORT = 9091  # optional second Thrift server: framed transport, compact protocol
 SPARK_MASTER_PORT = 7077
 SPARK_MASTER_UI_PORT = 8080
 SPARK_WORKER_PORTS = ((7078, 8081), (7079, 8082))
@@ -91,10 +93,15 @@ def fetch() -> None:
         log(f"fetching {name} jars from Maven Central (first run only)")
         started = time.monotonic()
         cmd = [
-            "mvn", "-B", "-q", "-Dstyle.color=never", "-f", str(pom),
+            "mvn", "-B", "-q", "-f", str(pom),
             "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={lib}",
         ]
-        if subprocess.run(cmd, check=False).returncode != 0:
+        result = subprocess.run(cmd, check=False, capture_output=True, text=True)
+        # Maven 3.8 prints colour codes even in batch mode; keep only the words.
+        text = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout + result.stderr).strip()
+        if text:
+            print(text, flush=True)
+        if result.returncode != 0:
             raise StackError(f"maven could not resolve {pom}")
         size = sum(p.stat().st_size for p in lib.iterdir())
         log(f"{name}: {len(list(lib.iterdir()))} jars, {size / 2**20:.0f} MiB, "
@@ -261,11 +268,13 @@ def hbase_service() -> Service:
                     "start"])
 
 
-def thrift_service(framed: bool = False, compact: bool = False) -> Service:
+def thrift_service(name: str = "thrift", port: int = THRIFT_PORT, framed: bool = False,
+                   compact: bool = False) -> Service:
+    """Buffered/binary by default, as happybase expects; -f / -c for the other transports."""
     extra = (["-f"] if framed else []) + (["-c"] if compact else [])
-    return Service("thrift", "hbase", THRIFT_PORT,
-                   [*hbase_java("thrift", "512m"), "org.apache.hadoop.hbase.thrift.ThriftServer",
-                    "-b", HOST, "-p", str(THRIFT_PORT), *extra, "start"])
+    return Service(name, "hbase", port,
+                   [*hbase_java(name, "384m"), "org.apache.hadoop.hbase.thrift.ThriftServer",
+                    "-b", HOST, "-p", str(port), *extra, "start"])
 
 
 def spark_home() -> Path:
@@ -295,8 +304,14 @@ def spark_services() -> list[Service]:
     return [master, *workers]
 
 
+def optional_services() -> list[Service]:
+    """Started only on request (``stack.py start NAME``), e.g. by the transport tests."""
+    return [thrift_service("thrift-framed-compact", THRIFT_FC_PORT, framed=True, compact=True)]
+
+
 def all_services() -> list[Service]:
-    return [kafka_service(), hbase_service(), thrift_service(), *spark_services()]
+    return [kafka_service(), hbase_service(), thrift_service(), *spark_services(),
+            *optional_services()]
 
 
 def by_name(name: str) -> Service:
@@ -471,15 +486,15 @@ def down(wipe: bool) -> None:
 
 
 def status() -> int:
-    down_count = 0
+    optional = {s.name for s in optional_services()}
     for svc in all_services():
         pid = svc.pid()
         if pid is None:
-            print(f"{svc.name:14s} stopped")
-            down_count += 1
+            state = "not started (optional)" if svc.name in optional else "stopped"
+            print(f"{svc.name:22s} {state}")
             continue
         state = "listening" if port_open(svc.port) else "NOT LISTENING"
-        print(f"{svc.name:14s} pid {pid:<7d} {HOST}:{svc.port:<5d} {state:13s} "
+        print(f"{svc.name:22s} pid {pid:<7d} {HOST}:{svc.port:<5d} {state:13s} "
               f"rss {rss_mib(pid):7.0f} MiB  log {svc.logfile}")
     return 0
 

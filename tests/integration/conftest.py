@@ -60,6 +60,12 @@ class Env:
         return run_cli("run", "--config", str(self.path), *args, env=env, timeout=timeout,
                        check=check, log=self.tmp / f"run-{time.monotonic_ns()}.log")
 
+    def run_config(self, path: str, *args: str, env: dict[str, str] | None = None,
+                   check: bool = True) -> subprocess.CompletedProcess[str]:
+        """``leakproof run`` with another config file (same topic and tables)."""
+        return run_cli("run", "--config", path, *args, env=env, check=check,
+                       log=self.tmp / f"run-{time.monotonic_ns()}.log")
+
     def verify(self, *specs: GeneratorSpec) -> str:
         args = [a for s in specs for a in ("--spec", f"{s.seed}:{s.events}:{s.sessions}:"
                                                      f"{s.start_ts}")]

@@ -1,0 +1,52 @@
+"""Crashes at every named point of a batch, then a restart from HBase: the oracle stays exact.
+
+``LEAKPROOF_CRASH_AT=<point>@<n>`` makes the process SIGKILL itself the n-th time it passes
+the point (src/leakproof/crashpoints.py), so each crash lands at a known step of the batch.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from leakproof.generator import GeneratorSpec
+
+from .conftest import Env
+from .test_pipeline import assert_offsets_chain, audit_total
+
+pytestmark = pytest.mark.integration
+
+
+def capped_config(env: Env, rate: int) -> str:
+    """The test's config with a rate cap, so the topic drains over several batches."""
+    path = env.tmp / "capped.yml"
+    path.write_text(env.path.read_text().replace("max_rate_per_partition: 0",
+                                                 f"max_rate_per_partition: {rate}"))
+    return str(path)
+
+
+@pytest.mark.parametrize("point", ["driver_planning", "driver_after_tasks",
+                                   "driver_before_commit", "driver_during_commit",
+                                   "driver_after_commit"])
+def test_driver_sigkill_at_each_point_then_restart(env: Env, point: str) -> None:
+    spec = GeneratorSpec(seed=1000 + len(point), events=16_000, sessions=1_600)
+    env.produce(spec)
+    crashed = env.run_config(capped_config(env, 1500), "--until-idle", "4",
+                             env={"LEAKPROOF_CRASH_AT": f"{point}@2"}, check=False)
+    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    env.run("--until-idle", "4")
+    env.verify(spec)
+    assert_offsets_chain(env)
+    assert audit_total(env, b"records") == 16_000  # every record in exactly one commit
+
+
+def test_python_worker_killed_mid_task_fails_the_batch_then_restart(env: Env) -> None:
+    spec = GeneratorSpec(seed=1100, events=12_000, sessions=1_200)
+    env.produce(spec)
+    failed = env.run("--until-idle", "4", env={"LEAKPROOF_CRASH_AT": "task_after_sessions"},
+                     check=False)
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert "job failed; offsets were not committed past the last good batch" in failed.stderr
+    env.run("--until-idle", "4")
+    env.verify(spec)
+    assert_offsets_chain(env)
+    assert audit_total(env, b"replayed") > 0
