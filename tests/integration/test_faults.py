@@ -6,12 +6,17 @@ the point (src/leakproof/crashpoints.py), so each crash lands at a known step of
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+
 import pytest
 
 from leakproof.generator import GeneratorSpec
 
 from .conftest import Env
-from .test_pipeline import assert_offsets_chain, audit_total
+from .test_operations import wait_for
+from .test_pipeline import assert_offsets_chain, audit_total, offsets_rows, stack
 
 pytestmark = pytest.mark.integration
 
@@ -50,3 +55,32 @@ def test_python_worker_killed_mid_task_fails_the_batch_then_restart(env: Env) ->
     env.verify(spec)
     assert_offsets_chain(env)
     assert audit_total(env, b"replayed") > 0
+
+
+def test_kafka_broker_sigkill_and_restart_mid_stream(env: Env) -> None:
+    """The job rides through a broker restart: planning pauses, reads resume, no restart."""
+    spec = GeneratorSpec(seed=1300, events=30_000, sessions=3_000)
+    env.produce(spec)
+    log = env.tmp / "broker-bounce.log"
+    with open(log, "wb") as out:
+        job = subprocess.Popen([sys.executable, "-m", "leakproof.cli", "run", "--config",
+                                capped_config(env, 1000), "--until-idle", "8"], stdout=out,
+                               stderr=subprocess.STDOUT)
+    try:
+        wait_for("a first commit", lambda: len(offsets_rows(env)) >= 1)
+        stack("kill", "kafka")  # SIGKILL: no controlled shutdown
+        time.sleep(5)
+        stack("up")  # restarts Kafka (the rest is running) and waits until it answers
+        back = time.monotonic()
+        rows = len(offsets_rows(env))
+        wait_for("a commit after the broker came back", lambda: len(offsets_rows(env)) > rows)
+        recovery = time.monotonic() - back
+        rc = job.wait(timeout=240)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert rc == 0, log.read_text()[-4000:]
+    print(f"broker back -> next commit: {recovery:.1f}s")
+    env.verify(spec)
+    assert_offsets_chain(env)
+    assert audit_total(env, b"records") == 30_000
