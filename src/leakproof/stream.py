@@ -257,12 +257,13 @@ class Job:
         if not any(r.count for r in plan.ranges):
             return []
         cfg = self.cfg
+        epoch = int(self._lease.split(b":", 1)[0])
 
         def task(ranges: Iterator[OffsetRange]) -> Iterator[dict[str, Any]]:
             from leakproof.partition_task import run_range
 
             for rng in ranges:
-                yield run_range(cfg, batch_ms, rng).as_dict()
+                yield run_range(cfg, batch_ms, rng, epoch).as_dict()
 
         reports: list[dict[str, Any]] = rdd.mapPartitions(task).collect()
         expected = {r.partition for r in plan.ranges if r.count}
@@ -287,7 +288,10 @@ class Job:
                     f"a batch was skipped")
         new_offsets = {**self._committed, **advanced}
         if new_offsets == self._committed:
-            return 0.0  # nothing moved: no row (readable history, no empty commits)
+            # Nothing moved: no row (readable history, no empty commits). An idle driver
+            # must still notice that another one took the lease, or it idles on forever.
+            self._check_lease()
+            return 0.0
         for gap in plan.gaps:
             self._record_gap(gap)
         epoch = self._lease.split(b":", 1)[0]
@@ -317,6 +321,15 @@ class Job:
             self._lease = new_lease
             self._committed = new_offsets
         return time.monotonic() - t0
+
+    def _check_lease(self) -> None:
+        mine = int(self._lease.split(b":", 1)[0])
+        holder = self._hbase.call("lease check", lambda c: StateStore(
+            c, self.cfg.hbase.state_table).lease_epoch(self.topic, self.group))
+        if holder != mine:
+            raise CommitRefused(f"the lease of {self.topic}:{self.group} is at epoch {holder}, "
+                                f"this driver's is {mine}: another driver took over. This "
+                                f"driver stops.")
 
     def _audit(self, plan: BatchPlan, reports: list[dict[str, Any]]) -> dict[str, str]:
         def total(k: str) -> int:

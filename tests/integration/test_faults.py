@@ -84,3 +84,26 @@ def test_kafka_broker_sigkill_and_restart_mid_stream(env: Env) -> None:
     env.verify(spec)
     assert_offsets_chain(env)
     assert audit_total(env, b"records") == 30_000
+
+
+def test_second_driver_fences_the_first_and_the_result_is_exact(env: Env) -> None:
+    spec = GeneratorSpec(seed=1400, events=30_000, sessions=3_000)
+    env.produce(spec)
+    log = env.tmp / "first-driver.log"
+    with open(log, "wb") as out:
+        first = subprocess.Popen([sys.executable, "-m", "leakproof.cli", "run", "--config",
+                                  capped_config(env, 150)], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for("the first driver's commits", lambda: len(offsets_rows(env)) >= 2)
+        second = env.run("--until-idle", "5")  # takes the lease, drains the topic
+        rc = first.wait(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    text = log.read_text()
+    assert rc == 1, text[-4000:]
+    assert "lease" in text and ("epoch" in text or "another driver" in text), text[-4000:]
+    assert "driver lease epoch 2" in second.stderr
+    env.verify(spec)
+    assert_offsets_chain(env)
+    assert audit_total(env, b"records") == 30_000

@@ -71,6 +71,11 @@ class StateStore:
         cells: dict[bytes, bytes] = self._table.row(lease_row(topic, group), columns=[LEASE_COLUMN])
         return cells.get(LEASE_COLUMN)
 
+    def lease_epoch(self, topic: str, group: str) -> int | None:
+        """The epoch of the driver that holds the lease (None: no driver ever ran)."""
+        holder = self.read_lease(topic, group)
+        return int(holder.split(b":", 1)[0]) if holder else None
+
     def compare_and_set_lease(self, topic: str, group: str, expected: bytes | None,
                               new: bytes) -> bool:
         """Thrift1 checkAndPut: set the holder cell only if it still holds ``expected``."""
