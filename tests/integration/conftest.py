@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,22 @@ class Env:
         return run_cli("run", "--config", str(self.path), *args, env=env, timeout=timeout,
                        check=check, log=self.tmp / f"run-{time.monotonic_ns()}.log")
 
+    def capped(self, rate: int) -> str:
+        """This test's config with ``max_rate_per_partition`` set: a drain of many batches."""
+        path = self.tmp / f"capped{rate}.yml"
+        path.write_text(self.path.read_text().replace("max_rate_per_partition: 0",
+                                                      f"max_rate_per_partition: {rate}"))
+        return str(path)
+
+    def start(self, config: str, *args: str, name: str = "job"
+              ) -> tuple[subprocess.Popen[bytes], Path]:
+        """``leakproof run`` in the background; its output goes to the returned log file."""
+        log = self.tmp / f"{name}.log"
+        with open(log, "wb") as out:
+            job = subprocess.Popen([sys.executable, "-m", "leakproof.cli", "run", "--config",
+                                    config, *args], stdout=out, stderr=subprocess.STDOUT)
+        return job, log
+
     def run_config(self, path: str, *args: str, env: dict[str, str] | None = None,
                    check: bool = True) -> subprocess.CompletedProcess[str]:
         """``leakproof run`` with another config file (same topic and tables)."""
@@ -88,6 +104,13 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 240,
         raise AssertionError(f"leakproof {args[0]} exited {proc.returncode}:\n"
                              f"{proc.stdout}\n{proc.stderr[-6000:]}")
     return proc
+
+
+def wait_for(what: str, check: Callable[[], object], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
 
 
 def write_config(path: Path, name: str, **sections: dict[str, Any]) -> config.Config:

@@ -6,27 +6,16 @@ the point (src/leakproof/crashpoints.py), so each crash lands at a known step of
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
 
 from leakproof.generator import GeneratorSpec
 
-from .conftest import Env
-from .test_operations import wait_for
+from .conftest import Env, wait_for
 from .test_pipeline import assert_offsets_chain, audit_total, offsets_rows, stack
 
 pytestmark = pytest.mark.integration
-
-
-def capped_config(env: Env, rate: int) -> str:
-    """The test's config with a rate cap, so the topic drains over several batches."""
-    path = env.tmp / "capped.yml"
-    path.write_text(env.path.read_text().replace("max_rate_per_partition: 0",
-                                                 f"max_rate_per_partition: {rate}"))
-    return str(path)
 
 
 @pytest.mark.parametrize("point", ["driver_planning", "driver_after_tasks",
@@ -35,7 +24,7 @@ def capped_config(env: Env, rate: int) -> str:
 def test_driver_sigkill_at_each_point_then_restart(env: Env, point: str) -> None:
     spec = GeneratorSpec(seed=1000 + len(point), events=16_000, sessions=1_600)
     env.produce(spec)
-    crashed = env.run_config(capped_config(env, 1500), "--until-idle", "4",
+    crashed = env.run_config(env.capped(1500), "--until-idle", "4",
                              env={"LEAKPROOF_CRASH_AT": f"{point}@2"}, check=False)
     assert crashed.returncode == -9, crashed.stderr[-3000:]
     env.run("--until-idle", "4")
@@ -61,11 +50,7 @@ def test_kafka_broker_sigkill_and_restart_mid_stream(env: Env) -> None:
     """The job rides through a broker restart: planning pauses, reads resume, no restart."""
     spec = GeneratorSpec(seed=1300, events=30_000, sessions=3_000)
     env.produce(spec)
-    log = env.tmp / "broker-bounce.log"
-    with open(log, "wb") as out:
-        job = subprocess.Popen([sys.executable, "-m", "leakproof.cli", "run", "--config",
-                                capped_config(env, 1000), "--until-idle", "8"], stdout=out,
-                               stderr=subprocess.STDOUT)
+    job, log = env.start(env.capped(1000), "--until-idle", "8", name="broker-bounce")
     try:
         wait_for("a first commit", lambda: len(offsets_rows(env)) >= 1)
         stack("kill", "kafka")  # SIGKILL: no controlled shutdown
@@ -89,10 +74,7 @@ def test_kafka_broker_sigkill_and_restart_mid_stream(env: Env) -> None:
 def test_second_driver_fences_the_first_and_the_result_is_exact(env: Env) -> None:
     spec = GeneratorSpec(seed=1400, events=30_000, sessions=3_000)
     env.produce(spec)
-    log = env.tmp / "first-driver.log"
-    with open(log, "wb") as out:
-        first = subprocess.Popen([sys.executable, "-m", "leakproof.cli", "run", "--config",
-                                  capped_config(env, 150)], stdout=out, stderr=subprocess.STDOUT)
+    first, log = env.start(env.capped(150), name="first-driver")
     try:
         wait_for("the first driver's commits", lambda: len(offsets_rows(env)) >= 2)
         second = env.run("--until-idle", "5")  # takes the lease, drains the topic

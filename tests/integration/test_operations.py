@@ -6,8 +6,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
@@ -15,38 +13,16 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
 from leakproof.produce import create_topic
 
-from .conftest import Env, write_config
+from .conftest import Env, wait_for, write_config
 from .test_pipeline import assert_offsets_chain, audit_total, offsets_rows
 
 pytestmark = pytest.mark.integration
 
 
-def start_job(env: Env, config: Path, name: str) -> tuple[subprocess.Popen[bytes], Path]:
-    log = env.tmp / f"{name}.log"
-    with open(log, "wb") as out:
-        job = subprocess.Popen([sys.executable, "-m", "leakproof.cli", "run", "--config",
-                                str(config)], stdout=out, stderr=subprocess.STDOUT)
-    return job, log
-
-
-def wait_for(what: str, check: object, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
-def capped(env: Env, rate: int) -> Path:
-    path = env.tmp / f"capped{rate}.yml"
-    path.write_text(env.path.read_text().replace("max_rate_per_partition: 0",
-                                                 f"max_rate_per_partition: {rate}"))
-    return path
-
-
 def test_sigterm_finishes_the_batch_in_flight_commits_and_exits_0(env: Env) -> None:
     spec = GeneratorSpec(seed=601, events=30_000, sessions=3_000)
     env.produce(spec)
-    job, log = start_job(env, capped(env, 500), "sigterm")
+    job, log = env.start(env.capped(500), name="sigterm")
     try:
         wait_for("a first commit", lambda: len(offsets_rows(env)) >= 2)
         job.send_signal(signal.SIGTERM)
@@ -70,7 +46,7 @@ def test_sigterm_finishes_the_batch_in_flight_commits_and_exits_0(env: Env) -> N
 def test_partitions_added_while_running_are_picked_up(env: Env) -> None:
     first = GeneratorSpec(seed=701, events=8_000, sessions=800)
     env.produce(first)
-    job, log = start_job(env, env.path, "grow")
+    job, log = env.start(str(env.path), name="grow")
     try:
         wait_for("the first records committed",
                  lambda: audit_total(env, b"records") == 8_000)

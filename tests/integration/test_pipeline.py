@@ -20,7 +20,7 @@ from leakproof.events import WebEvent
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
 from leakproof.produce import send_raw
 
-from .conftest import ROOT, Env
+from .conftest import ROOT, Env, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -100,13 +100,7 @@ def test_end_to_end_matches_the_oracle(env: Env) -> None:
 def test_restart_after_some_batches_resumes_exactly(env: Env) -> None:
     first = GeneratorSpec(seed=201, events=20_000, sessions=2_000)
     env.produce(first)
-    slow = env.tmp / "slow.yml"
-    slow.write_text(env.path.read_text().replace("max_rate_per_partition: 0",
-                                                 "max_rate_per_partition: 1000"))
-    run = subprocess.run([sys.executable, "-m", "leakproof.cli", "run", "--config", str(slow),
-                          "--max-batches", "2"], capture_output=True, text=True, timeout=240,
-                         check=False)
-    assert run.returncode == 0, run.stderr[-4000:]
+    env.run_config(env.capped(1000), "--max-batches", "2")
     partial = assert_offsets_chain(env, complete=False)[-1]
     assert 0 < sum(partial.values()) < 20_000  # stopped part way
     second = GeneratorSpec(seed=202, events=10_000, sessions=1_000,
@@ -159,27 +153,18 @@ def wait_thrift() -> None:
 def test_failed_batch_stops_the_job_without_committing_past_it(env: Env) -> None:
     spec = GeneratorSpec(seed=401, events=40_000, sessions=4_000)
     env.produce(spec)
-    slow = env.tmp / "slow.yml"
-    slow.write_text(env.path.read_text().replace("max_rate_per_partition: 0",
-                                                 "max_rate_per_partition: 500"))
-    log = open(env.tmp / "failing-run.log", "w")  # noqa: SIM115 - closed below
-    job = subprocess.Popen([sys.executable, "-m", "leakproof.cli", "run", "--config", str(slow)],
-                           stdout=log, stderr=subprocess.STDOUT)
+    job, log = env.start(env.capped(500), name="failing-run")
     try:
-        deadline = time.monotonic() + 120
-        while not offsets_rows(env):
-            assert job.poll() is None and time.monotonic() < deadline, "no first commit"
-            time.sleep(0.5)
+        wait_for("a first commit", lambda: bool(offsets_rows(env)))
         stack("stop", "thrift")  # HBase unreachable for longer than two batch intervals
         time.sleep(4)
         rc = job.wait(timeout=120)
     finally:
         if job.poll() is None:
             job.kill()
-        log.close()
         stack("start", "thrift")
         wait_thrift()
-    text = (env.tmp / "failing-run.log").read_text()
+    text = log.read_text()
     assert rc == 1, text[-4000:]
     assert "job failed; offsets were not committed past the last good batch" in text
     committed = assert_offsets_chain(env, complete=False)[-1]
