@@ -143,16 +143,22 @@ _producers: dict[str, Any] = {}
 
 
 def _produce_closed(cfg: Config, rows: dict[str, Any]) -> None:
-    """Key = session id on a compacted topic: a replay re-sends the same value for the key."""
+    """Key = session id on a compacted topic: a replay re-sends the same value for the key.
+
+    A late event for a closed session re-sends its summary with the new ``late_events``;
+    compaction keeps the newest.
+    """
     from kafka import KafkaProducer
 
     from leakproof.hbase.session_store import readable, to_cells
+    from leakproof.produce import producer_settings
 
     topic = cfg.output.closed_sessions_topic
     assert topic is not None
     producer = _producers.get(cfg.kafka.bootstrap_servers)
     if producer is None:
-        producer = KafkaProducer(**cfg.kafka.client_settings(), enable_idempotence=True)
+        # only the passthrough keys a producer knows (kafka.consumer may hold consumer ones)
+        producer = KafkaProducer(**producer_settings(cfg.kafka))
         _producers[cfg.kafka.bootstrap_servers] = producer
     for sid, s in rows.items():
         summary = readable(to_cells(s))

@@ -31,6 +31,9 @@ def consumer_settings(cfg: KafkaConfig) -> dict[str, Any]:
         "fetch_max_bytes": 64 * 1024 * 1024,
         "fetch_max_wait_ms": 100,
         "receive_buffer_bytes": 4 * 1024 * 1024,
+        # kafka-python backs off up to 30 s between reconnects; after a broker restart that
+        # outlasts kafka.read_timeout_s and fails the batch. Retry every 2 s at most.
+        "reconnect_backoff_max_ms": 2000,
         **cfg.client_settings(),
     }
     settings.update(
