@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from leakproof import config as config_mod
 from leakproof.errors import ConfigError, LeakproofError
@@ -24,6 +25,16 @@ def _spec(text: str) -> GeneratorSpec:
     return GeneratorSpec(seed, events, sessions, *(rest[:1] or [DEFAULT_START_TS]))
 
 
+def _iso_ms(text: str) -> int:
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="leakproof", description=__doc__)
     parser.add_argument("--log-level", default="INFO")
@@ -38,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--until-idle", type=float, metavar="S",
                      help="stop gracefully after S seconds without new records")
     run.add_argument("--max-batches", type=int, metavar="N", help="stop after N batches")
+    run.add_argument("--log-format", choices=["text", "json"], default="text",
+                     help="the per-batch progress line as text or as one JSON object")
 
     produce = cmd("produce", "produce seeded, realistic web sessions")
     produce.add_argument("--events", type=int, required=True)
@@ -54,9 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
     tables = cmd("tables", "create the HBase tables (idempotent)")
     tables.add_argument("action", choices=["create"])
 
-    offsets = cmd("offsets", "committed offsets")
-    offsets.add_argument("action", choices=["show", "history"])
+    offsets = cmd("offsets", "committed offsets: show, history, lag, rewind")
+    offsets.add_argument("action", choices=["show", "history", "lag", "rewind"])
     offsets.add_argument("--limit", type=int, default=20)
+    where = offsets.add_mutually_exclusive_group()
+    where.add_argument("--to-batch", type=int, metavar="BATCH_MS",
+                       help="rewind: the offsets of this earlier row")
+    where.add_argument("--to-time", type=_iso_ms, metavar="ISO8601",
+                       help="rewind: the first records at or after this Kafka record time "
+                            "(no zone = UTC)")
+    where.add_argument("--to-offsets", metavar="P=O[,P=O...]",
+                       help="rewind: these partitions to these offsets, the rest as they are")
 
     sessions = cmd("sessions", "read a session row")
     sessions.add_argument("action", choices=["get"])
@@ -90,7 +111,7 @@ def _dispatch(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         from leakproof.stream import Job, RunLimits, spark_context
 
         spark_context(cfg)
-        return Job(cfg, RunLimits(args.until_idle, args.max_batches)).run()
+        return Job(cfg, RunLimits(args.until_idle, args.max_batches, args.log_format)).run()
     if args.cmd == "produce":
         from leakproof.generator import generate
         from leakproof.produce import send_events
@@ -123,6 +144,26 @@ def _dispatch(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         if args.cmd == "tables":
             created = ensure_tables(conn, cfg.hbase)
             print(f"tables created: {', '.join(created) or 'none (all exist)'}")
+        elif args.cmd == "offsets" and args.action == "rewind":
+            from leakproof.rewind import RewindTarget, parse_offsets, rewind
+
+            if args.to_batch is None and args.to_time is None and args.to_offsets is None:
+                print("leakproof: offsets rewind needs --to-batch, --to-time or --to-offsets",
+                      file=sys.stderr)
+                return 2
+            try:
+                explicit = parse_offsets(args.to_offsets) if args.to_offsets else None
+            except ValueError as exc:
+                print(f"leakproof: --to-offsets: {exc}", file=sys.stderr)
+                return 2
+            batch_ms, new = rewind(cfg, RewindTarget(args.to_batch, args.to_time, explicit))
+            print(json.dumps({"batch_ms": batch_ms, "offsets": new}, sort_keys=True))
+        elif args.cmd == "offsets" and args.action == "lag":
+            from leakproof.lag import lag
+
+            behind = lag(cfg, conn)
+            print(json.dumps(behind, sort_keys=True))
+            return 0 if behind["committed_ms"] is not None else 1
         elif args.cmd == "offsets":
             from leakproof.hbase.offset_store import OffsetStore
 

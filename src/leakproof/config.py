@@ -25,6 +25,18 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 @dataclass(frozen=True)
+class BackpressureConfig:
+    """Spark's PID rate estimator (spark.streaming.backpressure.*), off by default."""
+
+    enabled: bool = False
+    initial_rate: int = 0  # events/s per partition for the first batch; 0 = no extra cap
+    proportional: float = 1.0
+    integral: float = 0.2
+    derived: float = 0.0
+    min_rate: float = 100.0  # events/s for the whole job: the estimate never goes below
+
+
+@dataclass(frozen=True)
 class KafkaConfig:
     """Where to read: the topic, which partitions, and what to do when offsets do not fit."""
 
@@ -38,6 +50,8 @@ class KafkaConfig:
     min_rate_per_partition: int = 0
     consumer: Mapping[str, Any] = field(default_factory=dict, repr=False)
     read_timeout_s: float = 60.0
+    mirror_group_offsets: bool = True  # also commit to the Kafka group, for its lag tools
+    backpressure: BackpressureConfig = field(default_factory=BackpressureConfig)
 
     def client_settings(self) -> dict[str, Any]:
         """kafka-python settings every consumer, producer and admin client gets."""
@@ -187,6 +201,13 @@ def _number(section: Mapping[str, Any], key: str, prefix: str, default: float, *
     return value
 
 
+def _bool(section: Mapping[str, Any], key: str, prefix: str, default: bool) -> bool:
+    value = section.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"'{prefix}.{key}' must be true or false, got {value!r}")
+    return value
+
+
 def _kafka(s: dict[str, Any]) -> KafkaConfig:
     p = "kafka"
     _no_unknown(s, p, _known(KafkaConfig))
@@ -222,11 +243,28 @@ def _kafka(s: dict[str, Any]) -> KafkaConfig:
         partitions=partitions,
         auto_offset_reset=_choice(s, "auto_offset_reset", p, "earliest",
                                   ("earliest", "latest", "none")),
-        on_data_loss=_choice(s, "on_data_loss", p, "fail", ("fail", "skip")),
+        # DESIGN.md calls the skipping policy `earliest`; both names are accepted.
+        on_data_loss="skip" if _choice(s, "on_data_loss", p, "fail", (
+            "fail", "skip", "earliest")) != "fail" else "fail",
         max_rate_per_partition=max_rate,
         min_rate_per_partition=min_rate,
         consumer=dict(consumer),
         read_timeout_s=_number(s, "read_timeout_s", p, 60.0, minimum=0, exclusive=True),
+        mirror_group_offsets=_bool(s, "mirror_group_offsets", p, True),
+        backpressure=_backpressure(_section(s.get("backpressure", {}), "kafka.backpressure")),
+    )
+
+
+def _backpressure(s: dict[str, Any]) -> BackpressureConfig:
+    p = "kafka.backpressure"
+    _no_unknown(s, p, _known(BackpressureConfig))
+    return BackpressureConfig(
+        enabled=_bool(s, "enabled", p, False),
+        initial_rate=_number(s, "initial_rate", p, 0, minimum=0, integer=True),
+        proportional=_number(s, "proportional", p, 1.0, minimum=0),
+        integral=_number(s, "integral", p, 0.2, minimum=0),
+        derived=_number(s, "derived", p, 0.0, minimum=0),
+        min_rate=_number(s, "min_rate", p, 100.0, minimum=0, exclusive=True),
     )
 
 

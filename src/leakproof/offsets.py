@@ -137,11 +137,15 @@ def per_partition_budget(interval_s: float, max_rate: int, min_rate: int = 0,
 
 
 def plan_ranges(topic: str, positions: Mapping[int, int], log_ends: Mapping[int, int],
-                budget: int | None) -> list[OffsetRange]:
-    """This batch's range per partition: [position, min(log_end, position + budget))."""
+                budget: int | Mapping[int, int | None] | None) -> list[OffsetRange]:
+    """This batch's range per partition: [position, min(log_end, position + budget)).
+
+    ``budget`` is one cap for every partition, or a cap per partition (backpressure).
+    """
     ranges = []
     for p in sorted(positions):
         start = positions[p]
-        until = log_ends[p] if budget is None else min(log_ends[p], start + budget)
+        cap = budget.get(p) if isinstance(budget, Mapping) else budget
+        until = log_ends[p] if cap is None else min(log_ends[p], start + cap)
         ranges.append(OffsetRange(topic, p, start, max(start, until)))
     return ranges

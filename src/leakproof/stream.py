@@ -24,12 +24,13 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import FrameType
 from typing import Any
 
+from leakproof.backpressure import PIDRateEstimator, split_budgets
 from leakproof.config import Config
 from leakproof.crashpoints import crash_point
 from leakproof.errors import BatchFailed, CommitRefused, KafkaReadError, LeakproofError, OffsetError
@@ -56,6 +57,7 @@ class RunLimits:
 
     until_idle_s: float | None = None
     max_batches: int | None = None  # batches with records; later ones are not planned
+    log_format: str = "text"  # text | json: how the per-batch progress line is written
 
 
 @dataclass
@@ -75,6 +77,36 @@ class BatchPlan:
     @property
     def lag(self) -> int:
         return sum(self.bounds[r.partition].log_end - r.until_offset for r in self.ranges)
+
+
+def progress_record(plan: BatchPlan, reports: list[dict[str, Any]], took: float,
+                    commit_s: float) -> dict[str, Any]:
+    """One batch's figures: counts summed over tasks, task timings as the slowest task's."""
+
+    def total(k: str) -> int:
+        return sum(int(r[k]) for r in reports)
+
+    def worst(k: str) -> float:
+        return round(max((float(r[k]) for r in reports), default=0.0), 3)
+
+    kinds: dict[str, int] = {}
+    for r in reports:
+        for kind, n in r["dead_letter_kinds"].items():
+            kinds[kind] = kinds.get(kind, 0) + n
+    records = total("records")
+    return {
+        "batch_ms": plan.batch_ms,
+        "ranges": [{"partition": r.partition, "from": r.from_offset, "until": r.until_offset}
+                   for r in plan.ranges if r.count],
+        "records": records, "applied": total("applied"), "replayed": total("replayed"),
+        "late": total("late"), "dead_letters": total("dead_letters"),
+        "dead_letter_kinds": kinds, "sessions": total("sessions"), "closed": total("closed"),
+        "lag": plan.lag, "events_per_s": round(records / took if took else 0.0, 1),
+        "read_s": worst("read_s"), "fold_s": worst("fold_s"), "write_s": worst("write_s"),
+        "commit_s": round(commit_s, 3), "total_s": round(took, 3),
+        "gaps": [{"partition": g.partition, "from": g.stored, "to": g.resumed_at}
+                 for g in plan.gaps],
+    }
 
 
 def batch_millis(t: datetime) -> int:
@@ -102,6 +134,11 @@ class Job:
         self._last_data = time.monotonic()
         self._hbase = Connections(cfg.hbase)
         self._kafka: KafkaMetadata | None = None
+        bp = cfg.kafka.backpressure
+        self._estimator = PIDRateEstimator(
+            round(cfg.job.batch_interval_s * 1000), bp.proportional, bp.integral, bp.derived,
+            bp.min_rate) if bp.enabled else None
+        self._rate: float | None = None  # the estimator's newest rate, records/s
 
     # ------------------------------------------------------------------ start
 
@@ -185,9 +222,16 @@ class Job:
                                                self.cfg.kafka.on_data_loss)
             if gap is not None:
                 gaps.append(gap)
-        budget = per_partition_budget(self.cfg.job.batch_interval_s,
-                                      self.cfg.kafka.max_rate_per_partition,
-                                      self.cfg.kafka.min_rate_per_partition)
+        k = self.cfg.kafka
+        budget: int | Mapping[int, int | None] | None
+        if self._estimator is not None:
+            budget = split_budgets(self._rate, {p: bounds[p].log_end - positions[p]
+                                                for p in positions},
+                                   self.cfg.job.batch_interval_s, k.max_rate_per_partition,
+                                   k.min_rate_per_partition, k.backpressure.initial_rate)
+        else:
+            budget = per_partition_budget(self.cfg.job.batch_interval_s,
+                                          k.max_rate_per_partition, k.min_rate_per_partition)
         ranges = plan_ranges(self.topic, positions,
                              {p: b.log_end for p, b in bounds.items()}, budget)
         for r in ranges:
@@ -209,6 +253,8 @@ class Job:
             except KafkaReadError as exc:
                 log.warning("batch %d: Kafka metadata unavailable (%s); planning nothing this "
                             "batch", batch_ms, exc)
+                # Unknown is not idle: --until-idle must not stop the job during an outage.
+                self._last_data = time.monotonic()
                 return sc.emptyRDD()
             except LeakproofError as exc:
                 self._fail(exc)
@@ -240,6 +286,7 @@ class Job:
                 log.error("batch %d not run: an earlier batch failed", batch_ms)
                 return
         started = time.monotonic()
+        started_wall = time.time() * 1000
         try:
             reports = self._run_tasks(batch_ms, plan, rdd)
             crash_point("driver_after_tasks")
@@ -249,9 +296,16 @@ class Job:
                 self._fail(exc if isinstance(exc, LeakproofError) else
                            BatchFailed(f"batch {batch_ms} failed: {describe(exc)}"))
             return
+        took = time.monotonic() - started
         with self._lock:
             self._batches += 1
-        self._progress(plan, reports, time.monotonic() - started, commit_s)
+            if self._estimator is not None and reports:
+                # scheduling delay: how long after its batch time this batch's output began
+                rate = self._estimator.compute(plan.batch_ms, sum(r["records"] for r in reports),
+                                               took * 1000, max(0.0, started_wall - plan.batch_ms))
+                if rate is not None:
+                    self._rate = rate
+        self._progress(plan, reports, took, commit_s)
 
     def _run_tasks(self, batch_ms: int, plan: BatchPlan, rdd: Any) -> list[dict[str, Any]]:
         if not any(r.count for r in plan.ranges):
@@ -265,6 +319,12 @@ class Job:
             for rng in ranges:
                 yield run_range(cfg, batch_ms, rng, epoch).as_dict()
 
+        try:  # the Spark UI's job list then says which ranges each batch read
+            rdd.context.setJobDescription(
+                f"leakproof batch {batch_ms}: " + ", ".join(str(r) for r in plan.ranges
+                                                             if r.count))
+        except Exception:
+            log.debug("could not set the job description", exc_info=True)
         reports: list[dict[str, Any]] = rdd.mapPartitions(task).collect()
         expected = {r.partition for r in plan.ranges if r.count}
         got = {r["partition"] for r in reports}
@@ -320,7 +380,19 @@ class Job:
         with self._lock:
             self._lease = new_lease
             self._committed = new_offsets
+        self._mirror(plan.batch_ms, new_offsets)
         return time.monotonic() - t0
+
+    def _mirror(self, batch_ms: int, offsets: dict[int, int]) -> None:
+        """Best effort: a Kafka hiccup here must not fail a batch HBase already committed."""
+        if not self.cfg.kafka.mirror_group_offsets or self._kafka is None:
+            return
+        try:
+            self._kafka.mirror_group_offsets(self.group, self.topic, offsets,
+                                             f"leakproof batch {batch_ms}")
+        except Exception as exc:  # noqa: BLE001 - logged; HBase holds the truth
+            log.warning("could not mirror offsets of batch %d to Kafka group %s: %s",
+                        batch_ms, self.group, exc)
 
     def _check_lease(self) -> None:
         mine = int(self._lease.split(b":", 1)[0])
@@ -351,31 +423,27 @@ class Job:
 
     def _progress(self, plan: BatchPlan, reports: list[dict[str, Any]], took: float,
                   commit_s: float) -> None:
-        """The one line per batch."""
+        """The one line per batch: text for people, or one JSON object (--log-format json)."""
         if not reports and not plan.gaps:
             log.debug("batch %d: no new records", plan.batch_ms)
             return
-        def total(k: str) -> int:
-            return sum(int(r[k]) for r in reports)
-
-        def worst(k: str) -> float:
-            return max((float(r[k]) for r in reports), default=0.0)
-
-        ranges = " ".join(f"p{r.partition}:{r.from_offset}->{r.until_offset}"
-                          for r in plan.ranges if r.count)
-        kinds: dict[str, int] = {}
-        for r in reports:
-            for kind, n in r["dead_letter_kinds"].items():
-                kinds[kind] = kinds.get(kind, 0) + n
-        records = total("records")
+        p = progress_record(plan, reports, took, commit_s)
+        p["rate_limit"] = None if self._rate is None else round(self._rate, 1)
+        if self.limits.log_format == "json":
+            log.info("%s", json.dumps(p, sort_keys=True))
+            return
+        kinds = p["dead_letter_kinds"]
         log.info(
             "batch %s | %s | records %d (applied %d, replayed %d, late %d, dead %d%s) | "
             "sessions %d closed %d | lag %d | %.0f ev/s | read %.2fs fold %.2fs write %.2fs "
-            "commit %.2fs total %.2fs",
-            plan.batch_ms, ranges, records, total("applied"), total("replayed"), total("late"),
-            total("dead_letters"), f" {json.dumps(kinds, sort_keys=True)}" if kinds else "",
-            total("sessions"), total("closed"), plan.lag, records / took if took else 0.0,
-            worst("read_s"), worst("fold_s"), worst("write_s"), commit_s, took)
+            "commit %.2fs total %.2fs%s",
+            p["batch_ms"], " ".join(f"p{r['partition']}:{r['from']}->{r['until']}"
+                                    for r in p["ranges"]),
+            p["records"], p["applied"], p["replayed"], p["late"], p["dead_letters"],
+            f" {json.dumps(kinds, sort_keys=True)}" if kinds else "", p["sessions"],
+            p["closed"], p["lag"], p["events_per_s"], p["read_s"], p["fold_s"], p["write_s"],
+            p["commit_s"], p["total_s"],
+            "" if p["rate_limit"] is None else f" | rate limit {p['rate_limit']:.0f} ev/s")
 
     # ------------------------------------------------------------------ stopping
 

@@ -79,9 +79,22 @@ def test_end_to_end_matches_the_oracle(env: Env) -> None:
     out = env.run("--until-idle", "4")
     assert re.search(r"batch \d{13} \| p0:0->", out.stderr), out.stderr[-2000:]
     env.verify(spec)
-    assert_offsets_chain(env)
+    newest = assert_offsets_chain(env)[-1]
     assert audit_total(env, b"records") == 30_000
     assert audit_total(env, b"replayed") == 0
+    lag = json.loads(subprocess.run([sys.executable, "-m", "leakproof.cli", "offsets", "lag",
+                                     "--config", str(env.path)], capture_output=True,
+                                    text=True, check=True).stdout)
+    assert lag["total_lag"] == 0 and lag["age_s"] >= 0
+    assert {r["partition"]: r["committed"] for r in lag["partitions"]} == newest
+    # every commit is mirrored to the Kafka consumer group, for Kafka's own lag tools
+    admin = KafkaAdminClient(bootstrap_servers="127.0.0.1:9092")
+    try:
+        group = admin.list_group_offsets({"it": None})["it"]
+    finally:
+        admin.close()
+    assert {tp.partition: om.offset for tp, om in group.items()
+            if tp.topic == env.name} == newest
     # the CLI's own views of the result
     show = subprocess.run([sys.executable, "-m", "leakproof.cli", "offsets", "show", "--config",
                            str(env.path)], capture_output=True, text=True, check=True)

@@ -40,7 +40,7 @@ def test_defaults_fill_optional_sections() -> None:
         ({**minimal(), "extra": 1}, "unknown key 'extra'"),
         (minimal(auto_offset_reset="smallest"), "'kafka.auto_offset_reset' = 'smallest' is not "
                                                 "valid; use one of: earliest | latest | none"),
-        (minimal(on_data_loss="ignore"), "use one of: fail | skip"),
+        (minimal(on_data_loss="ignore"), "use one of: fail | skip | earliest"),
         (minimal(partitions=[0, 0]), "lists a partition twice"),
         (minimal(partitions="some"), "'kafka.partitions' must be 'all' or a non-empty list"),
         (minimal(max_rate_per_partition=-1), "'kafka.max_rate_per_partition' must be >= 0"),
@@ -62,6 +62,10 @@ def test_errors_name_the_key_and_valid_values(data: dict[str, Any], message: str
     with pytest.raises(ConfigError) as err:
         config.from_dict(data)
     assert message in str(err.value)
+
+
+def test_on_data_loss_earliest_is_designs_name_for_skip() -> None:
+    assert config.from_dict(minimal(on_data_loss="earliest")).kafka.on_data_loss == "skip"
 
 
 def test_table_prefix_follows_happybase_rule() -> None:

@@ -49,6 +49,11 @@ class OffsetStore:
             return _decode(key, cells)
         return None
 
+    def get(self, batch_ms: int) -> CommittedBatch | None:
+        key = row_key(self._topic, self._group, batch_ms)
+        cells = self._table.row(key)
+        return _decode(key, cells) if cells else None
+
     def history(self, limit: int = 20) -> list[CommittedBatch]:
         return [_decode(k, c)
                 for k, c in self._table.scan(row_prefix=self._prefix, reverse=True, limit=limit)]

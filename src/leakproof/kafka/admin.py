@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kafka import KafkaAdminClient, TopicPartition
@@ -59,6 +59,36 @@ class KafkaMetadata:
             raise KafkaReadError(f"cannot list offsets of {topic}: {exc}") from exc
         return {tp.partition: LogBounds(starts[tp].offset, ends[tp].offset) for tp in tps}
 
+    def offsets_for_time(self, topic: str, partitions: Iterable[int],
+                         timestamp_ms: int) -> dict[int, int | None]:
+        """Per partition, the first offset whose record timestamp is >= ``timestamp_ms``.
+
+        None where no record is that new (the caller decides: usually the log end).
+        """
+        tps = [TopicPartition(topic, p) for p in partitions]
+        try:
+            found = self._admin.list_partition_offsets({tp: int(timestamp_ms) for tp in tps})
+        except KafkaError as exc:
+            raise KafkaReadError(f"cannot look up offsets by time on {topic}: {exc}") from exc
+        return {tp.partition: (found[tp].offset if found[tp].offset >= 0 else None)
+                for tp in tps}
+
+    def mirror_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int],
+                             note: str) -> None:
+        """Commit the offsets to the Kafka consumer group too, for Kafka's own lag tools.
+
+        HBase stays the source of truth; this copy is never read back by leakproof.
+        """
+        from kafka.structs import OffsetAndMetadata
+
+        result = self._admin.alter_group_offsets(
+            group, {TopicPartition(topic, p): OffsetAndMetadata(o, note, -1)
+                    for p, o in offsets.items()})
+        failed = {tp.partition: err for tp, err in result.items()
+                  if getattr(err, "errno", 0)}
+        if failed:
+            raise KafkaReadError(f"group {group} offsets not mirrored: {failed}")
+
     def close(self) -> None:
         self._admin.close()
 
@@ -66,4 +96,6 @@ class KafkaMetadata:
 def admin_settings(cfg: KafkaConfig) -> dict[str, Any]:
     """The consumer passthrough settings an admin client understands (security, timeouts)."""
     allowed = set(KafkaAdminClient.DEFAULT_CONFIG)
-    return {k: v for k, v in cfg.client_settings().items() if k in allowed}
+    settings = {"reconnect_backoff_max_ms": 2000}  # as the reader: notice a restart soon
+    settings.update({k: v for k, v in cfg.client_settings().items() if k in allowed})
+    return settings

@@ -1,0 +1,35 @@
+"""Backpressure on a backlog: the rate converges so batches fit the interval; exact result."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from leakproof.generator import GeneratorSpec
+
+from .conftest import Env, write_config
+
+pytestmark = pytest.mark.integration
+
+
+def test_backlog_drains_with_batches_converging_under_the_interval(env: Env) -> None:
+    spec = GeneratorSpec(seed=1800, events=60_000, sessions=6_000)
+    env.produce(spec)
+    path = env.tmp / "bp.yml"
+    write_config(path, env.name, job={"batch_interval_s": 2},
+                 kafka={"backpressure": {"enabled": True, "initial_rate": 250,
+                                         "min_rate": 100}})
+    ran = env.run_config(str(path), "--until-idle", "5", "--log-format", "json")
+    batches = [json.loads(line.split("leakproof.stream: ", 1)[1])
+               for line in ran.stderr.splitlines() if "leakproof.stream: {" in line]
+    trace = [(b["records"], b["total_s"], b["rate_limit"]) for b in batches]
+    print("backpressure trace (records, seconds, rate limit):", trace)
+    assert sum(b["records"] for b in batches) == 60_000
+    assert batches[0]["records"] <= 250 * 2 * 4  # initial_rate caps the first batch
+    assert batches[0]["rate_limit"] is None and batches[-1]["rate_limit"] is not None
+    steady = [b["total_s"] for b in batches[3:] if b["lag"] > 0]  # while still behind
+    assert steady, trace
+    assert statistics.median(steady) <= 2.0 * 1.25, trace  # near or under the interval
+    env.verify(spec)
