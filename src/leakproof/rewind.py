@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from leakproof.config import Config
-from leakproof.errors import CommitRefused, OffsetError
+from leakproof.errors import OffsetError
 from leakproof.hbase.connection import connect, ensure_tables
 from leakproof.hbase.offset_store import OffsetStore
 from leakproof.hbase.state_store import StateStore
@@ -92,13 +92,8 @@ def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None) -> tupl
             if not bounds[p].log_start <= o <= bounds[p].log_end:
                 raise OffsetError(f"{topic} partition {p}: offset {o} is outside the log "
                                   f"[{bounds[p].log_start}, {bounds[p].log_end}]")
-        state = StateStore(conn, cfg.hbase.state_table)
-        current = state.read_lease(topic, group)
-        epoch = int(current.split(b":", 1)[0]) + 1 if current else 1
-        if not state.compare_and_set_lease(topic, group, current,
-                                           f"{epoch}:rewind".encode()):
-            raise CommitRefused(f"the lease of {topic}:{group} changed during the rewind; "
-                                f"try again")
+        lease = StateStore(conn, cfg.hbase.state_table).bump_epoch(topic, group, "rewind")
+        epoch = int(lease.split(b":", 1)[0])
         now = int(time.time() * 1000) if now_ms is None else now_ms
         batch_ms = max(now, (latest.batch_ms + 1) if latest else now)
         store.put(batch_ms, offsets, {

@@ -172,13 +172,9 @@ class Job:
 
     def _take_lease(self, state: StateStore) -> bytes:
         """Bump the epoch: a driver still running on the old epoch can no longer commit."""
-        current = state.read_lease(self.topic, self.group)
-        epoch = int(current.split(b":", 1)[0]) + 1 if current else 1
-        lease = f"{epoch}:start:{uuid.uuid4().hex[:8]}".encode()
-        if not state.compare_and_set_lease(self.topic, self.group, current, lease):
-            raise CommitRefused(f"another driver took the lease of {self.topic}:{self.group} "
-                                f"while this one started; refusing to run two drivers")
-        log.info("driver lease epoch %d for %s:%s", epoch, self.topic, self.group)
+        lease = state.bump_epoch(self.topic, self.group, f"start:{uuid.uuid4().hex[:8]}")
+        log.info("driver lease epoch %s for %s:%s", lease.split(b":", 1)[0].decode(),
+                 self.topic, self.group)
         return lease
 
     def _record_gap(self, gap: Gap) -> None:

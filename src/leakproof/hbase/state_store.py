@@ -15,6 +15,7 @@ import time
 import happybase
 from Hbase_thrift import Mutation  # happybase loads this module from its Thrift IDL
 
+from leakproof.errors import CommitRefused
 from leakproof.sessions import NO_WATERMARK, PartitionState
 
 
@@ -75,6 +76,23 @@ class StateStore:
         """The epoch of the driver that holds the lease (None: no driver ever ran)."""
         holder = self.read_lease(topic, group)
         return int(holder.split(b":", 1)[0]) if holder else None
+
+    def bump_epoch(self, topic: str, group: str, tag: str, attempts: int = 20) -> bytes:
+        """Take the lease with the next epoch; returns the new holder value.
+
+        A running driver rewrites the holder cell at every commit, so a read-then-CAS can
+        lose to it: read again and retry. Whoever bumps last holds the lease; every older
+        epoch is fenced at its next commit or task.
+        """
+        for _ in range(attempts):
+            current = self.read_lease(topic, group)
+            epoch = int(current.split(b":", 1)[0]) + 1 if current else 1
+            lease = f"{epoch}:{tag}".encode()
+            if self.compare_and_set_lease(topic, group, current, lease):
+                return lease
+            time.sleep(0.05)
+        raise CommitRefused(f"could not take the lease of {topic}:{group} in {attempts} "
+                            f"attempts: the holder cell keeps changing")
 
     def compare_and_set_lease(self, topic: str, group: str, expected: bytes | None,
                               new: bytes) -> bool:
