@@ -13,8 +13,6 @@ from leakproof import config as config_mod
 from leakproof.errors import ConfigError, LeakproofError
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
 
-log = logging.getLogger("leakproof")
-
 
 def _spec(text: str) -> GeneratorSpec:
     try:

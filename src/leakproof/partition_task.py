@@ -16,7 +16,6 @@ idempotent, so the replay of the range after a restart leaves the same rows.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -33,8 +32,6 @@ from leakproof.hbase.state_store import StateStore
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
 from leakproof.sessions import PartitionFolder
-
-log = logging.getLogger(__name__)
 
 _connections: dict[Any, Connections] = {}
 

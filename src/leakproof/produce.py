@@ -7,7 +7,6 @@ the order they were sent. Topic creation lives here too, for the CLI and the dem
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,8 +20,6 @@ from leakproof.config import KafkaConfig
 from leakproof.errors import LeakproofError
 from leakproof.events import WebEvent
 from leakproof.kafka.admin import admin_settings
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

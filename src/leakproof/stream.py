@@ -35,7 +35,7 @@ from leakproof.config import Config
 from leakproof.crashpoints import crash_point
 from leakproof.errors import BatchFailed, CommitRefused, KafkaReadError, LeakproofError, OffsetError
 from leakproof.hbase.connection import Connections, ensure_tables
-from leakproof.hbase.offset_store import CommittedBatch, OffsetStore
+from leakproof.hbase.offset_store import OffsetStore
 from leakproof.hbase.state_store import StateStore
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.offsets import (
@@ -516,12 +516,6 @@ class Job:
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
-
-    @property
-    def committed(self) -> CommittedBatch | None:
-        with self._hbase.get() as conn:
-            return OffsetStore(conn.table(self.cfg.hbase.offsets_table), self.topic,
-                               self.group).latest()
 
 
 _PY_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Refused|Failed)): (.+)$")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -13,8 +12,6 @@ from kafka.errors import KafkaError
 from leakproof.config import KafkaConfig
 from leakproof.errors import KafkaReadError
 from leakproof.offsets import LogBounds
-
-log = logging.getLogger(__name__)
 
 
 class KafkaMetadata:
@@ -41,13 +38,6 @@ class KafkaMetadata:
                                          f"{t['error_code']}); does it exist?")
                 return sorted(p["partition_index"] for p in t["partitions"])
         raise KafkaReadError(f"topic {topic} does not exist")
-
-    def topic_id(self, topic: str) -> str | None:
-        """The topic's id: it changes when a topic is deleted and recreated under one name."""
-        for t in self._admin.describe_topics([topic]):
-            if t["name"] == topic:
-                return str(t.get("topic_id")) if t.get("topic_id") else None
-        return None
 
     def log_bounds(self, topic: str, partitions: Iterable[int]) -> dict[int, LogBounds]:
         """[log start, log end) per partition, from two ListOffsets round trips."""
