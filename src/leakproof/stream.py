@@ -139,6 +139,7 @@ class Job:
             round(cfg.job.batch_interval_s * 1000), bp.proportional, bp.integral, bp.derived,
             bp.min_rate) if bp.enabled else None
         self._rate: float | None = None  # the estimator's newest rate, records/s
+        self._unmirrored: tuple[int, dict[int, int]] | None = None  # group copy still owed
 
     # ------------------------------------------------------------------ start
 
@@ -347,6 +348,8 @@ class Job:
             # Nothing moved: no row (readable history, no empty commits). An idle driver
             # must still notice that another one took the lease, or it idles on forever.
             self._check_lease()
+            if self._unmirrored is not None:
+                self._mirror(*self._unmirrored)
             return 0.0
         for gap in plan.gaps:
             self._record_gap(gap)
@@ -380,15 +383,21 @@ class Job:
         return time.monotonic() - t0
 
     def _mirror(self, batch_ms: int, offsets: dict[int, int]) -> None:
-        """Best effort: a Kafka hiccup here must not fail a batch HBase already committed."""
+        """Best effort: a Kafka hiccup here must not fail a batch HBase already committed.
+
+        A mirror that failed (on a new broker the group coordinator appears only after the
+        first request) stays pending and is retried at every later batch until it lands.
+        """
         if not self.cfg.kafka.mirror_group_offsets or self._kafka is None:
             return
+        self._unmirrored = (batch_ms, offsets)
         try:
             self._kafka.mirror_group_offsets(self.group, self.topic, offsets,
                                              f"leakproof batch {batch_ms}")
+            self._unmirrored = None
         except Exception as exc:  # noqa: BLE001 - logged; HBase holds the truth
-            log.warning("could not mirror offsets of batch %d to Kafka group %s: %s",
-                        batch_ms, self.group, exc)
+            log.warning("could not mirror offsets of batch %d to Kafka group %s (will retry): "
+                        "%s", batch_ms, self.group, exc)
 
     def _check_lease(self) -> None:
         mine = int(self._lease.split(b":", 1)[0])
