@@ -85,11 +85,12 @@ class PeakSampler:
 def read_ranges(cfg_path: str, ranges: list[OffsetRange]) -> int:
     cfg = config.load(cfg_path)
     n = 0
+    decoder = codec.Decoder(cfg.input.writer_schemas, cfg.input.max_ahead_ms)
     for rng in ranges:
-        for offset, key, value in read_range(cfg.kafka, rng):
+        for offset, key, value, timestamp in read_range(cfg.kafka, rng):
             with contextlib.suppress(DecodeError):  # the job dead-letters; same cost here
-                codec.decode(key, value, topic=rng.topic, partition=rng.partition,
-                             offset=offset)
+                decoder.decode(key, value, topic=rng.topic, partition=rng.partition,
+                               offset=offset, timestamp=timestamp)
             n += 1
     return n
 

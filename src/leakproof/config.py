@@ -7,6 +7,7 @@ kafka-python (SASL, SSL); they are never shown by ``repr`` or in logs.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -100,6 +101,22 @@ class SessionsConfig:
 
 
 @dataclass(frozen=True)
+class InputConfig:
+    """How record values are read (codec.py has the rules).
+
+    ``writer_schemas`` holds the JSON text of each evolved writer schema (the files are read
+    when the config loads, so executors need no copy of them).
+    """
+
+    writer_schemas: tuple[str, ...] = ()
+    max_ahead_s: float = 86400.0  # 0 = no check
+
+    @property
+    def max_ahead_ms(self) -> int:
+        return round(self.max_ahead_s * 1000)
+
+
+@dataclass(frozen=True)
 class OutputConfig:
     """Optional outputs besides HBase."""
 
@@ -115,6 +132,7 @@ class Config:
     job: JobConfig
     sessions: SessionsConfig
     output: OutputConfig
+    input: InputConfig = InputConfig()
 
 
 # --------------------------------------------------------------------------- loading
@@ -130,19 +148,23 @@ def load(path: str | Path) -> Config:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
-    return from_dict(data or {})
+    return from_dict(data or {}, base=Path(path).parent)
 
 
-def from_dict(data: Any) -> Config:
-    """Validate a parsed YAML document; every error names the dotted key at fault."""
+def from_dict(data: Any, base: Path | None = None) -> Config:
+    """Validate a parsed YAML document; every error names the dotted key at fault.
+
+    Relative file paths in it (``input.writer_schemas``) are read relative to ``base``.
+    """
     root = _section(data, "")
-    _no_unknown(root, "", {"kafka", "hbase", "job", "sessions", "output"})
+    _no_unknown(root, "", {"kafka", "hbase", "job", "sessions", "output", "input"})
     return Config(
         kafka=_kafka(_section(root.get("kafka"), "kafka")),
         hbase=_hbase(_section(root.get("hbase", {}), "hbase")),
         job=_job(_section(root.get("job", {}), "job")),
         sessions=_sessions(_section(root.get("sessions", {}), "sessions")),
         output=_output(_section(root.get("output", {}), "output")),
+        input=_input(_section(root.get("input", {}), "input"), base or Path.cwd()),
     )
 
 
@@ -306,6 +328,29 @@ def _sessions(s: dict[str, Any]) -> SessionsConfig:
         inactivity_gap_s=_number(s, "inactivity_gap_s", p, 1800.0, minimum=0, exclusive=True),
         grace_s=_number(s, "grace_s", p, 60.0, minimum=0),
     )
+
+
+def _input(s: dict[str, Any], base: Path) -> InputConfig:
+    p = "input"
+    _no_unknown(s, p, _known(InputConfig))
+    paths = s.get("writer_schemas") or []
+    if not isinstance(paths, list) or not all(isinstance(x, str) and x for x in paths):
+        raise ConfigError(f"'input.writer_schemas' must be a list of .avsc file paths, "
+                          f"got {paths!r}")
+    texts = []
+    for i, name in enumerate(paths):
+        path = base / name
+        try:
+            text = path.read_text("utf-8")
+            json.loads(text)
+        except OSError as exc:
+            raise ConfigError(f"'input.writer_schemas[{i}]': cannot read {path}: "
+                              f"{exc.strerror}") from exc
+        except ValueError as exc:
+            raise ConfigError(f"'input.writer_schemas[{i}]': {path} is not JSON: {exc}") from exc
+        texts.append(text)
+    return InputConfig(writer_schemas=tuple(texts),
+                       max_ahead_s=_number(s, "max_ahead_s", p, 86400.0, minimum=0))
 
 
 def _output(s: dict[str, Any]) -> OutputConfig:

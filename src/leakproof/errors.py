@@ -17,10 +17,11 @@ class DecodeError(LeakproofError):
     Decode errors never stop a partition: the task dead-letters the record and goes on.
     """
 
-    def __init__(self, reason: str, *, topic: str, partition: int, offset: int,
+    def __init__(self, reason: str, *, kind: str, topic: str, partition: int, offset: int,
                  key: bytes | None, value: bytes | None) -> None:
         super().__init__(f"{topic}:{partition}:{offset}: {reason}")
         self.reason = reason
+        self.kind = kind  # short rule name (codec.py lists them), counted per batch
         self.topic = topic
         self.partition = partition
         self.offset = offset

@@ -3,8 +3,9 @@
 Sessions start spread over an event-time window; each has 1..many events with think time
 between them (pageviews, clicks, some purchases, some 4xx/5xx). Events are emitted in event-
 time order, except a small fraction delivered late (a network delay), which exercises the
-out-of-order and late-event rules. Session ids carry the seed so runs with different seeds
-never share a session.
+out-of-order and late-event rules, and a smaller one sent twice (a producer retry after a lost
+acknowledgement), which exercises the duplicate rule. Session ids carry the seed so runs with
+different seeds never share a session.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class GeneratorSpec:
     sessions: int
     start_ts: int = DEFAULT_START_TS
     late_fraction: float = 0.01
+    duplicate_fraction: float = 0.002
     mean_think_s: float = 20.0
 
 
@@ -75,5 +77,7 @@ def generate(spec: GeneratorSpec) -> list[WebEvent]:
             if rng.random() < spec.late_fraction:
                 delay = rng.randrange(1_000, 3_600_000)  # up to an hour late
             keyed.append((ts + delay, len(keyed), event))
+            if rng.random() < spec.duplicate_fraction:
+                keyed.append((ts + delay + rng.randrange(0, 30_000), len(keyed), event))
     keyed.sort(key=lambda k: (k[0], k[1]))
     return [e for _, _, e in keyed]

@@ -1,8 +1,9 @@
 """Expected session rows, computed independently of the fold (pure).
 
 Written from DESIGN.md's definitions, not from sessions.py: all events of a partition are
-scanned in order to decide which are late, then each session's aggregates are computed from
-the list of its applied events with plain min/max/sum.
+scanned in order to decide which are late or repeat a (session_id, seq) already applied, then
+each session's aggregates are computed from the list of its applied events with plain
+min/max/sum.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from leakproof.events import WebEvent
 # The columns of family `s` the oracle predicts, as DESIGN.md names them.
 COLUMNS = ("user_id", "events", "pageviews", "clicks", "purchases", "errors", "bytes",
            "first_ts", "last_ts", "entry_url", "exit_url", "state", "out_of_order",
-           "late_events")
+           "late_events", "duplicates", "unknown_types")
+EVENT_TYPES = {"pageview", "click", "purchase"}
 
 
 def expected_rows(partitions: Mapping[int, Iterable[WebEvent]],
@@ -26,11 +28,16 @@ def expected_rows(partitions: Mapping[int, Iterable[WebEvent]],
         applied: dict[str, list[WebEvent]] = defaultdict(list)
         newest: dict[str, int] = {}  # highest ts among a session's applied events
         late: dict[str, int] = defaultdict(int)
+        dups: dict[str, int] = defaultdict(int)
+        applied_keys: set[tuple[str, int]] = set()
         watermark = -1
         for e in events:
             if e.session_id in newest and watermark > newest[e.session_id] + close_after_ms:
                 late[e.session_id] += 1
+            elif (e.session_id, e.seq) in applied_keys:
+                dups[e.session_id] += 1
             else:
+                applied_keys.add((e.session_id, e.seq))
                 applied[e.session_id].append(e)
                 newest[e.session_id] = max(newest.get(e.session_id, e.ts), e.ts)
             watermark = max(watermark, e.ts)
@@ -57,6 +64,8 @@ def expected_rows(partitions: Mapping[int, Iterable[WebEvent]],
                 "state": "closed" if watermark > last_ts + close_after_ms else "open",
                 "out_of_order": str(ooo),
                 "late_events": str(late[sid]),
+                "duplicates": str(dups[sid]),
+                "unknown_types": str(sum(e.event_type not in EVENT_TYPES for e in evs)),
             }
     return rows
 

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from leakproof import codec
-from leakproof.config import Config
+from leakproof.config import Config, InputConfig
 from leakproof.crashpoints import crash_point
 from leakproof.errors import CommitRefused, DecodeError
 from leakproof.events import WebEvent
@@ -34,6 +34,15 @@ from leakproof.offsets import OffsetRange
 from leakproof.sessions import PartitionFolder
 
 _connections: dict[Any, Connections] = {}
+_decoders: dict[InputConfig, codec.Decoder] = {}
+
+
+def _decoder(cfg: InputConfig) -> codec.Decoder:
+    """One per Python worker and input config: schema parsing is not free."""
+    decoder = _decoders.get(cfg)
+    if decoder is None:
+        decoder = _decoders[cfg] = codec.Decoder(cfg.writer_schemas, cfg.max_ahead_ms)
+    return decoder
 
 
 @dataclass
@@ -47,6 +56,8 @@ class TaskReport:
     applied: int = 0
     replayed: int = 0
     late: int = 0
+    duplicates: int = 0
+    unknown_types: int = 0
     dead_letters: int = 0
     dead_letter_kinds: dict[str, int] = field(default_factory=dict)
     sessions: int = 0
@@ -82,15 +93,16 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
     t0 = time.monotonic()
     events: list[tuple[int, WebEvent]] = []
     dead: list[DecodeError] = []
-    for offset, key, value in read_range(cfg.kafka, rng):
+    decoder = _decoder(cfg.input)
+    for offset, key, value, timestamp in read_range(cfg.kafka, rng):
         report.records += 1
         try:
-            events.append((offset, codec.decode(key, value, topic=rng.topic,
-                                                partition=rng.partition, offset=offset)))
+            events.append((offset, decoder.decode(key, value, topic=rng.topic,
+                                                  partition=rng.partition, offset=offset,
+                                                  timestamp=timestamp)))
         except DecodeError as err:
             dead.append(err)
-            kind = type(err).__name__
-            report.dead_letter_kinds[kind] = report.dead_letter_kinds.get(kind, 0) + 1
+            report.dead_letter_kinds[err.kind] = report.dead_letter_kinds.get(err.kind, 0) + 1
     t1 = time.monotonic()
     report.read_s = t1 - t0
 
@@ -130,6 +142,7 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
             _produce_closed(cfg, closed_rows)
         report.write_s = time.monotonic() - t2
     report.applied, report.replayed, report.late = result.applied, result.replayed, result.late
+    report.duplicates, report.unknown_types = result.duplicates, result.unknown_types
     report.dead_letters = len(dead)
     report.sessions = len(result.touched)
     report.closed = len(result.closed_now)

@@ -10,12 +10,16 @@ batch boundaries fall (a replay gives the same answer as the first run):
   closed) session is *late*: counted in ``late_events``, not folded into the aggregates.
 - Each session row carries a fence per ``topic:partition``: the offset of the last event it
   applied. An event at or below the fence was applied before this replay and is skipped.
+- Each session row keeps the set of seqs it applied. An event whose (session_id, seq) is
+  already in it is a *duplicate* (a producer retry, a copied record): counted in
+  ``duplicates``, not folded, so no event is counted twice even when it is sent twice.
 - At the end of the range, every open session of the partition that has expired is closed.
   Sessions the range only replayed count too: their rows may be newer than the open set.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -31,6 +35,75 @@ class Outcome(Enum):
     APPLIED = "applied"
     REPLAYED = "replayed"  # at or below the session's fence: applied by an earlier attempt
     LATE = "late"
+    DUPLICATE = "duplicate"  # its (session_id, seq) was applied before
+
+
+class SeqSet:
+    """The seqs a session applied, as sorted disjoint closed ranges ("0-41,43,45-50").
+
+    Seqs count up from 0 per session, so a session's set is one range or a few: small to keep
+    in the row, and exact (unlike a filter), so a duplicate is never mistaken for news.
+    """
+
+    __slots__ = ("_hi", "_lo")
+
+    def __init__(self, ranges: Iterable[tuple[int, int]] = ()) -> None:
+        self._lo: list[int] = []
+        self._hi: list[int] = []
+        for lo, hi in sorted(ranges):  # merge overlapping and touching ranges
+            if self._hi and lo <= self._hi[-1] + 1:
+                self._hi[-1] = max(self._hi[-1], hi)
+            else:
+                self._lo.append(lo)
+                self._hi.append(hi)
+
+    def __contains__(self, seq: int) -> bool:
+        i = bisect_right(self._lo, seq) - 1
+        return i >= 0 and seq <= self._hi[i]
+
+    def add(self, seq: int) -> bool:
+        """Add ``seq``; False if it was there already."""
+        i = bisect_right(self._lo, seq) - 1
+        if i >= 0 and seq <= self._hi[i]:
+            return False
+        joins_left = i >= 0 and self._hi[i] == seq - 1
+        joins_right = i + 1 < len(self._lo) and self._lo[i + 1] == seq + 1
+        if joins_left and joins_right:
+            self._hi[i] = self._hi[i + 1]
+            del self._lo[i + 1], self._hi[i + 1]
+        elif joins_left:
+            self._hi[i] = seq
+        elif joins_right:
+            self._lo[i + 1] = seq
+        else:
+            self._lo.insert(i + 1, seq)
+            self._hi.insert(i + 1, seq)
+        return True
+
+    def ranges(self) -> list[tuple[int, int]]:
+        return list(zip(self._lo, self._hi, strict=True))
+
+    def copy(self) -> SeqSet:
+        other = SeqSet()
+        other._lo, other._hi = list(self._lo), list(self._hi)
+        return other
+
+    def to_text(self) -> str:
+        return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges())
+
+    @classmethod
+    def from_text(cls, text: str) -> SeqSet:
+        ranges = []
+        for part in filter(None, text.split(",")):
+            lo, _, hi = part.partition("-")
+            ranges.append((int(lo), int(hi or lo)))
+        return cls(ranges)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SeqSet) and self.ranges() == other.ranges()
+
+    def __repr__(self) -> str:
+        return f"SeqSet({self.to_text()!r})"
 
 
 @dataclass(slots=True)
@@ -54,6 +127,9 @@ class SessionState:
     state: str = "open"
     out_of_order: int = 0
     late_events: int = 0
+    duplicates: int = 0
+    unknown_types: int = 0  # applied events whose event_type is none of KNOWN_EVENT_TYPES
+    seqs: SeqSet = field(default_factory=SeqSet)
     fences: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -64,16 +140,24 @@ class SessionState:
         return watermark > self.last_ts + close_after_ms
 
 
+KNOWN_EVENT_TYPES = frozenset({"pageview", "click", "purchase"})
+
+
 def apply_event(s: SessionState, e: WebEvent) -> None:
-    """Fold one event into its session (the caller has ruled out replays and late events)."""
+    """Fold one event into its session (the caller has ruled out replays, late events and
+    duplicates). An unknown event_type still counts as an event (the schema says "..."), and
+    in ``unknown_types`` so a producer bug shows up."""
     first = s.events == 0
     s.events += 1
+    s.seqs.add(e.seq)
     if e.event_type == "pageview":
         s.pageviews += 1
     elif e.event_type == "click":
         s.clicks += 1
     elif e.event_type == "purchase":
         s.purchases += 1
+    else:
+        s.unknown_types += 1
     if e.status >= 500:
         s.errors += 1
     s.bytes += e.bytes
@@ -118,6 +202,8 @@ class FoldResult:
     applied: int = 0
     replayed: int = 0
     late: int = 0
+    duplicates: int = 0
+    unknown_types: int = 0
 
 
 class PartitionFolder:
@@ -130,10 +216,12 @@ class PartitionFolder:
         self._start = state
         self._watermark = state.watermark
         self._last_offset = state.watermark_offset
-        self._sessions = {sid: replace(s, fences=dict(s.fences)) for sid, s in sessions.items()}
+        self._sessions = {sid: replace(s, fences=dict(s.fences), seqs=s.seqs.copy())
+                          for sid, s in sessions.items()}
         self._touched: dict[str, SessionState] = {}  # changed: rows to write
         self._seen: dict[str, SessionState] = {}  # every session the range has events for
         self._counts = {o: 0 for o in Outcome}
+        self._unknown_types = 0
 
     @property
     def watermark(self) -> int:
@@ -154,9 +242,14 @@ class PartitionFolder:
             if s.events and (s.closed or s.expired(watermark_before, self._close_after_ms)):
                 s.late_events += 1
                 outcome = Outcome.LATE
+            elif event.seq in s.seqs:
+                s.duplicates += 1
+                outcome = Outcome.DUPLICATE
             else:
                 apply_event(s, event)
                 outcome = Outcome.APPLIED
+                if event.event_type not in KNOWN_EVENT_TYPES:
+                    self._unknown_types += 1
             s.fences[self._fence_key] = offset
             self._touched[event.session_id] = s
         # A replayed session still counts as seen: its row (written by an attempt that died
@@ -193,6 +286,8 @@ class PartitionFolder:
             applied=self._counts[Outcome.APPLIED],
             replayed=self._counts[Outcome.REPLAYED],
             late=self._counts[Outcome.LATE],
+            duplicates=self._counts[Outcome.DUPLICATE],
+            unknown_types=self._unknown_types,
         )
 
 

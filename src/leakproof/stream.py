@@ -99,7 +99,8 @@ def progress_record(plan: BatchPlan, reports: list[dict[str, Any]], took: float,
         "ranges": [{"partition": r.partition, "from": r.from_offset, "until": r.until_offset}
                    for r in plan.ranges if r.count],
         "records": records, "applied": total("applied"), "replayed": total("replayed"),
-        "late": total("late"), "dead_letters": total("dead_letters"),
+        "late": total("late"), "duplicates": total("duplicates"),
+        "unknown_types": total("unknown_types"), "dead_letters": total("dead_letters"),
         "dead_letter_kinds": kinds, "sessions": total("sessions"), "closed": total("closed"),
         "lag": plan.lag, "events_per_s": round(records / took if took else 0.0, 1),
         "read_s": worst("read_s"), "fold_s": worst("fold_s"), "write_s": worst("write_s"),
@@ -415,6 +416,7 @@ class Job:
         audit = {
             "records": total("records"), "applied": total("applied"),
             "replayed": total("replayed"), "late": total("late"),
+            "duplicates": total("duplicates"), "unknown_types": total("unknown_types"),
             "dead_letters": total("dead_letters"), "sessions": total("sessions"),
             "closed": total("closed"), "lag": plan.lag, "committed_ms": int(time.time() * 1000),
             "epoch": self._lease.split(b":", 1)[0].decode(),
@@ -439,12 +441,14 @@ class Job:
             return
         kinds = p["dead_letter_kinds"]
         log.info(
-            "batch %s | %s | records %d (applied %d, replayed %d, late %d, dead %d%s) | "
+            "batch %s | %s | records %d (applied %d, replayed %d, late %d, duplicate %d, "
+            "unknown type %d, dead %d%s) | "
             "sessions %d closed %d | lag %d | %.0f ev/s | read %.2fs fold %.2fs write %.2fs "
             "commit %.2fs total %.2fs%s",
             p["batch_ms"], " ".join(f"p{r['partition']}:{r['from']}->{r['until']}"
                                     for r in p["ranges"]),
-            p["records"], p["applied"], p["replayed"], p["late"], p["dead_letters"],
+            p["records"], p["applied"], p["replayed"], p["late"], p["duplicates"],
+            p["unknown_types"], p["dead_letters"],
             f" {json.dumps(kinds, sort_keys=True)}" if kinds else "", p["sessions"],
             p["closed"], p["lag"], p["events_per_s"], p["read_s"], p["fold_s"], p["write_s"],
             p["commit_s"], p["total_s"],

@@ -49,12 +49,13 @@ def read_topic(cfg: Config) -> tuple[dict[int, list[WebEvent]], list[DecodeError
         meta.close()
     events: dict[int, list[WebEvent]] = {p: [] for p in parts}
     bad: list[DecodeError] = []
+    decoder = codec.Decoder(cfg.input.writer_schemas, cfg.input.max_ahead_ms)
     for p in parts:
         rng = OffsetRange(cfg.kafka.topic, p, bounds[p].log_start, bounds[p].log_end)
-        for offset, key, value in read_range(cfg.kafka, rng):
+        for offset, key, value, timestamp in read_range(cfg.kafka, rng):
             try:
-                events[p].append(codec.decode(key, value, topic=rng.topic, partition=p,
-                                              offset=offset))
+                events[p].append(decoder.decode(key, value, topic=rng.topic, partition=p,
+                                                offset=offset, timestamp=timestamp))
             except DecodeError as err:
                 bad.append(err)
     return events, bad

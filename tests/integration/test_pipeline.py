@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 import subprocess
 import sys
@@ -15,10 +14,7 @@ import pytest
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
 
-from leakproof import codec
-from leakproof.events import WebEvent
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
-from leakproof.produce import send_raw
 
 from .conftest import ROOT, Env, wait_for
 
@@ -185,42 +181,3 @@ def test_failed_batch_stops_the_job_without_committing_past_it(env: Env) -> None
     env.run("--until-idle", "4")
     env.verify(spec)
     assert_offsets_chain(env)
-
-
-def bad_records(session_id: str) -> list[tuple[bytes | None, bytes | None]]:
-    good = codec.encode_value(WebEvent(session_id, "u", 0, DEFAULT_START_TS, "pageview", "/",
-                                       200, 10))
-    return [
-        (b"x", os.urandom(64)),  # random bytes
-        (session_id.encode(), good[:9]),  # truncated Avro
-        (session_id.encode(), b""),  # empty value
-        (session_id.encode(), None),  # tombstone
-        (None, good),  # null key
-        (b"someone-else", good),  # key differs from the payload's session_id
-        (session_id.encode(), good.replace(b"u", b"\xff", 1)),  # invalid UTF-8
-        (session_id.encode(), good + b"trailing"),  # another schema / extra bytes
-    ]
-
-
-def test_bad_records_are_dead_lettered_and_the_rest_is_exact(env: Env) -> None:
-    spec = GeneratorSpec(seed=501, events=8_000, sessions=800)
-    env.produce(spec)
-    for p in range(4):
-        send_raw(env.cfg.kafka, env.name, bad_records(f"bad-{p}"), partition=p)
-    more = GeneratorSpec(seed=502, events=4_000, sessions=400,
-                         start_ts=DEFAULT_START_TS + 1_800_000)
-    env.produce(more)
-    out = env.run("--until-idle", "4")
-    assert '"KeyDecodeError": 8' in out.stderr  # the progress line counts them by kind
-    env.verify(spec, more)  # includes: dead letters == bad records, with their raw bytes
-    assert audit_total(env, b"dead_letters") == 32
-    conn = env.hbase()
-    try:
-        rows = list(conn.table("web_events_dead_letter").scan(row_prefix=f"{env.name}:".encode()))
-    finally:
-        conn.close()
-    assert len(rows) == 32
-    key, cells = rows[0]
-    assert re.match(rb"^[^:]+:\d+:\d{20}$", key)
-    assert cells[b"d:error"] and cells[b"d:batch_time"].isdigit()
-    assert {c[b"d:error_type"] for _, c in rows} == {b"ValueDecodeError", b"KeyDecodeError"}

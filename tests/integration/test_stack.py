@@ -31,9 +31,9 @@ def test_keyed_records_read_back_in_order_by_assign_and_seek(env: Env) -> None:
     by_partition: dict[int, list[bytes]] = {}
     for tp, end in ends.items():
         got = list(read_range(env.cfg.kafka, OffsetRange(env.name, tp.partition, 0, end)))
-        assert [o for o, _, _ in got] == list(range(end))
-        by_partition[tp.partition] = [v for _, _, v in got if v is not None]
-        keys = {k for _, k, _ in got}
+        assert [o for o, *_ in got] == list(range(end))
+        by_partition[tp.partition] = [v for _, _, v, _ in got if v is not None]
+        keys = {k for _, k, *_ in got}
         # one key lives in one partition: keys never span partitions
         for other, values in by_partition.items():
             if other != tp.partition:
@@ -46,7 +46,7 @@ def test_keyed_records_read_back_in_order_by_assign_and_seek(env: Env) -> None:
     # a middle range reads exactly [from, until)
     p = max(ends, key=lambda tp: ends[tp]).partition
     mid = list(read_range(env.cfg.kafka, OffsetRange(env.name, p, 10, 20)))
-    assert [o for o, _, _ in mid] == list(range(10, 20))
+    assert [o for o, *_ in mid] == list(range(10, 20))
 
 
 def test_happybase_batch_put_get_and_reverse_prefix_scan(env: Env) -> None:
@@ -128,8 +128,8 @@ def test_range_read_steps_over_transaction_markers(env: Env) -> None:
     consumer.close()
     assert end == 18  # 15 records + 3 commit markers
     got = list(read_range(env.cfg.kafka, OffsetRange(env.name, 0, 0, end)))
-    assert [v for _, _, v in got] == [f"{b}-{i}".encode() for b in range(3) for i in range(5)]
-    assert [o for o, _, _ in got] == [o for o in range(18) if o % 6 != 5]
+    assert [v for _, _, v, _ in got] == [f"{b}-{i}".encode() for b in range(3) for i in range(5)]
+    assert [o for o, *_ in got] == [o for o in range(18) if o % 6 != 5]
     # a range ending on a marker ends there; one starting after it starts cleanly
-    assert [o for o, _, _ in read_range(env.cfg.kafka, OffsetRange(env.name, 0, 3, 6))] == [3, 4]
-    assert [o for o, _, _ in read_range(env.cfg.kafka, OffsetRange(env.name, 0, 5, 8))] == [6, 7]
+    assert [o for o, *_ in read_range(env.cfg.kafka, OffsetRange(env.name, 0, 3, 6))] == [3, 4]
+    assert [o for o, *_ in read_range(env.cfg.kafka, OffsetRange(env.name, 0, 5, 8))] == [6, 7]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from typing import Any
 
 import fastavro
@@ -41,24 +42,29 @@ def good() -> bytes:
 
 
 @pytest.mark.parametrize(
-    ("key", "value", "kind", "reason"),
+    ("key", "value", "cls", "kind", "reason"),
     [
-        (b"s1", None, ValueDecodeError, "null value"),
-        (b"s1", b"", ValueDecodeError, "empty value"),
-        (b"s1", good()[:7], ValueDecodeError, "not a WebEvent"),
-        (b"s1", good() + b"\x00\x01", ValueDecodeError, "bytes left over"),
-        (b"s1", b"\xff" * 40, ValueDecodeError, "not a WebEvent"),
-        (None, good(), KeyDecodeError, "null key"),
-        (b"\xff\xfe", good(), KeyDecodeError, "not UTF-8"),
-        (b"other", good(), KeyDecodeError, "differs from session_id"),
+        (b"s1", None, ValueDecodeError, "tombstone", "null value"),
+        (b"s1", b"", ValueDecodeError, "empty_value", "empty value"),
+        (b"s1", good()[:7], ValueDecodeError, "not_avro", "not a WebEvent"),
+        (b"s1", good() + b"\x00\x01", ValueDecodeError, "trailing_bytes", "bytes left over"),
+        (b"s1", b"\xff" * 40, ValueDecodeError, "not_avro", "not a WebEvent"),
+        (b"s1", b"\xc3\x01" + b"\x00" * 8 + good(), ValueDecodeError, "unknown_schema",
+         "fingerprint 0000000000000000"),
+        (b"s1", b"\xc3\x01\x07", ValueDecodeError, "unknown_schema", "fingerprint 07"),
+        (None, good(), KeyDecodeError, "null_key", "null key"),
+        (b"\xff\xfe", good(), KeyDecodeError, "key_not_utf8", "not UTF-8"),
+        (b"other", good(), KeyDecodeError, "key_mismatch", "differs from session_id"),
     ],
 )
 def test_decode_errors_carry_coordinates_and_bytes(key: bytes | None, value: bytes | None,
-                                                   kind: type[DecodeError], reason: str) -> None:
-    with pytest.raises(kind) as err:
+                                                   cls: type[DecodeError], kind: str,
+                                                   reason: str) -> None:
+    with pytest.raises(cls) as err:
         codec.decode(key, value, **WHERE)
     e = err.value
     assert reason in e.reason
+    assert e.kind == kind
     assert (e.topic, e.partition, e.offset, e.key, e.value) == ("t", 2, 41, key, value)
     assert str(e).startswith("t:2:41: ")
 
@@ -67,8 +73,9 @@ def test_invalid_utf8_in_a_string_field_is_a_value_error() -> None:
     # session_id "s1" -> zigzag length 2, then two bytes; make the user_id invalid UTF-8.
     raw = codec.encode_value(EVENT)
     broken = raw.replace(b"u1", b"\xc3\x28", 1)
-    with pytest.raises(ValueDecodeError, match="UTF-8"):
+    with pytest.raises(ValueDecodeError, match="UTF-8") as err:
         codec.decode(b"s1", broken, **WHERE)
+    assert err.value.kind == "invalid_utf8"
 
 
 @pytest.mark.parametrize(("field", "value", "reason"),
@@ -80,3 +87,86 @@ def test_invalid_field_values(field: str, value: object, reason: str) -> None:
     fastavro.schemaless_writer(out, fastavro.parse_schema(schema_json()), record)
     with pytest.raises(ValueDecodeError, match=reason):
         codec.decode(str(record["session_id"]).encode(), out.getvalue(), **WHERE)
+
+
+# -- schema evolution: a writer that added a field with a default, and an unknown event type
+
+EVOLVED = {**schema_json(), "fields": [*schema_json()["fields"],
+                                       {"name": "country", "type": "string", "default": "??"}]}
+
+
+def evolved_record() -> dict[str, Any]:
+    return {**EVENT.to_record(), "country": "NL"}
+
+
+def _rabin64(data: bytes) -> int:
+    """The Avro spec's CRC-64-AVRO, written out from the spec's pseudo-code."""
+    empty = 0xC15D213AA4D7A795
+    table = []
+    for i in range(256):
+        fp = i
+        for _ in range(8):
+            fp = (fp >> 1) ^ (empty & -(fp & 1))
+        table.append(fp)
+    fp = empty
+    for b in data:
+        fp = (fp >> 8) ^ table[(fp ^ b) & 0xFF]
+    return fp
+
+
+def test_single_object_fingerprint_matches_the_avro_spec() -> None:
+    canonical = fastavro.schema.to_parsing_canonical_form(fastavro.parse_schema(schema_json()))
+    want = _rabin64(canonical.encode()).to_bytes(8, "little")
+    assert codec.schema_fingerprint(codec.parsed_schema()) == want
+    value = codec.encode_single_object(EVENT.to_record(), schema_json())
+    assert value[:10] == b"\xc3\x01" + want
+
+
+def test_single_object_of_the_shipped_schema_decodes_without_config() -> None:
+    value = codec.encode_single_object(EVENT.to_record(), schema_json())
+    assert codec.decode(b"s1", value, **WHERE) == EVENT
+
+
+def test_evolved_single_object_needs_its_schema_listed_then_decodes() -> None:
+    value = codec.encode_single_object(evolved_record(), EVOLVED)
+    with pytest.raises(ValueDecodeError) as err:
+        codec.decode(b"s1", value, **WHERE)
+    assert err.value.kind == "unknown_schema"
+    decoder = codec.Decoder([json.dumps(EVOLVED)])
+    assert decoder.decode(b"s1", value, **WHERE) == EVENT  # the added field is dropped
+
+
+def test_evolved_schemaless_decodes_with_a_listed_writer_schema() -> None:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(EVOLVED), evolved_record())
+    value = out.getvalue()
+    with pytest.raises(ValueDecodeError) as err:
+        codec.decode(b"s1", value, **WHERE)
+    assert err.value.kind == "trailing_bytes"  # without the schema: the extra field is left
+    decoder = codec.Decoder([json.dumps(EVOLVED)])
+    assert decoder.decode(b"s1", value, **WHERE) == EVENT
+    assert decoder.decode(b"s1", good(), **WHERE) == EVENT  # the old writer still decodes
+    with pytest.raises(ValueDecodeError) as err:  # garbage after a record is still garbage,
+        decoder.decode(b"s1", good() + b"trailing", **WHERE)  # though "country" could skip it
+    assert err.value.kind == "trailing_bytes"
+
+
+def test_future_ts_is_judged_against_the_kafka_timestamp() -> None:
+    decoder = codec.Decoder(max_ahead_ms=60_000)
+    at = EVENT.ts - 60_000
+    assert decoder.decode(b"s1", good(), **WHERE, timestamp=at) == EVENT  # at the limit
+    with pytest.raises(ValueDecodeError) as err:
+        decoder.decode(b"s1", good(), **WHERE, timestamp=at - 1)
+    assert err.value.kind == "future_ts" and "input.max_ahead_s" in err.value.reason
+    assert decoder.decode(b"s1", good(), **WHERE, timestamp=-1) == EVENT  # no timestamp
+    assert codec.Decoder().decode(b"s1", good(), **WHERE, timestamp=0) == EVENT  # check off
+
+
+def test_unknown_event_type_decodes() -> None:
+    odd = WebEvent(**{**EVENT.to_record(), "event_type": "scroll"})
+    assert codec.decode(b"s1", codec.encode_value(odd), **WHERE) == odd
+
+
+def test_near_max_size_record_decodes() -> None:
+    big = WebEvent(**{**EVENT.to_record(), "url": "https://x/" + "a" * 1_000_000})
+    assert codec.decode(b"s1", codec.encode_value(big), **WHERE) == big

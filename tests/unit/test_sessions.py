@@ -7,6 +7,7 @@ from leakproof.sessions import (
     Outcome,
     PartitionFolder,
     PartitionState,
+    SeqSet,
     SessionState,
     fold_range,
 )
@@ -37,9 +38,46 @@ def test_out_of_order_counts_seq_not_above_the_highest_so_far() -> None:
     events = [ev("a", 0, 100), ev("a", 2, 120), ev("a", 1, 110), ev("a", 2, 121),
               ev("a", 3, 130)]
     s = fold_range(K, GAP, PartitionState(), {}, enumerate(events)).touched["a"]
-    assert s.out_of_order == 2
+    assert (s.out_of_order, s.duplicates, s.events) == (1, 1, 4)  # seq 1 late; seq 2 again
     assert s.exit_url == "/a/3"
     assert s.entry_url == "/a/0"
+
+
+def test_a_repeated_seq_is_a_duplicate_not_folded_twice() -> None:
+    events = [ev("a", 0, 100), ev("a", 1, 110, "purchase", size=7), ev("a", 1, 110, "purchase",
+                                                                        size=7),
+              ev("a", 0, 100), ev("a", 2, 120)]
+    folder = PartitionFolder(K, GAP, PartitionState(), {})
+    outcomes = [folder.feed(i, e) for i, e in enumerate(events)]
+    assert outcomes == [Outcome.APPLIED, Outcome.APPLIED, Outcome.DUPLICATE, Outcome.DUPLICATE,
+                        Outcome.APPLIED]
+    r = folder.finish()
+    s = r.touched["a"]
+    assert (s.events, s.purchases, s.bytes, s.duplicates, s.out_of_order) == (3, 1, 27, 2, 0)
+    assert s.seqs.to_text() == "0-2" and r.duplicates == 2
+
+
+def test_duplicates_are_found_across_batches_through_the_row() -> None:
+    first = fold_range(K, GAP, PartitionState(), {}, [(0, ev("a", 0, 100)), (1, ev("a", 1, 110))])
+    again = fold_range(K, GAP, first.partition, first.touched, [(2, ev("a", 1, 110))])
+    assert again.touched["a"].duplicates == 1 and again.touched["a"].events == 2
+
+
+def test_unknown_event_type_is_folded_and_counted() -> None:
+    r = fold_range(K, GAP, PartitionState(), {}, [(0, ev("a", 0, 100, "scroll"))])
+    s = r.touched["a"]
+    assert (s.events, s.pageviews, s.clicks, s.purchases, s.unknown_types) == (1, 0, 0, 0, 1)
+    assert r.unknown_types == 1
+
+
+def test_seq_set_text_round_trip_and_merging() -> None:
+    s = SeqSet()
+    for seq in (5, 0, 2, 1, 7, 6):
+        assert s.add(seq)
+    assert not s.add(6)
+    assert s.to_text() == "0-2,5-7"
+    assert SeqSet.from_text("0-2,5-7") == s and 6 in s and 4 not in s
+    assert SeqSet([(3, 4), (0, 2), (6, 6)]).to_text() == "0-4,6"
 
 
 def test_entry_url_follows_lowest_seq_even_when_it_arrives_late() -> None:

@@ -22,6 +22,7 @@ def to_cells(err: DecodeError, batch_ms: int) -> dict[bytes, bytes]:
     cells = {
         b"d:error": err.reason.encode("utf-8"),
         b"d:error_type": type(err).__name__.encode(),
+        b"d:kind": err.kind.encode(),
         b"d:batch_time": str(batch_ms).encode(),
         b"d:key_null": b"1" if err.key is None else b"0",
         b"d:value_null": b"1" if err.value is None else b"0",

@@ -11,11 +11,12 @@ from collections.abc import Iterable, Mapping
 
 import happybase
 
-from leakproof.sessions import SessionState
+from leakproof.sessions import SeqSet, SessionState
 
-# family `s`, as DESIGN.md fixes them (decimal text / text), plus late_events.
+# family `s`, as DESIGN.md fixes them (decimal text / text), plus the anomaly counts
+# late_events, duplicates and unknown_types.
 _INT_COLUMNS = ("events", "pageviews", "clicks", "purchases", "errors", "bytes", "first_ts",
-                "last_ts", "out_of_order", "late_events")
+                "last_ts", "out_of_order", "late_events", "duplicates", "unknown_types")
 _TEXT_COLUMNS = ("user_id", "entry_url", "exit_url", "state")
 _FENCE_PREFIX = "f:p:"
 
@@ -29,6 +30,7 @@ def to_cells(s: SessionState) -> dict[bytes, bytes]:
     cells.update({f"s:{c}".encode(): getattr(s, c).encode("utf-8") for c in _TEXT_COLUMNS})
     cells[b"f:entry_seq"] = str(s.entry_seq).encode()
     cells[b"f:max_seq"] = str(s.max_seq).encode()
+    cells[b"f:seqs"] = s.seqs.to_text().encode()
     for key, offset in s.fences.items():
         cells[f"{_FENCE_PREFIX}{key}".encode()] = str(offset).encode()
     return cells
@@ -42,6 +44,7 @@ def from_cells(session_id: str, cells: Mapping[bytes, bytes]) -> SessionState:
         setattr(s, c, cells.get(f"s:{c}".encode(), b"").decode("utf-8"))
     s.entry_seq = int(cells.get(b"f:entry_seq", b"0"))
     s.max_seq = int(cells.get(b"f:max_seq", b"-1"))
+    s.seqs = SeqSet.from_text(cells.get(b"f:seqs", b"").decode())
     prefix = _FENCE_PREFIX.encode()
     s.fences = {k[len(prefix):].decode(): int(v) for k, v in cells.items() if k.startswith(prefix)}
     return s

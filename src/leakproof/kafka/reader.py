@@ -67,9 +67,9 @@ def drop_consumer(cfg: KafkaConfig, topic: str, partition: int) -> None:
             log.debug("closing a broken consumer failed", exc_info=True)
 
 
-def read_range(cfg: KafkaConfig, rng: OffsetRange) -> Iterator[tuple[int, bytes | None,
-                                                                     bytes | None]]:
-    """Yield (offset, key, value) for every record in [from, until), in offset order.
+def read_range(cfg: KafkaConfig, rng: OffsetRange
+               ) -> Iterator[tuple[int, bytes | None, bytes | None, int]]:
+    """Yield (offset, key, value, timestamp ms) for every record in [from, until), in order.
 
     Offsets missing inside the range (compaction, transaction markers) are simply absent;
     the read ends when the consumer's position reaches ``until`` and never yields past it.
@@ -88,7 +88,7 @@ def read_range(cfg: KafkaConfig, rng: OffsetRange) -> Iterator[tuple[int, bytes 
                 if record.offset >= rng.until_offset:
                     return
                 if record.offset >= position:
-                    yield record.offset, record.key, record.value
+                    yield record.offset, record.key, record.value, record.timestamp
             new_position = consumer.position(tp)
             if new_position > position:
                 position = new_position
