@@ -150,11 +150,13 @@ class Decoder:
             # short buffer; so the plain read above checked the bytes, this one resolves.
             buf.seek(start)
             try:
-                rec = fastavro.schemaless_reader(buf, writer, self._reader)
+                resolved = fastavro.schemaless_reader(buf, writer, self._reader)
             except Exception as exc:
                 raise ValueDecodeError(f"cannot resolve the writer schema to WebEvent: "
                                        f"{type(exc).__name__}: {exc}", kind="not_avro",
                                        **where) from exc
+            assert isinstance(resolved, dict)  # the reader schema is a record
+            return resolved
         return rec
 
     def _validate(self, event: WebEvent, key: bytes | None, timestamp: int | None,
