@@ -69,6 +69,9 @@ class HBaseConfig:
     protocol: Literal["binary", "compact"] = "binary"
     table_prefix: str | None = None
     timeout_ms: int = 60000
+    # How long an HBase outage is ridden out (calls retried with backoff, later batches queue
+    # behind the waiting one) before the batch fails and the job stops; 0 = fail at once.
+    outage_tolerance_s: float = 120.0
     sessions_table: str = "web_sessions"
     dead_letter_table: str = "web_events_dead_letter"
     offsets_table: str = "stream_kafka_offsets"
@@ -307,6 +310,7 @@ def _hbase(s: dict[str, Any]) -> HBaseConfig:
         protocol=_choice(s, "protocol", p, "binary", ("binary", "compact")),
         table_prefix=prefix,
         timeout_ms=_number(s, "timeout_ms", p, 60000, minimum=1, integer=True),
+        outage_tolerance_s=_number(s, "outage_tolerance_s", p, 120.0, minimum=0),
         **names,
     )
 

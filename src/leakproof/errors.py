@@ -57,5 +57,9 @@ class StoreError(LeakproofError):
     """HBase did not take a read or write; the batch fails and nothing later commits."""
 
 
+class HBaseUnavailable(StoreError):
+    """The Thrift server could not be reached (or dropped the connection): worth a retry."""
+
+
 class BatchFailed(LeakproofError):
     """A batch's output failed; the job stops so a supervisor can restart it from HBase."""

@@ -25,7 +25,7 @@ from leakproof.config import Config, InputConfig
 from leakproof.crashpoints import crash_point
 from leakproof.errors import CommitRefused, DecodeError
 from leakproof.events import WebEvent
-from leakproof.hbase.connection import CONNECTION_ERRORS, Connections
+from leakproof.hbase.connection import Connections, ride_out
 from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.session_store import SessionStore, fence_key
 from leakproof.hbase.state_store import StateStore
@@ -77,14 +77,15 @@ def run_range(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int) -> TaskR
     ``epoch`` is the driver's lease epoch: a task of a driver that another one has replaced
     (a zombie) refuses to write, so it cannot overwrite rows the new driver already advanced.
     """
-    report = TaskReport(rng.partition, rng.from_offset, rng.until_offset)
     conns = _connections.setdefault(cfg.hbase, Connections(cfg.hbase))
-    try:
+
+    def attempt() -> TaskReport:
+        # every step is idempotent, so a range interrupted by an HBase outage is redone whole
+        report = TaskReport(rng.partition, rng.from_offset, rng.until_offset)
         _run(cfg, batch_ms, rng, epoch, report, conns)
-    except CONNECTION_ERRORS:
-        conns.reset()
-        raise
-    return report
+        return report
+
+    return ride_out(cfg.hbase, f"writes of {rng}", attempt, conns.reset)
 
 
 def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskReport,

@@ -76,6 +76,15 @@ class Env:
                                     config, *args], stdout=out, stderr=subprocess.STDOUT)
         return job, log
 
+    def variant(self, label: str, **sections: dict[str, Any]) -> str:
+        """This test's config (same topic and tables) with some keys changed."""
+        path = self.tmp / f"{label}.yml"
+        data = yaml.safe_load(self.path.read_text())
+        for key, values in sections.items():
+            data.setdefault(key, {}).update(values)
+        path.write_text(yaml.safe_dump(data))
+        return str(path)
+
     def run_config(self, path: str, *args: str, env: dict[str, str] | None = None,
                    check: bool = True) -> subprocess.CompletedProcess[str]:
         """``leakproof run`` with another config file (same topic and tables)."""

@@ -162,11 +162,13 @@ def wait_thrift() -> None:
 def test_failed_batch_stops_the_job_without_committing_past_it(env: Env) -> None:
     spec = GeneratorSpec(seed=401, events=40_000, sessions=4_000)
     env.produce(spec)
-    job, log = env.start(env.capped(500), name="failing-run")
+    impatient = env.variant("impatient", kafka={"max_rate_per_partition": 500},
+                            hbase={"outage_tolerance_s": 2})
+    job, log = env.start(impatient, name="failing-run")
     try:
         wait_for("a first commit", lambda: bool(offsets_rows(env)))
-        stack("stop", "thrift")  # HBase unreachable for longer than two batch intervals
-        time.sleep(4)
+        stack("stop", "thrift")  # HBase unreachable for longer than outage_tolerance_s
+        time.sleep(6)
         rc = job.wait(timeout=120)
     finally:
         if job.poll() is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -13,7 +14,7 @@ from thriftpy2.thrift import TException
 from thriftpy2.transport import TTransportException
 
 from leakproof.config import HBaseConfig
-from leakproof.errors import StoreError
+from leakproof.errors import HBaseUnavailable, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,8 @@ def connect(cfg: HBaseConfig) -> happybase.Connection:
             host=cfg.host, port=cfg.port, timeout=cfg.timeout_ms, transport=cfg.transport,
             protocol=cfg.protocol, table_prefix=cfg.table_prefix, autoconnect=True)
     except CONNECTION_ERRORS as exc:
-        raise StoreError(f"cannot connect to the HBase Thrift server at {cfg.host}:{cfg.port} "
-                         f"({cfg.transport}/{cfg.protocol}): {exc}") from exc
+        raise HBaseUnavailable(f"cannot connect to the HBase Thrift server at {cfg.host}:"
+                               f"{cfg.port} ({cfg.transport}/{cfg.protocol}): {exc}") from exc
 
 
 class Connections:
@@ -66,17 +67,44 @@ class Connections:
             except Exception:
                 log.debug("closing a broken HBase connection failed", exc_info=True)
 
-    def call(self, what: str, fn: Callable[[happybase.Connection], T], retries: int = 1) -> T:
-        """Run ``fn`` with a connection; retry on a fresh connection for idempotent calls."""
-        for attempt in range(retries + 1):
-            try:
-                with self.get() as conn:
-                    return fn(conn)
-            except CONNECTION_ERRORS as exc:
-                if attempt == retries:
-                    raise StoreError(f"HBase {what} failed: {type(exc).__name__}: {exc}") from exc
-                log.warning("HBase %s failed (%s); retrying on a new connection", what, exc)
-        raise AssertionError("unreachable")
+    def call(self, what: str, fn: Callable[[happybase.Connection], T]) -> T:
+        """Run ``fn`` (idempotent) with a connection, retried on fresh connections while the
+        outage lasts less than ``hbase.outage_tolerance_s``."""
+        return ride_out(self.cfg, what, lambda: self._once(fn), self.reset)
+
+    def _once(self, fn: Callable[[happybase.Connection], T]) -> T:
+        with self.get() as conn:
+            return fn(conn)
+
+
+RETRYABLE: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, HBaseUnavailable)
+
+
+def ride_out(cfg: HBaseConfig, what: str, attempt: Callable[[], T],
+             reset: Callable[[], None] = lambda: None) -> T:
+    """Call ``attempt`` until it succeeds; on a connection error wait (0.5 s doubling to 5 s)
+    and try again, for at most ``cfg.outage_tolerance_s`` -- then raise HBaseUnavailable.
+
+    One retry is always allowed: a connection the Thrift server closed while idle fails
+    once, harmlessly, even with a tolerance of 0.
+    """
+    deadline = time.monotonic() + cfg.outage_tolerance_s
+    delay, tries = 0.5, 0
+    while True:
+        try:
+            return attempt()
+        except RETRYABLE as exc:
+            reset()
+            tries += 1
+            if tries > 1 and time.monotonic() + delay > deadline:
+                raise HBaseUnavailable(
+                    f"HBase {what} failed {tries} times over {cfg.outage_tolerance_s:.0f}s "
+                    f"(hbase.outage_tolerance_s): {type(exc).__name__}: {exc}") from exc
+            log.warning("HBase %s failed (%s: %s); retry %d in %.1fs", what,
+                        type(exc).__name__, exc, tries, delay if tries > 1 else 0)
+            if tries > 1:
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
 
 def ensure_tables(conn: happybase.Connection, cfg: HBaseConfig) -> list[str]:

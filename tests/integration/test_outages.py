@@ -1,0 +1,91 @@
+"""HBase outages under a running job: ridden out within hbase.outage_tolerance_s, exact after.
+
+Each test prints its recovery time: from the service being back (and from the fault) to the
+next committed batch. (An outage longer than the tolerance stops the job instead: see
+test_pipeline's test_failed_batch_stops_the_job_without_committing_past_it.)
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from leakproof.generator import GeneratorSpec
+
+from .conftest import Env, wait_for
+from .test_pipeline import (
+    ROW_RE,
+    assert_offsets_chain,
+    audit_total,
+    offsets_rows,
+    stack,
+    wait_thrift,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def ride_through(env: Env, spec: GeneratorSpec, label: str, fault: list[list[str]],
+                 down_s: float, restore: list[list[str]]) -> dict[str, float]:
+    """Run the job capped, inject ``fault`` after its first commit, wait ``down_s``, run
+    ``restore``; the job must finish by itself (exit 0) and the oracle must be exact."""
+    env.produce(spec)
+    cfg = env.variant(label, kafka={"max_rate_per_partition": 400})
+    job, log = env.start(cfg, "--until-idle", "8", name=label)
+    try:
+        wait_for("a first commit", lambda: len(offsets_rows(env)) >= 1)
+        rows_before = len(offsets_rows(env))
+        fault_at = time.monotonic()
+        fault_ms = int(time.time() * 1000)
+        for args in fault:
+            stack(*args)
+        time.sleep(down_s)
+        for args in restore:
+            stack(*args)
+        wait_thrift()
+        back = time.monotonic()
+        back_ms = int(time.time() * 1000)
+        wait_for("a commit after the outage", lambda: len(offsets_rows(env)) > rows_before,
+                 timeout=180)
+        done = time.monotonic()
+        rc = job.wait(timeout=300)
+    finally:
+        if job.poll() is None:
+            job.kill()
+        stack("up")  # whatever happened, leave the stack up for the next test
+    text = log.read_text()
+    assert rc == 0, text[-4000:]
+    assert "retry" in text  # the outage was seen and ridden out, not missed
+    env.verify(spec)
+    assert_offsets_chain(env)
+    assert audit_total(env, b"records") == spec.events + _duplicates(spec)
+    times = [int(m["ms"]) for k, _ in offsets_rows(env) if (m := ROW_RE.match(k))]
+    queued = [t for t in times if fault_ms <= t <= back_ms]
+    figures = {"down_s": round(back - fault_at, 1), "recovery_s": round(done - back, 1),
+               "fault_to_commit_s": round(done - fault_at, 1), "queued_batches": len(queued)}
+    print(f"{label}: {figures}")
+    return figures
+
+
+def _duplicates(spec: GeneratorSpec) -> int:
+    from leakproof.generator import generate
+
+    return len(generate(spec)) - spec.events
+
+
+def test_thrift_server_restart_is_ridden_out(env: Env) -> None:
+    ride_through(env, GeneratorSpec(seed=1500, events=24_000, sessions=2_400), "thrift-bounce",
+                 [["kill", "thrift"]], 3, [["start", "thrift"]])
+
+
+def test_whole_hbase_restart_is_ridden_out(env: Env) -> None:
+    ride_through(env, GeneratorSpec(seed=1510, events=24_000, sessions=2_400), "hbase-bounce",
+                 [["kill", "thrift"], ["kill", "hbase"]], 2, [["up"]])
+
+
+def test_hbase_unavailable_for_several_intervals_batches_queue(env: Env) -> None:
+    figures = ride_through(env, GeneratorSpec(seed=1520, events=24_000, sessions=2_400),
+                           "thrift-away", [["stop", "thrift"]], 8, [["start", "thrift"]])
+    # batches planned during the outage waited and committed afterwards, in order
+    assert figures["queued_batches"] >= 3, figures
