@@ -30,7 +30,7 @@ from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.session_store import SessionStore, fence_key
 from leakproof.hbase.state_store import StateStore
 from leakproof.kafka.reader import read_range
-from leakproof.offsets import OffsetRange
+from leakproof.offsets import Gap, OffsetRange
 from leakproof.sessions import PartitionFolder
 
 _connections: dict[Any, Connections] = {}
@@ -60,6 +60,7 @@ class TaskReport:
     unknown_types: int = 0
     dead_letters: int = 0
     dead_letter_kinds: dict[str, int] = field(default_factory=dict)
+    gaps: list[list[int]] = field(default_factory=list)  # [partition, from, to]: deleted unread
     sessions: int = 0
     closed: int = 0
     watermark: int = -1
@@ -95,7 +96,8 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
     events: list[tuple[int, WebEvent]] = []
     dead: list[DecodeError] = []
     decoder = _decoder(cfg.input)
-    for offset, key, value, timestamp in read_range(cfg.kafka, rng):
+    gaps: list[Gap] = []
+    for offset, key, value, timestamp in read_range(cfg.kafka, rng, gaps):
         report.records += 1
         try:
             events.append((offset, decoder.decode(key, value, topic=rng.topic,
@@ -106,6 +108,7 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
             report.dead_letter_kinds[err.kind] = report.dead_letter_kinds.get(err.kind, 0) + 1
     t1 = time.monotonic()
     report.read_s = t1 - t0
+    report.gaps = [[g.partition, g.stored, g.resumed_at] for g in gaps]
 
     with conns.get() as conn:
         sessions_table = SessionStore(conn.table(cfg.hbase.sessions_table))

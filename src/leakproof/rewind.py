@@ -65,7 +65,7 @@ def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None) -> tupl
     topic, group = cfg.kafka.topic, cfg.kafka.group_id
     meta = KafkaMetadata(cfg.kafka)
     try:
-        parts = meta.partitions(topic)
+        topic_id, parts = meta.describe(topic)
         bounds = meta.log_bounds(topic, parts)
         by_time = (meta.offsets_for_time(topic, parts, target.to_time_ms)
                    if target.to_time_ms is not None else None)
@@ -101,6 +101,7 @@ def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None) -> tupl
             "rewound_from": str(latest.batch_ms) if latest else "none",
             "epoch": str(epoch),
             "committed_ms": str(now),
+            **({"topic_id": topic_id} if topic_id else {}),
         })
     finally:
         conn.close()

@@ -135,6 +135,7 @@ class Job:
         self._last_data = time.monotonic()
         self._hbase = Connections(cfg.hbase)
         self._kafka: KafkaMetadata | None = None
+        self._topic_id: str | None = None  # Kafka's id of the topic this run reads
         bp = cfg.kafka.backpressure
         self._estimator = PIDRateEstimator(
             round(cfg.job.batch_interval_s * 1000), bp.proportional, bp.integral, bp.derived,
@@ -155,6 +156,14 @@ class Job:
                                  self.group).latest()
         self._kafka = KafkaMetadata(self.cfg.kafka)
         partitions = self._assigned()
+        stored_id = latest.audit.get("topic_id") if latest else None
+        if latest and stored_id and self._topic_id and stored_id != self._topic_id:
+            raise OffsetError(
+                f"{self.topic} was deleted and recreated: the offsets row {latest.batch_ms} "
+                f"belongs to topic id {stored_id}, the topic now has id {self._topic_id}. "
+                f"Refusing to start: its offsets mean nothing in the new topic. Rewind "
+                f"(leakproof offsets rewind --to-time/--to-offsets) once you know which data "
+                f"to process.")
         bounds = self._kafka.log_bounds(self.topic, partitions)
         stored = latest.offsets if latest else None
         plan = resolve_start(self.topic, partitions, stored, bounds,
@@ -190,7 +199,14 @@ class Job:
 
     def _assigned(self) -> list[int]:
         assert self._kafka is not None
-        existing = self._kafka.partitions(self.topic)
+        topic_id, existing = self._kafka.describe(self.topic)
+        if self._topic_id is None:
+            self._topic_id = topic_id
+        elif topic_id and topic_id != self._topic_id:
+            raise OffsetError(
+                f"{self.topic} was deleted and recreated while this job ran (topic id "
+                f"{self._topic_id}, now {topic_id}); stopping without reading the new topic. "
+                f"Rewind (leakproof offsets rewind) once you know which data to process.")
         wanted = self.cfg.kafka.partitions
         if wanted is None:
             return existing
@@ -344,6 +360,9 @@ class Job:
                     f"batch {plan.batch_ms}: partition {r.partition} starts at {r.from_offset} "
                     f"but the last commit ended at {self._committed.get(r.partition)}; "
                     f"a batch was skipped")
+        # deleted while the batch read them (kafka.on_data_loss: skip): recorded like the
+        # gaps found at planning
+        plan.gaps.extend(Gap(*g) for r in reports for g in r.get("gaps", ()))
         new_offsets = {**self._committed, **advanced}
         if new_offsets == self._committed:
             # Nothing moved: no row (readable history, no empty commits). An idle driver
@@ -420,6 +439,7 @@ class Job:
             "dead_letters": total("dead_letters"), "sessions": total("sessions"),
             "closed": total("closed"), "lag": plan.lag, "committed_ms": int(time.time() * 1000),
             "epoch": self._lease.split(b":", 1)[0].decode(),
+            **({"topic_id": self._topic_id} if self._topic_id else {}),
             "ranges": ",".join(f"{r.partition}:{r.from_offset}-{r.until_offset}"
                                for r in plan.ranges),
         }

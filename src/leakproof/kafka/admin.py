@@ -27,6 +27,12 @@ class KafkaMetadata:
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partition ids, read fresh (partitions may be added while running)."""
+        return self.describe(topic)[1]
+
+    def describe(self, topic: str) -> tuple[str | None, list[int]]:
+        """The topic's id and partition ids. The id changes when a topic is deleted and
+        recreated under the same name -- the one sure sign, since the new log may already be
+        longer than the offsets stored for the old one."""
         try:
             described = self._admin.describe_topics([topic])
         except KafkaError as exc:
@@ -36,7 +42,9 @@ class KafkaMetadata:
                 if t["error_code"]:
                     raise KafkaReadError(f"topic {topic} is not available (Kafka error "
                                          f"{t['error_code']}); does it exist?")
-                return sorted(p["partition_index"] for p in t["partitions"])
+                topic_id = t.get("topic_id")
+                return (str(topic_id) if topic_id else None,
+                        sorted(p["partition_index"] for p in t["partitions"]))
         raise KafkaReadError(f"topic {topic} does not exist")
 
     def log_bounds(self, topic: str, partitions: Iterable[int]) -> dict[int, LogBounds]:

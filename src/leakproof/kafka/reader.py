@@ -16,8 +16,8 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError, OffsetOutOfRangeError
 
 from leakproof.config import KafkaConfig
-from leakproof.errors import KafkaReadError
-from leakproof.offsets import OffsetRange
+from leakproof.errors import DataLossError, KafkaReadError
+from leakproof.offsets import Gap, OffsetRange
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,14 @@ def _consumer(cfg: KafkaConfig, topic: str, partition: int) -> KafkaConsumer:
     return consumer
 
 
+def _log_start(consumer: KafkaConsumer, tp: TopicPartition) -> int | None:
+    try:
+        start = consumer.beginning_offsets([tp]).get(tp)
+    except KafkaError:
+        return None
+    return None if start is None else int(start)
+
+
 def drop_consumer(cfg: KafkaConfig, topic: str, partition: int) -> None:
     """Forget a consumer after an error, so the next attempt starts clean."""
     consumer = _consumers.pop((cfg.bootstrap_servers, topic, partition), None)
@@ -67,9 +75,14 @@ def drop_consumer(cfg: KafkaConfig, topic: str, partition: int) -> None:
             log.debug("closing a broken consumer failed", exc_info=True)
 
 
-def read_range(cfg: KafkaConfig, rng: OffsetRange
+def read_range(cfg: KafkaConfig, rng: OffsetRange, gaps: list[Gap] | None = None
                ) -> Iterator[tuple[int, bytes | None, bytes | None, int]]:
     """Yield (offset, key, value, timestamp ms) for every record in [from, until), in order.
+
+    Retention (or ``delete_records``) may delete part of the range after it was planned. With
+    ``kafka.on_data_loss: skip`` and a ``gaps`` list, the deleted offsets are appended to it
+    as a Gap and the read goes on from the new log start; otherwise it raises DataLossError
+    naming the partition and offsets.
 
     Offsets missing inside the range (compaction, transaction markers) are simply absent;
     the read ends when the consumer's position reaches ``until`` and never yields past it.
@@ -78,9 +91,9 @@ def read_range(cfg: KafkaConfig, rng: OffsetRange
         return
     tp = TopicPartition(rng.topic, rng.partition)
     consumer = _consumer(cfg, rng.topic, rng.partition)
+    position = rng.from_offset
     try:
         consumer.seek(tp, rng.from_offset)
-        position = rng.from_offset
         stalled_since = time.monotonic()
         while position < rng.until_offset:
             batch = consumer.poll(timeout_ms=500, max_records=5000).get(tp, [])
@@ -98,9 +111,25 @@ def read_range(cfg: KafkaConfig, rng: OffsetRange
                     f"{rng}: no progress at offset {position} for {cfg.read_timeout_s:.0f}s "
                     f"(kafka.read_timeout_s); is the broker up and the range still in the log?")
     except OffsetOutOfRangeError as exc:
-        drop_consumer(cfg, rng.topic, rng.partition)
-        raise KafkaReadError(f"{rng}: offset {rng.from_offset} is no longer in the log "
-                             f"(retention or a recreated topic): {exc}") from exc
+        log_start = _log_start(consumer, tp)
+        if log_start is None or log_start <= position:
+            drop_consumer(cfg, rng.topic, rng.partition)
+            raise KafkaReadError(f"{rng}: offset {position} is out of the log (a recreated "
+                                 f"topic?): {exc}") from exc
+        resumed = min(log_start, rng.until_offset)
+        if cfg.on_data_loss != "skip" or gaps is None:
+            drop_consumer(cfg, rng.topic, rng.partition)
+            raise DataLossError(
+                f"data loss on {rng.topic} partition {rng.partition}: offsets [{position}, "
+                f"{log_start}) were deleted before this batch read them (earliest available "
+                f"offset {log_start}). Set kafka.on_data_loss: skip to go on (the gap is "
+                f"recorded), or rewind the offsets.") from exc
+        gaps.append(Gap(rng.partition, position, resumed))
+        log.warning("%s: offsets [%d, %d) were deleted before being read; skipping them",
+                    rng, position, resumed)
+        if resumed < rng.until_offset:
+            yield from read_range(cfg, OffsetRange(rng.topic, rng.partition, resumed,
+                                                   rng.until_offset), gaps)
     except KafkaError as exc:
         drop_consumer(cfg, rng.topic, rng.partition)
         raise KafkaReadError(f"{rng}: {exc}") from exc

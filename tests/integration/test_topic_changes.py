@@ -1,0 +1,121 @@
+"""The topic changing under a running job: records deleted before they were read, and the
+topic deleted and recreated. Each either stops the job with a message naming what was lost,
+or (kafka.on_data_loss: skip) goes on with the gap recorded durably and the rest exact."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+from kafka import KafkaAdminClient, TopicPartition
+
+from leakproof.generator import GeneratorSpec
+from leakproof.hbase.connection import connect
+from leakproof.hbase.session_store import SessionStore
+from leakproof.hbase.state_store import StateStore
+from leakproof.oracle import compare, expected_rows
+from leakproof.produce import create_topic
+from leakproof.verify import read_topic
+
+from .conftest import Env, wait_for
+from .test_pipeline import assert_offsets_chain, log_ends, offsets_rows
+
+pytestmark = pytest.mark.integration
+
+
+def admin() -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers="127.0.0.1:9092")
+
+
+def delete_records(env: Env, partition: int, before: int) -> None:
+    client = admin()
+    try:
+        client.delete_records({TopicPartition(env.name, partition): before})
+    finally:
+        client.close()
+
+
+def test_delete_records_under_a_running_job_fails_naming_the_loss(env: Env) -> None:
+    env.produce(GeneratorSpec(seed=1600, events=24_000, sessions=2_400))
+    job, log = env.start(env.capped(200), "--until-idle", "30", name="delete-fail")
+    try:
+        wait_for("a first commit", lambda: len(offsets_rows(env)) >= 1)
+        cut = log_ends(env)[1] - 100
+        delete_records(env, 1, cut)
+        rc = job.wait(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    text = log.read_text()
+    assert rc == 1, text[-4000:]
+    assert f"data loss on {env.name} partition 1" in text, text[-4000:]
+    assert f"earliest available offset {cut}" in text
+    committed = assert_offsets_chain(env, complete=False)[-1]
+    assert committed[1] < cut  # nothing past the loss was committed
+
+
+def test_delete_records_under_a_running_job_with_skip_records_the_gap(env: Env) -> None:
+    spec = GeneratorSpec(seed=1610, events=24_000, sessions=2_400)
+    env.produce(spec)
+    before, _ = read_topic(env.cfg)  # every event with its offset (its index: no markers)
+    skipping = env.variant("skip", kafka={"on_data_loss": "skip", "max_rate_per_partition": 200})
+    job, log = env.start(skipping, "--until-idle", "6", name="delete-skip")
+    try:
+        wait_for("a first commit", lambda: len(offsets_rows(env)) >= 1)
+        cut = log_ends(env)[1] - 100
+        delete_records(env, 1, cut)
+        rc = job.wait(timeout=240)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    text = log.read_text()
+    assert rc == 0, text[-4000:]
+    conn = connect(env.cfg.hbase)
+    try:
+        gaps = StateStore(conn, env.cfg.hbase.state_table).gaps(env.name, "it")
+        actual = SessionStore(conn.table(env.cfg.hbase.sessions_table)).scan_readable()
+    finally:
+        conn.close()
+    # one gap per batch that found its range deleted (batches planned before the deletion
+    # each lose their own range): together one contiguous run of offsets, ending at the cut
+    spans = sorted((int(g["stored"]), int(g["resumed_at"])) for g in gaps)
+    assert {g["row"].split(":")[-2] for g in gaps} == {"1"}, gaps  # gap:topic:group:p:from
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans)), spans
+    assert sum(int(g["lost"]) for g in gaps) == spans[-1][1] - spans[0][0]
+    lost_from, lost_to = spans[0][0], spans[-1][1]
+    assert lost_to == cut and 0 < lost_from < cut
+    # the oracle over exactly the events that survived: partition 1 without [from, to)
+    survived = {p: (evs[:lost_from] + evs[lost_to:] if p == 1 else evs)
+                for p, evs in before.items()}
+    assert compare(expected_rows(survived, env.cfg.sessions.close_after_ms), actual) == []
+    assert assert_offsets_chain(env)[-1] == log_ends(env)
+
+
+def test_topic_recreated_under_a_running_job_is_refused(env: Env) -> None:
+    spec = GeneratorSpec(seed=1620, events=4_000, sessions=400)
+    env.produce(spec)
+    job, log = env.start(str(env.path), "--until-idle", "60", name="recreate")
+    try:
+        wait_for("everything committed",
+                 lambda: bool(offsets_rows(env)) and
+                 assert_offsets_chain(env, complete=False)[-1] == log_ends(env))
+        client = admin()
+        try:
+            client.delete_topics([env.name])
+        finally:
+            client.close()
+        time.sleep(2)
+        create_topic(env.cfg.kafka, env.name, 4)
+        env.produce(GeneratorSpec(seed=1621, events=8_000, sessions=800))  # a longer new log
+        rc = job.wait(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    text = log.read_text()
+    assert rc == 1, text[-4000:]
+    assert "was deleted and recreated while this job ran" in text, text[-4000:]
+    # and a restart refuses too, though the new log is longer than the stored offsets
+    again = env.run(check=False)
+    assert again.returncode != 0
+    assert "was deleted and recreated" in again.stderr, again.stderr[-3000:]
