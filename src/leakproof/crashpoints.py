@@ -1,16 +1,21 @@
 """Named places where fault tests kill the process as a crash would (SIGKILL, no cleanup).
 
-``LEAKPROOF_CRASH_AT=<name>[@<n>]`` kills the process the n-th time (default 1st) it passes
-the named point. Unset, a crash point is one dictionary lookup. Used only by tests; documented
-so that no one is surprised to find it.
+``LEAKPROOF_CRASH_AT=<name>[@<n>][:executor]`` kills the process the n-th time (default 1st)
+it passes the named point; with ``:executor``, the Spark executor JVM the Python worker runs
+under is killed instead (its whole process tree dies with it). With
+``LEAKPROOF_CRASH_ONCE=<file>`` only the first process to get there crashes (it creates the
+file), so a task retried elsewhere passes. Unset, a crash point is one dictionary lookup.
+Used only by tests; documented so that no one is surprised to find it.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 ENV = "LEAKPROOF_CRASH_AT"
+ONCE_ENV = "LEAKPROOF_CRASH_ONCE"
 _passes: dict[str, int] = {}
 
 
@@ -18,9 +23,33 @@ def crash_point(name: str) -> None:
     spec = os.environ.get(ENV)
     if not spec:
         return
+    spec, _, whom = spec.partition(":")
     target, _, nth = spec.partition("@")
     if target != name:
         return
     _passes[name] = _passes.get(name, 0) + 1
-    if _passes[name] >= int(nth or 1):
-        os.kill(os.getpid(), signal.SIGKILL)
+    if _passes[name] < int(nth or 1):
+        return
+    once = os.environ.get(ONCE_ENV)
+    if once:
+        try:
+            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+    pid = _executor_jvm() if whom == "executor" else os.getpid()
+    os.kill(pid or os.getpid(), signal.SIGKILL)
+
+
+def _executor_jvm() -> int | None:
+    """The nearest ancestor that is a Spark executor JVM (Linux /proc)."""
+    pid = os.getppid()
+    while pid > 1:
+        proc = Path(f"/proc/{pid}")
+        try:
+            if b"CoarseGrainedExecutorBackend" in (proc / "cmdline").read_bytes():
+                return pid
+            stat = (proc / "stat").read_text()
+        except OSError:
+            return None
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # field 4: the parent pid
+    return None
