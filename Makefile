@@ -6,10 +6,12 @@ BIN := $(VENV)/bin
 STACK := $(BIN)/python scripts/stack.py
 SPARK ?= 0
 WIPE ?= 0
+MINUTES ?= 30
+ROUNDS ?= 3
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv jars stack-up stack-down stack-status shell run test test-unit lint fmt bench clean
+.PHONY: help venv jars stack-up stack-down stack-status shell run test test-unit lint fmt bench soak chaos yarn-up yarn-down yarn-pack clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -57,6 +59,28 @@ fmt: venv ## ruff's fixes and formatting of imports
 bench: venv ## throughput: the job against the raw kafka-python + Avro ceiling
 	$(STACK) up
 	$(BIN)/python scripts/bench.py
+
+soak: venv ## MINUTES=N of steady load + a random fault every 1-3 min; oracle verdict + table
+	$(STACK) up --spark
+	$(BIN)/python scripts/soak.py --minutes $(MINUTES)
+
+chaos: venv ## the whole fault matrix ROUNDS times over (CI runs each scenario once)
+	$(STACK) up --spark
+	for i in $$(seq $(ROUNDS)); do \
+	  echo "== chaos round $$i of $(ROUNDS)"; \
+	  $(BIN)/pytest -q -s tests/integration/test_faults.py \
+	    tests/integration/test_cluster_faults.py tests/integration/test_outages.py \
+	    tests/integration/test_topic_changes.py || exit 1; \
+	done
+
+yarn-up: venv ## Kafka, HBase and a YARN MiniCluster (RM 127.0.0.1:8032; conf in .services/yarn/conf)
+	$(STACK) up --yarn
+
+yarn-down: venv ## stop the YARN MiniCluster
+	$(STACK) stop yarn
+
+yarn-pack: venv ## .services/yarn/leakproof-env.tar.gz: the job's Python env for --archives
+	$(BIN)/python scripts/yarn_pack.py
 
 clean: ## remove the venv, the stack's jars and data, caches
 	-$(STACK) down 2>/dev/null

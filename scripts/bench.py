@@ -32,35 +32,12 @@ from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
 from leakproof.produce import create_topic, send_events
+from proctools import tree_rss_mib
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = int(os.environ.get("EVENTS", "1000000"))
 PARTITIONS = int(os.environ.get("PARTITIONS", "4"))
 WORKERS = int(os.environ.get("WORKERS", "2"))
-
-
-def tree_rss_mib(pid: int) -> float:
-    """Resident memory of a process and all its descendants (JVMs, Python workers)."""
-    parents: dict[int, int] = {}
-    rss: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        p = int(entry.name)
-        parents[p] = int(stat.rsplit(")", 1)[1].split()[1])
-        rss[p] = next((int(line.split()[1]) for line in status.splitlines()
-                       if line.startswith("VmRSS:")), 0)
-    tree, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        tree.add(p)
-        todo.extend(c for c, parent in parents.items() if parent == p and c not in tree)
-    return sum(rss.get(p, 0) for p in tree) / 1024
 
 
 class PeakSampler:

@@ -46,6 +46,8 @@ THRIFT_FC_PORT = 9091  # optional second Thrift server: framed transport, compac
 SPARK_MASTER_PORT = 7077
 SPARK_MASTER_UI_PORT = 8080
 SPARK_WORKER_PORTS = ((7078, 8081), (7079, 8082))
+YARN_RM_PORT = 8032
+YARN_CONF_DIR = RUN / "yarn" / "conf"  # HADOOP_CONF_DIR for spark-submit --master yarn
 
 READY_TIMEOUT_S = float(os.environ.get("LEAKPROOF_READY_TIMEOUT_S", "240"))
 STOP_TIMEOUT_S = 30.0
@@ -79,9 +81,9 @@ def log(msg: str) -> None:
 # --------------------------------------------------------------------------- jars
 
 
-def fetch() -> None:
+def fetch(names: tuple[str, ...] = ("kafka", "hbase")) -> None:
     """Copy each service's runtime classpath out of Maven Central, once per pom version."""
-    for name in ("kafka", "hbase"):
+    for name in names:
         pom = SERVICES / name / "pom.xml"
         lib = RUN / name / "lib"
         stamp = RUN / name / "lib.stamp"
@@ -304,9 +306,54 @@ def spark_services() -> list[Service]:
     return [master, *workers]
 
 
+def yarn_service() -> Service:
+    """Hadoop's CLI MiniCluster without HDFS: a ResourceManager and one NodeManager.
+
+    It writes its whole configuration to ``YARN_CONF_DIR/yarn-site.xml`` once it runs, which
+    is what spark-submit reads through HADOOP_CONF_DIR. The file system is the local one, so
+    Spark's staging directory and the NodeManager's localized files are plain directories.
+    """
+    run = RUN / "yarn"
+    settings = {
+        "yarn.resourcemanager.hostname": HOST,
+        "yarn.nodemanager.hostname": HOST,
+        "yarn.nodemanager.resource.memory-mb": "6144",
+        "yarn.nodemanager.vmem-check-enabled": "false",
+        "yarn.nodemanager.pmem-check-enabled": "false",
+        "yarn.resourcemanager.am.max-attempts": "4",
+        "hadoop.tmp.dir": str(run / "tmp"),
+    }
+    return Service("yarn", "yarn", YARN_RM_PORT, [
+        "java", "-Xmx768m", *HBASE_JDK17_OPTS, "-cp", f"{run / 'lib'}/*",
+        "org.apache.hadoop.mapreduce.MiniHadoopClusterManager", "-nodfs",
+        "-rmport", str(YARN_RM_PORT), "-jhsport", "10020",
+        "-writeConfig", str(YARN_CONF_DIR / "yarn-site.xml"),
+        *[a for k, v in settings.items() for a in ("-D", f"{k}={v}")],
+    ])
+
+
+def yarn_up() -> None:
+    fetch(("yarn",))
+    svc = yarn_service()
+    t0 = time.monotonic()
+    if svc.pid() is None:
+        shutil.rmtree(YARN_CONF_DIR, ignore_errors=True)
+        YARN_CONF_DIR.mkdir(parents=True)
+    svc.start()
+    conf = YARN_CONF_DIR / "yarn-site.xml"
+
+    def written() -> None:
+        if not conf.is_file() or not port_open(YARN_RM_PORT):
+            raise StackError("not yet")
+
+    wait_until(svc, "resourcemanager port and yarn-site.xml", written)
+    log(f"yarn ready: HADOOP_CONF_DIR={YARN_CONF_DIR} ({time.monotonic() - t0:.1f}s)")
+
+
 def optional_services() -> list[Service]:
     """Started only on request (``stack.py start NAME``), e.g. by the transport tests."""
-    return [thrift_service("thrift-framed-compact", THRIFT_FC_PORT, framed=True, compact=True)]
+    return [thrift_service("thrift-framed-compact", THRIFT_FC_PORT, framed=True, compact=True),
+            yarn_service()]
 
 
 def all_services() -> list[Service]:
@@ -480,7 +527,8 @@ def down(wipe: bool) -> None:
     for svc in reversed(all_services()):
         svc.stop()
     if wipe:
-        for sub in ("kafka/data", "hbase/root", "hbase/tmp", "hbase/zk", "spark"):
+        for sub in ("kafka/data", "hbase/root", "hbase/tmp", "hbase/zk", "spark", "yarn/tmp",
+                    "yarn/target"):
             shutil.rmtree(RUN / sub, ignore_errors=True)
         log("data wiped")
 
@@ -506,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     p_up = sub.add_parser("up")
     p_up.add_argument("--spark", action="store_true", help="also a standalone master + 2 workers")
     p_up.add_argument("--wipe", action="store_true", help="start from empty Kafka and HBase")
+    p_up.add_argument("--yarn", action="store_true",
+                      help="also a YARN MiniCluster (ResourceManager on 8032)")
     p_down = sub.add_parser("down")
     p_down.add_argument("--wipe", action="store_true", help="also delete all data")
     sub.add_parser("status")
@@ -518,6 +568,8 @@ def main(argv: list[str] | None = None) -> int:
             fetch()
         elif args.cmd == "up":
             up(args.spark, args.wipe)
+            if args.yarn:
+                yarn_up()
         elif args.cmd == "down":
             down(args.wipe)
         elif args.cmd == "status":

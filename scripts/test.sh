@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make test: lint, unit tests, then the integration tests against a fresh local stack
-# (Kafka, HBase + Thrift, Spark standalone), which is stopped again whatever happens.
+# (Kafka, HBase + Thrift, Spark standalone, a YARN MiniCluster), which is stopped again
+# whatever happens.
 # pytest's exit 5 (no tests collected) counts as a failure here.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,9 @@ if $bin/python scripts/stack.py status | grep -q stopped; then
 else
   echo "reusing the running stack"
 fi
+$bin/python scripts/stack.py up --yarn | grep -E "yarn|error" || fail "YARN did not start"
+# the job's Python environment for --archives, rebuilt so it holds this checkout's code
+$bin/python scripts/yarn_pack.py || fail "could not pack the environment for YARN"
 
 step "tests"
 $bin/pytest "$@" tests

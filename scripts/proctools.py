@@ -1,0 +1,46 @@
+"""Process-tree facts from /proc for the bench and soak scripts (Linux only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def pids_matching(marker: bytes, program: str | None = None) -> list[int]:
+    """Pids whose command line contains ``marker`` (e.g. b"CoarseGrainedExecutorBackend"),
+    and, with ``program``, whose argv[0] is that program (YARN's launch shells carry the
+    same words as the JVM they start)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            argv0 = cmdline.split(b"\0", 1)[0].rsplit(b"/", 1)[-1].decode(errors="replace")
+            if marker in cmdline and (program is None or argv0 == program):
+                found.append(int(entry.name))
+    return found
+
+
+def tree_rss_mib(pid: int) -> float:
+    """Resident memory of a process and all its descendants (JVMs, Python workers)."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        p = int(entry.name)
+        parents[p] = int(stat.rsplit(")", 1)[1].split()[1])
+        rss[p] = next((int(line.split()[1]) for line in status.splitlines()
+                       if line.startswith("VmRSS:")), 0)
+    tree, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        tree.add(p)
+        todo.extend(c for c, parent in parents.items() if parent == p and c not in tree)
+    return sum(rss.get(p, 0) for p in tree) / 1024

@@ -1,0 +1,109 @@
+"""The job on a real YARN (Hadoop's MiniCluster, started by `make yarn-up`), submitted as users
+submit it: spark-submit --master yarn, the Python environment shipped with --archives (built by
+`make yarn-pack`), config.yml shipped with --files in cluster mode.
+
+In cluster mode the driver runs inside the ApplicationMaster. Killing the AM mid-stream makes
+YARN start the next attempt (spark.yarn.maxAppAttempts=2), whose driver resumes from the HBase
+offsets: the oracle must stay exact and every record must be in exactly one commit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from leakproof.generator import GeneratorSpec, generate
+from proctools import pids_matching
+
+from .conftest import ROOT, Env, _open, wait_for
+from .test_pipeline import assert_offsets_chain, audit_total, offsets_rows
+from .test_spark_submit import spark_submit
+
+pytestmark = pytest.mark.integration
+
+YARN_CONF = ROOT / ".services" / "yarn" / "conf"
+ARCHIVE = ROOT / ".services" / "yarn" / "leakproof-env.tar.gz"
+
+
+@pytest.fixture(autouse=True)
+def yarn() -> None:
+    if not _open(("127.0.0.1", 8032)) or not (YARN_CONF / "yarn-site.xml").is_file():
+        pytest.fail("no YARN ResourceManager on 127.0.0.1:8032: run `make yarn-up`")
+    if not ARCHIVE.is_file():
+        pytest.fail(f"{ARCHIVE} is missing: run `make yarn-pack`")
+
+
+def submit_yarn(env: Env, mode: str, config: str, label: str, *args: str
+                ) -> tuple[subprocess.Popen[bytes], Path]:
+    cmd = [str(spark_submit()), "--master", "yarn", "--deploy-mode", mode,
+           "--name", f"leakproof-{label}",
+           "--archives", f"{ARCHIVE}#environment",
+           "--conf", "spark.pyspark.python=./environment/bin/python",
+           "--conf", "spark.yarn.maxAppAttempts=2",
+           "--conf", "spark.yarn.am.attemptFailuresValidityInterval=1h",
+           "--conf", "spark.task.maxFailures=8",
+           "--driver-memory", "768m", "--executor-memory", "640m", "--num-executors", "1",
+           "--conf", "spark.ui.enabled=false"]
+    if mode == "client":
+        cmd += ["--conf", f"spark.pyspark.driver.python={sys.executable}",
+                "--conf", "spark.driver.host=127.0.0.1"]
+        config_arg = config
+    else:
+        cmd += ["--files", config]  # the driver's container gets it in its working dir
+        config_arg = Path(config).name
+    cmd += [str(ROOT / "scripts" / "spark_main.py"), "run", "--config", config_arg, *args]
+    log = env.tmp / f"{label}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "HADOOP_CONF_DIR": str(YARN_CONF)})
+    return proc, log
+
+
+def finish(env: Env, spec: GeneratorSpec, job: subprocess.Popen[bytes], log: Path) -> str:
+    try:
+        rc = job.wait(timeout=420)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    text = log.read_text(errors="replace")
+    assert rc == 0, text[-6000:]
+    env.verify(spec)
+    assert_offsets_chain(env)
+    assert audit_total(env, b"records") == len(generate(spec))
+    return text
+
+
+def test_client_mode_on_yarn_with_a_packed_venv(env: Env) -> None:
+    spec = GeneratorSpec(seed=1800, events=12_000, sessions=1_200)
+    env.produce(spec)
+    job, log = submit_yarn(env, "client", str(env.path), "yarn-client", "--until-idle", "5")
+    text = finish(env, spec, job, log)
+    assert "on yarn" in text
+
+
+def test_application_master_killed_next_attempt_resumes_exactly(env: Env) -> None:
+    spec = GeneratorSpec(seed=1810, events=30_000, sessions=3_000)
+    env.produce(spec)
+    started = time.monotonic()
+    job, log = submit_yarn(env, "cluster", env.capped(300), "yarn-cluster", "--until-idle", "8")
+    wait_for("the first attempt's commits", lambda: len(offsets_rows(env)) >= 3, timeout=300)
+    first_commit_s = time.monotonic() - started
+    ams = pids_matching(b"org.apache.spark.deploy.yarn.ApplicationMaster", program="java")
+    assert len(ams) == 1, ams
+    rows = {k for k, _ in offsets_rows(env)}
+    killed = time.monotonic()
+    os.kill(ams[0], signal.SIGKILL)
+    wait_for("a commit by the next attempt", lambda: {k for k, _ in offsets_rows(env)} - rows,
+             timeout=300)
+    recovery = time.monotonic() - killed
+    finish(env, spec, job, log)
+    epochs = {cells[b"audit:epoch"] for _, cells in offsets_rows(env)}
+    assert len(epochs) >= 2, epochs  # two drivers committed: the second attempt took over
+    print(f"yarn cluster mode: submit -> 3 commits {first_commit_s:.1f}s; AM SIGKILL -> next "
+          f"attempt's first commit {recovery:.1f}s")
