@@ -159,15 +159,17 @@ def _dispatch(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         elif args.cmd == "offsets" and args.action == "lag":
             from leakproof.lag import lag
 
-            behind = lag(cfg, conn)
+            behind = lag(cfg)
             print(json.dumps(behind, sort_keys=True))
             return 0 if behind["committed_ms"] is not None else 1
         elif args.cmd == "offsets":
-            from leakproof.hbase.offset_store import OffsetStore
+            from leakproof.commit_stores import open_store
 
-            store = OffsetStore(conn.table(cfg.hbase.offsets_table), cfg.kafka.topic,
-                                cfg.kafka.group_id)
-            rows = store.history(1 if args.action == "show" else args.limit)
+            store = open_store(cfg)
+            try:
+                rows = store.history(1 if args.action == "show" else args.limit)
+            finally:
+                store.close()
             if not rows:
                 print(f"no committed offsets for {cfg.kafka.topic}:{cfg.kafka.group_id}")
                 return 1

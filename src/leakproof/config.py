@@ -72,6 +72,7 @@ class HBaseConfig:
     # How long an HBase outage is ridden out (calls retried with backoff, later batches queue
     # behind the waiting one) before the batch fails and the job stops; 0 = fail at once.
     outage_tolerance_s: float = 120.0
+    offsets_ttl_days: float = 30.0  # TTL of the offsets table's rows when it is created; 0 = none
     sessions_table: str = "web_sessions"
     dead_letter_table: str = "web_events_dead_letter"
     offsets_table: str = "stream_kafka_offsets"
@@ -89,6 +90,11 @@ class JobConfig:
     batch_interval_s: float = 2.0
     master: str = "local[2]"
     app_name: str = "leakproof"
+    metrics_port: int = 0  # > 0: Prometheus metrics at http://<metrics_host>:<port>/metrics
+    metrics_host: str = "127.0.0.1"
+    # extra Spark settings for `leakproof run` (spark-submit's --conf wins), e.g.
+    # {"spark.ui.enabled": "true"} for the Streaming tab
+    spark_conf: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,20 @@ class SessionsConfig:
     @property
     def close_after_ms(self) -> int:
         return round((self.inactivity_gap_s + self.grace_s) * 1000)
+
+
+@dataclass(frozen=True)
+class OffsetsConfig:
+    """Where committed offsets live (the job's source of truth for where to resume).
+
+    ``hbase``: the offsets table of DESIGN.md, one row per batch (history, audit, rewind).
+    ``kafka``: the consumer group ``kafka.group_id`` (Kafka's lag tools read it directly).
+    ``zookeeper``: ``/consumers/<group>/offsets/<topic>/<partition>`` on ``zookeeper_hosts``.
+    The driver lease stays in HBase whatever the store, so two drivers are still fenced.
+    """
+
+    store: Literal["hbase", "kafka", "zookeeper"] = "hbase"
+    zookeeper_hosts: str = "127.0.0.1:2181"
 
 
 @dataclass(frozen=True)
@@ -136,6 +156,7 @@ class Config:
     sessions: SessionsConfig
     output: OutputConfig
     input: InputConfig = InputConfig()
+    offsets: OffsetsConfig = OffsetsConfig()
 
 
 # --------------------------------------------------------------------------- loading
@@ -160,7 +181,7 @@ def from_dict(data: Any, base: Path | None = None) -> Config:
     Relative file paths in it (``input.writer_schemas``) are read relative to ``base``.
     """
     root = _section(data, "")
-    _no_unknown(root, "", {"kafka", "hbase", "job", "sessions", "output", "input"})
+    _no_unknown(root, "", {"kafka", "hbase", "job", "sessions", "output", "input", "offsets"})
     return Config(
         kafka=_kafka(_section(root.get("kafka"), "kafka")),
         hbase=_hbase(_section(root.get("hbase", {}), "hbase")),
@@ -168,6 +189,7 @@ def from_dict(data: Any, base: Path | None = None) -> Config:
         sessions=_sessions(_section(root.get("sessions", {}), "sessions")),
         output=_output(_section(root.get("output", {}), "output")),
         input=_input(_section(root.get("input", {}), "input"), base or Path.cwd()),
+        offsets=_offsets(_section(root.get("offsets", {}), "offsets")),
     )
 
 
@@ -311,6 +333,7 @@ def _hbase(s: dict[str, Any]) -> HBaseConfig:
         table_prefix=prefix,
         timeout_ms=_number(s, "timeout_ms", p, 60000, minimum=1, integer=True),
         outage_tolerance_s=_number(s, "outage_tolerance_s", p, 120.0, minimum=0),
+        offsets_ttl_days=_number(s, "offsets_ttl_days", p, 30.0, minimum=0),
         **names,
     )
 
@@ -321,8 +344,19 @@ def _job(s: dict[str, Any]) -> JobConfig:
     interval = _number(s, "batch_interval_s", p, 2.0, minimum=0, exclusive=True)
     if round(interval * 1000) < 1:
         raise ConfigError(f"'job.batch_interval_s' must be at least 0.001, got {interval}")
+    port = _number(s, "metrics_port", p, 0, minimum=0, integer=True)
+    if port > 65535:
+        raise ConfigError(f"'job.metrics_port' must be 0 (off) or a TCP port <= 65535, "
+                          f"got {port}")
+    spark_conf = s.get("spark_conf") or {}
+    if not isinstance(spark_conf, dict) or not all(
+            isinstance(k, str) and k.startswith("spark.") for k in spark_conf):
+        raise ConfigError(f"'job.spark_conf' must map spark.* keys to values, got {spark_conf!r}")
     return JobConfig(batch_interval_s=interval, master=_str(s, "master", p, "local[2]"),
-                     app_name=_str(s, "app_name", p, "leakproof"))
+                     spark_conf={k: str(v).lower() if isinstance(v, bool) else str(v)
+                                 for k, v in spark_conf.items()},
+                     app_name=_str(s, "app_name", p, "leakproof"), metrics_port=port,
+                     metrics_host=_str(s, "metrics_host", p, "127.0.0.1"))
 
 
 def _sessions(s: dict[str, Any]) -> SessionsConfig:
@@ -355,6 +389,13 @@ def _input(s: dict[str, Any], base: Path) -> InputConfig:
         texts.append(text)
     return InputConfig(writer_schemas=tuple(texts),
                        max_ahead_s=_number(s, "max_ahead_s", p, 86400.0, minimum=0))
+
+
+def _offsets(s: dict[str, Any]) -> OffsetsConfig:
+    p = "offsets"
+    _no_unknown(s, p, _known(OffsetsConfig))
+    return OffsetsConfig(store=_choice(s, "store", p, "hbase", ("hbase", "kafka", "zookeeper")),
+                         zookeeper_hosts=_str(s, "zookeeper_hosts", p, "127.0.0.1:2181"))
 
 
 def _output(s: dict[str, Any]) -> OutputConfig:

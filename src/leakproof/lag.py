@@ -5,18 +5,19 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import happybase
-
+from leakproof.commit_stores import open_store
 from leakproof.config import Config
-from leakproof.hbase.offset_store import OffsetStore
 from leakproof.kafka.admin import KafkaMetadata
 
 
-def lag(cfg: Config, conn: happybase.Connection) -> dict[str, Any]:
+def lag(cfg: Config) -> dict[str, Any]:
     """Per partition: committed offset, log end, lag; and the age of the newest commit."""
     topic = cfg.kafka.topic
-    latest = OffsetStore(conn.table(cfg.hbase.offsets_table), topic,
-                         cfg.kafka.group_id).latest()
+    store = open_store(cfg)
+    try:
+        latest = store.latest()
+    finally:
+        store.close()
     meta = KafkaMetadata(cfg.kafka)
     try:
         parts = meta.partitions(topic)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from leakproof.errors import DataLossError, OffsetError
 
@@ -149,3 +150,30 @@ def plan_ranges(topic: str, positions: Mapping[int, int], log_ends: Mapping[int,
         until = log_ends[p] if cap is None else min(log_ends[p], start + cap)
         ranges.append(OffsetRange(topic, p, start, max(start, until)))
     return ranges
+
+
+@dataclass(frozen=True)
+class CommittedBatch:
+    """One committed batch: its batch time, every partition's next offset, its audit."""
+
+    batch_ms: int
+    offsets: dict[int, int]
+    audit: dict[str, str]
+
+
+class CommitStore(Protocol):
+    """Where committed offsets live (config ``offsets.store``): HBase (default, with history),
+    the Kafka consumer group, or ZooKeeper. The job resumes from ``latest`` and writes with
+    ``put`` only after the batch's output and the lease check succeeded."""
+
+    name: str
+
+    def latest(self) -> CommittedBatch | None: ...
+
+    def put(self, batch_ms: int, offsets: Mapping[int, int],
+            audit: Mapping[str, str]) -> None: ...
+
+    def history(self, limit: int) -> list[CommittedBatch]: ...
+
+    def close(self) -> None: ...
+

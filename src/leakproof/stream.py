@@ -28,17 +28,18 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leakproof.backpressure import PIDRateEstimator, split_budgets
+from leakproof.commit_stores import open_store
 from leakproof.config import Config
 from leakproof.crashpoints import crash_point
 from leakproof.errors import BatchFailed, CommitRefused, KafkaReadError, LeakproofError, OffsetError
 from leakproof.hbase.connection import Connections, ensure_tables
-from leakproof.hbase.offset_store import OffsetStore
 from leakproof.hbase.state_store import StateStore
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.offsets import (
+    CommitStore,
     Gap,
     LogBounds,
     OffsetRange,
@@ -47,6 +48,9 @@ from leakproof.offsets import (
     plan_ranges,
     resolve_start,
 )
+
+if TYPE_CHECKING:
+    from leakproof.metrics import JobMetrics
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +140,8 @@ class Job:
         self._hbase = Connections(cfg.hbase)
         self._kafka: KafkaMetadata | None = None
         self._topic_id: str | None = None  # Kafka's id of the topic this run reads
+        self._store: CommitStore | None = None  # where commits go: offsets.store
+        self._metrics: JobMetrics | None = None  # job.metrics_port > 0
         bp = cfg.kafka.backpressure
         self._estimator = PIDRateEstimator(
             round(cfg.job.batch_interval_s * 1000), bp.proportional, bp.integral, bp.derived,
@@ -152,8 +158,8 @@ class Job:
             if created:
                 log.info("created HBase tables %s", ", ".join(created))
             self._lease = self._take_lease(StateStore(conn, self.cfg.hbase.state_table))
-            latest = OffsetStore(conn.table(self.cfg.hbase.offsets_table), self.topic,
-                                 self.group).latest()
+        self._store = open_store(self.cfg)
+        latest = self._store.latest()
         self._kafka = KafkaMetadata(self.cfg.kafka)
         partitions = self._assigned()
         stored_id = latest.audit.get("topic_id") if latest else None
@@ -389,12 +395,12 @@ class Job:
                     f"batch {plan.batch_ms}: the lease of {self.topic}:{self.group} moved on "
                     f"(now {holder!r}); another driver runs this topic and group. This driver "
                     f"stops without committing.")
-            crash_point("driver_during_commit")
-            # 4. the offsets row
-            OffsetStore(conn.table(self.cfg.hbase.offsets_table), self.topic,
-                        self.group).put(plan.batch_ms, new_offsets, audit)
 
-        self._hbase.call("offsets commit", commit)
+        self._hbase.call("lease check-and-set", commit)
+        crash_point("driver_during_commit")
+        # 4. the offsets row (or the group / ZooKeeper commit: offsets.store)
+        assert self._store is not None
+        self._store.put(plan.batch_ms, new_offsets, audit)
         crash_point("driver_after_commit")
         with self._lock:
             self._lease = new_lease
@@ -408,7 +414,8 @@ class Job:
         A mirror that failed (on a new broker the group coordinator appears only after the
         first request) stays pending and is retried at every later batch until it lands.
         """
-        if not self.cfg.kafka.mirror_group_offsets or self._kafka is None:
+        if (not self.cfg.kafka.mirror_group_offsets or self._kafka is None
+                or self.cfg.offsets.store == "kafka"):  # the group is the store itself
             return
         self._unmirrored = (batch_ms, offsets)
         try:
@@ -456,6 +463,9 @@ class Job:
             return
         p = progress_record(plan, reports, took, commit_s)
         p["rate_limit"] = None if self._rate is None else round(self._rate, 1)
+        if self._metrics is not None:
+            self._metrics.batch(p, {r.partition: plan.bounds[r.partition].log_end -
+                                    r.until_offset for r in plan.ranges})
         if self.limits.log_format == "json":
             log.info("%s", json.dumps(p, sort_keys=True))
             return
@@ -506,6 +516,13 @@ class Job:
         from pyspark.streaming import StreamingContext
 
         self.prepare()
+        if self.cfg.job.metrics_port:
+            from leakproof.metrics import JobMetrics
+
+            self._metrics = JobMetrics(self.topic, self.group, self.cfg.job.metrics_host,
+                                       self.cfg.job.metrics_port)
+            log.info("metrics at http://%s:%d/metrics", self.cfg.job.metrics_host,
+                     self.cfg.job.metrics_port)
         sc = SparkContext.getOrCreate()
         # PySpark's hints say int, but it multiplies by 1000 and takes fractions of a second.
         ssc = StreamingContext(sc, self.cfg.job.batch_interval_s)  # type: ignore[arg-type]
@@ -534,6 +551,10 @@ class Job:
         finally:
             if self._kafka is not None:
                 self._kafka.close()
+            if self._store is not None:
+                self._store.close()
+            if self._metrics is not None:
+                self._metrics.close()
             self._hbase.reset()
         if self._failure is not None:
             log.error("job failed; offsets were not committed past the last good batch. "
@@ -580,6 +601,8 @@ def spark_context(cfg: Config) -> Any:
     # master and app name it was given; a SparkConf made before the context cannot see them.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         conf.setMaster(cfg.job.master).setAppName(cfg.job.app_name)
+    for key, value in cfg.job.spark_conf.items():
+        conf.setIfMissing(key, value)
     conf.setIfMissing("spark.ui.showConsoleProgress", "false")
     conf.setIfMissing("spark.ui.enabled", "false")
     conf.setIfMissing("spark.streaming.concurrentJobs", "1")

@@ -102,6 +102,11 @@ class Env:
         return happybase.Connection(*THRIFT, table_prefix=self.cfg.hbase.table_prefix)
 
 
+def records(*specs: GeneratorSpec) -> int:
+    """How many records producing ``specs`` sends (events plus the generator's duplicates)."""
+    return sum(len(generate(s)) for s in specs)
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 240,
             check: bool = True, log: Path | None = None) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([sys.executable, "-m", "leakproof.cli", *args], capture_output=True,

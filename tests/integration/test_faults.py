@@ -12,7 +12,7 @@ import pytest
 
 from leakproof.generator import GeneratorSpec
 
-from .conftest import Env, wait_for
+from .conftest import Env, records, wait_for
 from .test_pipeline import assert_offsets_chain, audit_total, offsets_rows, stack
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ def test_driver_sigkill_at_each_point_then_restart(env: Env, point: str) -> None
     env.run("--until-idle", "4")
     env.verify(spec)
     assert_offsets_chain(env)
-    assert audit_total(env, b"records") == 16_000  # every record in exactly one commit
+    assert audit_total(env, b"records") == records(spec)  # every record in exactly one commit
 
 
 def test_python_worker_killed_mid_task_fails_the_batch_then_restart(env: Env) -> None:
@@ -69,7 +69,7 @@ def test_kafka_broker_sigkill_and_restart_mid_stream(env: Env) -> None:
     print(f"broker back -> next commit: {recovery:.1f}s")
     env.verify(spec)
     assert_offsets_chain(env)
-    assert audit_total(env, b"records") == 30_000
+    assert audit_total(env, b"records") == records(spec)
 
 
 def test_second_driver_fences_the_first_and_the_result_is_exact(env: Env) -> None:
@@ -89,4 +89,4 @@ def test_second_driver_fences_the_first_and_the_result_is_exact(env: Env) -> Non
     assert "driver lease epoch 2" in second.stderr
     env.verify(spec)
     assert_offsets_chain(env)
-    assert audit_total(env, b"records") == 30_000
+    assert audit_total(env, b"records") == records(spec)

@@ -16,7 +16,7 @@ from kafka.admin import OffsetSpec
 
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
 
-from .conftest import ROOT, Env, wait_for
+from .conftest import ROOT, Env, records, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +76,7 @@ def test_end_to_end_matches_the_oracle(env: Env) -> None:
     assert re.search(r"batch \d{13} \| p0:0->", out.stderr), out.stderr[-2000:]
     env.verify(spec)
     newest = assert_offsets_chain(env)[-1]
-    assert audit_total(env, b"records") == 30_000
+    assert audit_total(env, b"records") == records(spec)
     assert audit_total(env, b"replayed") == 0
     lag = json.loads(subprocess.run([sys.executable, "-m", "leakproof.cli", "offsets", "lag",
                                      "--config", str(env.path)], capture_output=True,
@@ -118,7 +118,7 @@ def test_restart_after_some_batches_resumes_exactly(env: Env) -> None:
     env.run("--until-idle", "4")
     env.verify(first, second)
     assert_offsets_chain(env)
-    assert audit_total(env, b"records") == 30_000  # each record processed once
+    assert audit_total(env, b"records") == records(first, second)  # each once
 
 
 def test_driver_killed_after_session_writes_before_commit(env: Env) -> None:

@@ -11,7 +11,7 @@ from leakproof.generator import GeneratorSpec
 from leakproof.hbase.connection import connect
 from leakproof.hbase.state_store import StateStore
 
-from .conftest import ROOT, Env, run_cli, wait_for, write_config
+from .conftest import ROOT, Env, records, run_cli, wait_for, write_config
 from .test_pipeline import audit_total, offsets_rows
 
 pytestmark = pytest.mark.integration
@@ -89,7 +89,7 @@ def test_reprocessing_into_fresh_tables(env: Env) -> None:
     ran = run_cli("run", "--config", str(fresh), "--until-idle", "3", "--log-format", "json")
     lines = [json.loads(line.split("leakproof.stream: ", 1)[1]) for line in
              ran.stderr.splitlines() if "leakproof.stream: {" in line]
-    assert sum(rec["records"] for rec in lines) == 8_000  # one JSON object per batch
+    assert sum(rec["records"] for rec in lines) == records(spec)  # one JSON object per batch
     out = run_cli("verify", "--config", str(fresh), "--spec", f"{spec.seed}:{spec.events}:"
                   f"{spec.sessions}:{spec.start_ts}")
     assert "EXACT MATCH" in out.stdout

@@ -26,7 +26,15 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (TException, TTransportExce
 
 SESSIONS_FAMILIES = {"s": {"max_versions": 1}, "f": {"max_versions": 1}}
 DEAD_LETTER_FAMILIES = {"d": {"max_versions": 1}}
-OFFSETS_FAMILIES = {"offsets": {"max_versions": 1}, "audit": {"max_versions": 1}}
+DAY_S = 86_400
+
+
+def offsets_families(ttl_days: float) -> dict[str, dict[str, int]]:
+    """Both families of the offsets table expire together after ``ttl_days`` (0: never)."""
+    ttl = {"time_to_live": round(ttl_days * DAY_S)} if ttl_days else {}
+    return {"offsets": {"max_versions": 1, **ttl}, "audit": {"max_versions": 1, **ttl}}
+
+
 STATE_FAMILIES = {"w": {"max_versions": 1}, "o": {"max_versions": 1},
                   "l": {"max_versions": 1}, "g": {"max_versions": 1}}
 
@@ -112,7 +120,7 @@ def ensure_tables(conn: happybase.Connection, cfg: HBaseConfig) -> list[str]:
     wanted = {
         cfg.sessions_table: SESSIONS_FAMILIES,
         cfg.dead_letter_table: DEAD_LETTER_FAMILIES,
-        cfg.offsets_table: OFFSETS_FAMILIES,
+        cfg.offsets_table: offsets_families(cfg.offsets_ttl_days),
         cfg.state_table: STATE_FAMILIES,
     }
     created = []

@@ -7,23 +7,20 @@ Family ``offsets``: qualifier = partition id (decimal text), value = the next of
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import happybase
+
+from leakproof.config import Config
+from leakproof.hbase.connection import Connections
+from leakproof.offsets import CommittedBatch
+
+log = logging.getLogger(__name__)
 
 
 def row_key(topic: str, group: str, batch_ms: int) -> bytes:
     return f"{topic}:{group}:{batch_ms:013d}".encode()
-
-
-@dataclass(frozen=True)
-class CommittedBatch:
-    """One offsets row, decoded."""
-
-    batch_ms: int
-    offsets: dict[int, int]
-    audit: dict[str, str]
 
 
 def _decode(key: bytes, cells: Mapping[bytes, bytes]) -> CommittedBatch:
@@ -63,3 +60,64 @@ class OffsetStore:
         cells = {f"offsets:{p}".encode(): str(o).encode() for p, o in offsets.items()}
         cells.update({f"audit:{k}".encode(): v.encode() for k, v in (audit or {}).items()})
         self._table.put(row_key(self._topic, self._group, batch_ms), cells)
+
+
+class HBaseCommitStore:
+    """The default commit store: one offsets row per batch, plus a copy of the newest one.
+
+    The offsets table may carry a TTL (``offsets.ttl_days``) so history does not grow for
+    ever; a job stopped for longer than the TTL would then find no row and start over from
+    ``auto_offset_reset``. So every commit also writes its offsets to the row
+    ``last:<topic>:<group>`` of the state table (family ``l``), which has no TTL, and
+    ``latest`` falls back to it.
+    """
+
+    name = "hbase"
+
+    def __init__(self, cfg: Config) -> None:
+        self._cfg = cfg
+        self._hb = cfg.hbase
+        self._topic, self._group = cfg.kafka.topic, cfg.kafka.group_id
+        self._conns = Connections(cfg.hbase)
+
+    def _rows(self, conn: happybase.Connection) -> OffsetStore:
+        return OffsetStore(conn.table(self._hb.offsets_table), self._topic, self._group)
+
+    def _last_row(self) -> bytes:
+        return f"last:{self._topic}:{self._group}".encode()
+
+    def latest(self) -> CommittedBatch | None:
+        def read(conn: happybase.Connection) -> CommittedBatch | None:
+            found = self._rows(conn).latest()
+            if found is not None:
+                return found
+            cells = conn.table(self._hb.state_table).row(self._last_row())
+            if not cells:
+                return None
+            copy = CommittedBatch(
+                int(cells[b"l:batch_ms"]),
+                {int(k[len(b"l:p"):]): int(v) for k, v in cells.items()
+                 if k.startswith(b"l:p")}, {})
+            log.warning("no row for %s:%s in %s (expired by its TTL?): resuming from the "
+                        "copy of batch %d kept in %s", self._topic, self._group,
+                        self._hb.full_name(self._hb.offsets_table), copy.batch_ms,
+                        self._hb.full_name(self._hb.state_table))
+            return copy
+
+        return self._conns.call("offsets read", read)
+
+    def put(self, batch_ms: int, offsets: Mapping[int, int], audit: Mapping[str, str]) -> None:
+        def write(conn: happybase.Connection) -> None:
+            self._rows(conn).put(batch_ms, offsets, audit)
+            copy = {f"l:p{p}".encode(): str(o).encode() for p, o in offsets.items()}
+            copy[b"l:batch_ms"] = str(batch_ms).encode()
+            conn.table(self._hb.state_table).put(self._last_row(), copy)
+
+        self._conns.call("offsets commit", write)
+
+    def history(self, limit: int) -> list[CommittedBatch]:
+        return self._conns.call("offsets history", lambda c: self._rows(c).history(limit))
+
+    def close(self) -> None:
+        self._conns.reset()
+

@@ -1,0 +1,78 @@
+"""Committed offsets kept in ZooKeeper (offsets.store: zookeeper), in the layout of Kafka's old
+ZooKeeper-based consumers that many Spark users still keep offsets in:
+``/consumers/<group>/offsets/<topic>/<partition>`` = the next offset to read, decimal text.
+
+The batch time and epoch of the last commit sit in ``/consumers/<group>/leakproof/<topic>``
+(JSON). A commit writes all of them in one ZooKeeper multi-op transaction, so a reader never
+sees half a batch. One commit per partition is kept: no history.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+
+from leakproof.config import Config
+from leakproof.errors import StoreError
+from leakproof.offsets import CommittedBatch
+
+
+class ZooKeeperCommitStore:
+    name = "zookeeper"
+
+    def __init__(self, cfg: Config, timeout_s: float = 15.0) -> None:
+        self._topic, self._group = cfg.kafka.topic, cfg.kafka.group_id
+        self._hosts = cfg.offsets.zookeeper_hosts
+        self._offsets = f"/consumers/{self._group}/offsets/{self._topic}"
+        self._meta = f"/consumers/{self._group}/leakproof/{self._topic}"
+        self._zk = KazooClient(hosts=self._hosts, timeout=timeout_s)
+        try:
+            self._zk.start(timeout=timeout_s)
+        except Exception as exc:
+            self._zk.close()
+            raise StoreError(f"cannot reach ZooKeeper at {self._hosts} "
+                             f"(offsets.zookeeper_hosts): {exc}") from exc
+
+    def latest(self) -> CommittedBatch | None:
+        try:
+            children = self._zk.get_children(self._offsets)
+        except NoNodeError:
+            return None
+        offsets = {int(c): int(self._zk.get(f"{self._offsets}/{c}")[0]) for c in children
+                   if c.isdigit()}
+        if not offsets:
+            return None
+        try:
+            meta: dict[str, Any] = json.loads(self._zk.get(self._meta)[0] or b"{}")
+        except NoNodeError:
+            meta = {}
+        return CommittedBatch(int(meta.get("batch_ms", 0)), dict(sorted(offsets.items())),
+                              {k: str(v) for k, v in meta.items() if k != "batch_ms"})
+
+    def put(self, batch_ms: int, offsets: Mapping[int, int], audit: Mapping[str, str]) -> None:
+        try:
+            for p in offsets:  # idempotent; the values are set in the transaction below
+                self._zk.ensure_path(f"{self._offsets}/{p}")
+            self._zk.ensure_path(self._meta)
+            tx = self._zk.transaction()
+            for p, o in offsets.items():
+                tx.set_data(f"{self._offsets}/{p}", str(o).encode())
+            tx.set_data(self._meta, json.dumps({"batch_ms": batch_ms, **audit}).encode())
+            results = tx.commit()
+        except KazooException as exc:
+            raise StoreError(f"ZooKeeper commit of batch {batch_ms} failed: {exc}") from exc
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            raise StoreError(f"ZooKeeper commit of batch {batch_ms} failed: {failed[0]!r}")
+
+    def history(self, limit: int) -> list[CommittedBatch]:
+        latest = self.latest()
+        return [latest] if latest else []
+
+    def close(self) -> None:
+        self._zk.stop()
+        self._zk.close()
