@@ -54,7 +54,8 @@ def test_store_contract(env: Env, store: str) -> None:
     if store == "kafka":
         admin = KafkaAdminClient(bootstrap_servers="127.0.0.1:9092")
         try:
-            seen = {tp.partition: om.offset for tp, om in admin.list_group_offsets({"it": None})["it"].items()
+            group = admin.list_group_offsets({"it": None})["it"]
+            seen = {tp.partition: om.offset for tp, om in group.items()
                     if tp.topic == env.name}
         finally:
             admin.close()
