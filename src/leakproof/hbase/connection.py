@@ -85,6 +85,12 @@ class Connections:
             return fn(conn)
 
 
+def _brief(exc: BaseException) -> str:
+    """The first line of an error: HBase's IOError carries the server's whole Java stack."""
+    text = str(exc).replace("\\n", "\n").splitlines()
+    return (text[0] if text else "")[:300]
+
+
 RETRYABLE: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, HBaseUnavailable)
 
 
@@ -107,9 +113,9 @@ def ride_out(cfg: HBaseConfig, what: str, attempt: Callable[[], T],
             if tries > 1 and time.monotonic() + delay > deadline:
                 raise HBaseUnavailable(
                     f"HBase {what} failed {tries} times over {cfg.outage_tolerance_s:.0f}s "
-                    f"(hbase.outage_tolerance_s): {type(exc).__name__}: {exc}") from exc
+                    f"(hbase.outage_tolerance_s): {type(exc).__name__}: {_brief(exc)}") from exc
             log.warning("HBase %s failed (%s: %s); retry %d in %.1fs", what,
-                        type(exc).__name__, exc, tries, delay if tries > 1 else 0)
+                        type(exc).__name__, _brief(exc), tries, delay if tries > 1 else 0)
             if tries > 1:
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
