@@ -34,6 +34,7 @@ from leakproof import config
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec, generate
 from leakproof.hbase.connection import connect
 from leakproof.hbase.offset_store import OffsetStore
+from leakproof.offsets import CommittedBatch
 from leakproof.produce import create_topic, send_events
 from proctools import pids_matching, tree_rss_mib
 
@@ -133,15 +134,20 @@ class Soak:
 
     # ------------------------------------------------------------------ observation
 
+    def latest(self) -> CommittedBatch | None:
+        """The newest offsets row, read on a connection of its own (no retries: the caller
+        polls); raises while HBase does not answer."""
+        conn = connect(self.cfg.hbase)
+        try:
+            return OffsetStore(conn.table(self.cfg.hbase.offsets_table), self.name,
+                               "soak").latest()
+        finally:
+            conn.close()
+
     def newest_row(self) -> int:
         """The newest committed batch time; -1 while HBase does not answer."""
         try:
-            conn = connect(self.cfg.hbase)
-            try:
-                latest = OffsetStore(conn.table(self.cfg.hbase.offsets_table), self.name,
-                                     "soak").latest()
-            finally:
-                conn.close()
+            latest = self.latest()
         except Exception:  # noqa: BLE001 - HBase may be the thing that is down
             return -1
         return latest.batch_ms if latest else 0
@@ -288,12 +294,7 @@ class Soak:
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline:
             try:
-                conn = connect(self.cfg.hbase)
-                try:
-                    latest = OffsetStore(conn.table(self.cfg.hbase.offsets_table), self.name,
-                                         "soak").latest()
-                finally:
-                    conn.close()
+                latest = self.latest()
             except Exception:  # noqa: BLE001 - wait for HBase too
                 latest = None
             if latest and all(latest.offsets.get(p) == e for p, e in ends.items()):

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from leakproof.generator import GeneratorSpec, generate
+from leakproof.generator import GeneratorSpec
 
 from .conftest import ROOT, SPARK_MASTER, Env, _open, wait_for
-from .test_pipeline import assert_offsets_chain, audit_total, offsets_rows, stack
+from .test_pipeline import finish_exact, offsets_rows, stack
 from .test_spark_submit import spark_submit
 
 pytestmark = pytest.mark.integration
@@ -41,19 +41,6 @@ def submit(env: Env, config: str, label: str, *args: str, executor_env: dict[str
     return proc, log
 
 
-def finish(env: Env, spec: GeneratorSpec, job: subprocess.Popen[bytes], log: Path) -> None:
-    try:
-        rc = job.wait(timeout=300)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    text = log.read_text()
-    assert rc == 0, text[-5000:]
-    env.verify(spec)
-    assert_offsets_chain(env)
-    assert audit_total(env, b"records") == len(generate(spec))
-
-
 def crash_once(env: Env, point: str, label: str, evidence: str) -> float:
     """Run under spark-submit with a one-time crash in an executor; seconds to recover."""
     spec = GeneratorSpec(seed=1700 + len(label), events=24_000, sessions=2_400)
@@ -68,7 +55,7 @@ def crash_once(env: Env, point: str, label: str, evidence: str) -> float:
     wait_for("a commit after the crash", lambda: {k for k, _ in offsets_rows(env)} - rows,
              timeout=240)
     recovery = time.time() - crashed_ms
-    finish(env, spec, job, log)
+    finish_exact(env, spec, job, log)
     assert evidence in log.read_text()  # Spark saw the crash and retried the task
     print(f"{label}: fault -> next commit {recovery:.1f}s")
     return recovery
@@ -95,7 +82,7 @@ def test_whole_worker_killed_mid_stream(env: Env) -> None:
         wait_for("a commit after the worker died",
                  lambda: {k for k, _ in offsets_rows(env)} - rows, timeout=240)
         recovery = time.monotonic() - killed
-        finish(env, spec, job, log)
+        finish_exact(env, spec, job, log)
     finally:
         stack("up", "--spark")  # bring the worker back for later tests
     print(f"worker-kill: fault -> next commit {recovery:.1f}s")

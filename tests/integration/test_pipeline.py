@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import happybase
 import pytest
@@ -67,6 +68,23 @@ def assert_offsets_chain(env: Env, *, complete: bool = True) -> list[dict[int, i
 
 def audit_total(env: Env, column: bytes) -> int:
     return sum(int(cells.get(b"audit:" + column, b"0")) for _, cells in offsets_rows(env))
+
+
+def finish_exact(env: Env, spec: GeneratorSpec, job: subprocess.Popen[bytes], log: Path,
+                 timeout: float = 300) -> str:
+    """Wait for a background job to stop by itself (exit 0), then hold it to the oracle, the
+    offsets chain and one commit per record; returns its log."""
+    try:
+        rc = job.wait(timeout=timeout)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    text = log.read_text(errors="replace")
+    assert rc == 0, text[-6000:]
+    env.verify(spec)
+    assert_offsets_chain(env)
+    assert audit_total(env, b"records") == records(spec)
+    return text
 
 
 def test_end_to_end_matches_the_oracle(env: Env) -> None:

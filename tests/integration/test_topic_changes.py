@@ -36,18 +36,24 @@ def delete_records(env: Env, partition: int, before: int) -> None:
         client.close()
 
 
-def test_delete_records_under_a_running_job_fails_naming_the_loss(env: Env) -> None:
-    env.produce(GeneratorSpec(seed=1600, events=24_000, sessions=2_400))
-    job, log = env.start(env.capped(200), "--until-idle", "30", name="delete-fail")
+def delete_while_running(env: Env, config: str, idle_s: str, label: str) -> tuple[int, str, int]:
+    """Start the job (capped, so it lags), delete partition 1 up to 100 records before its end
+    after the first commit, and wait for the job to stop: exit code, log, the cut offset."""
+    job, log = env.start(config, "--until-idle", idle_s, name=label)
     try:
         wait_for("a first commit", lambda: len(offsets_rows(env)) >= 1)
         cut = log_ends(env)[1] - 100
         delete_records(env, 1, cut)
-        rc = job.wait(timeout=120)
+        rc = job.wait(timeout=240)
     finally:
         if job.poll() is None:
             job.kill()
-    text = log.read_text()
+    return rc, log.read_text(), cut
+
+
+def test_delete_records_under_a_running_job_fails_naming_the_loss(env: Env) -> None:
+    env.produce(GeneratorSpec(seed=1600, events=24_000, sessions=2_400))
+    rc, text, cut = delete_while_running(env, env.capped(200), "30", "delete-fail")
     assert rc == 1, text[-4000:]
     assert f"data loss on {env.name} partition 1" in text, text[-4000:]
     assert f"earliest available offset {cut}" in text
@@ -60,16 +66,7 @@ def test_delete_records_under_a_running_job_with_skip_records_the_gap(env: Env) 
     env.produce(spec)
     before, _ = read_topic(env.cfg)  # every event with its offset (its index: no markers)
     skipping = env.variant("skip", kafka={"on_data_loss": "skip", "max_rate_per_partition": 200})
-    job, log = env.start(skipping, "--until-idle", "6", name="delete-skip")
-    try:
-        wait_for("a first commit", lambda: len(offsets_rows(env)) >= 1)
-        cut = log_ends(env)[1] - 100
-        delete_records(env, 1, cut)
-        rc = job.wait(timeout=240)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    text = log.read_text()
+    rc, text, cut = delete_while_running(env, skipping, "6", "delete-skip")
     assert rc == 0, text[-4000:]
     conn = connect(env.cfg.hbase)
     try:

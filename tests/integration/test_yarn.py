@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from leakproof.generator import GeneratorSpec, generate
+from leakproof.generator import GeneratorSpec
 from proctools import pids_matching
 
 from .conftest import ROOT, Env, _open, wait_for
-from .test_pipeline import assert_offsets_chain, audit_total, offsets_rows
+from .test_pipeline import finish_exact, offsets_rows
 from .test_spark_submit import spark_submit
 
 pytestmark = pytest.mark.integration
@@ -65,25 +65,11 @@ def submit_yarn(env: Env, mode: str, config: str, label: str, *args: str
     return proc, log
 
 
-def finish(env: Env, spec: GeneratorSpec, job: subprocess.Popen[bytes], log: Path) -> str:
-    try:
-        rc = job.wait(timeout=420)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    text = log.read_text(errors="replace")
-    assert rc == 0, text[-6000:]
-    env.verify(spec)
-    assert_offsets_chain(env)
-    assert audit_total(env, b"records") == len(generate(spec))
-    return text
-
-
 def test_client_mode_on_yarn_with_a_packed_venv(env: Env) -> None:
     spec = GeneratorSpec(seed=1800, events=12_000, sessions=1_200)
     env.produce(spec)
     job, log = submit_yarn(env, "client", str(env.path), "yarn-client", "--until-idle", "5")
-    text = finish(env, spec, job, log)
+    text = finish_exact(env, spec, job, log, timeout=420)
     assert "on yarn" in text
 
 
@@ -102,7 +88,7 @@ def test_application_master_killed_next_attempt_resumes_exactly(env: Env) -> Non
     wait_for("a commit by the next attempt", lambda: {k for k, _ in offsets_rows(env)} - rows,
              timeout=300)
     recovery = time.monotonic() - killed
-    finish(env, spec, job, log)
+    finish_exact(env, spec, job, log, timeout=420)
     epochs = {cells[b"audit:epoch"] for _, cells in offsets_rows(env)}
     assert len(epochs) >= 2, epochs  # two drivers committed: the second attempt took over
     print(f"yarn cluster mode: submit -> 3 commits {first_commit_s:.1f}s; AM SIGKILL -> next "
