@@ -102,7 +102,7 @@ class Decoder:
             rec = self._single_object(value, where)
         else:
             rec = self._schemaless(value, where)
-        event = WebEvent(**{f: rec[f] for f in _FIELDS})
+        event = WebEvent(**rec)  # the reader schema's fields, whatever the writer had
         self._validate(event, key, timestamp, where)
         return event
 
@@ -185,9 +185,6 @@ class Decoder:
         if key_text != event.session_id:
             raise KeyDecodeError(f"key {key_text!r} differs from session_id "
                                  f"{event.session_id!r}", kind="key_mismatch", **where)
-
-
-_FIELDS = tuple(f["name"] for f in schema_json()["fields"])
 
 
 @cache

@@ -246,10 +246,10 @@ class PartitionFolder:
                 s.duplicates += 1
                 outcome = Outcome.DUPLICATE
             else:
+                unknown_before = s.unknown_types
                 apply_event(s, event)
                 outcome = Outcome.APPLIED
-                if event.event_type not in KNOWN_EVENT_TYPES:
-                    self._unknown_types += 1
+                self._unknown_types += s.unknown_types - unknown_before
             s.fences[self._fence_key] = offset
             self._touched[event.session_id] = s
         # A replayed session still counts as seen: its row (written by an attempt that died
