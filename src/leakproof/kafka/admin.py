@@ -73,10 +73,8 @@ class KafkaMetadata:
 
     def mirror_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int],
                              note: str) -> None:
-        """Commit the offsets to the Kafka consumer group too, for Kafka's own lag tools.
-
-        HBase stays the source of truth; this copy is never read back by leakproof.
-        """
+        """Commit the offsets to the Kafka consumer group, with ``note`` as the metadata:
+        the mirror for Kafka's own lag tools, or the commit of offsets.store: kafka."""
         from kafka.structs import OffsetAndMetadata
 
         result = self._admin.alter_group_offsets(
@@ -86,6 +84,16 @@ class KafkaMetadata:
                   if getattr(err, "errno", 0)}
         if failed:
             raise KafkaReadError(f"group {group} offsets not mirrored: {failed}")
+
+    def group_offsets(self, group: str, topic: str) -> dict[int, tuple[int, str]]:
+        """The group's committed (offset, metadata) per partition of ``topic``."""
+        try:
+            groups = self._admin.list_group_offsets({group: None})
+        except KafkaError as exc:
+            raise KafkaReadError(f"cannot read the offsets of group {group}: {exc}") from exc
+        return {tp.partition: (om.offset, om.metadata or "")
+                for tp, om in groups.get(group, {}).items()
+                if tp.topic == topic and om.offset >= 0}
 
     def close(self) -> None:
         self._admin.close()
