@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 import urllib.request
 
 import pytest
@@ -24,9 +25,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return str(resp.read().decode())
+def get(url: str, patience: float = 60) -> str:
+    """GET with retries: the Spark UI's first REST call builds its Jersey application, which
+    took over 5 s on a loaded 2-core CI machine."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=20) as resp:
+                return str(resp.read().decode())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def committed(mport: int) -> float:
+    """Records the job has accounted for, by the /metrics counters."""
+    text = get(f"http://127.0.0.1:{mport}/metrics")
+    return sum(metric(text, "leakproof_records_total", outcome=o)
+               for o in ("applied", "duplicates", "late"))
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -57,14 +74,7 @@ def test_metrics_endpoint_and_batch_ranges_in_the_spark_ui(env: Env) -> None:
         described = [j.get("description", "") for j in jobs]
         assert any(d.startswith("leakproof batch ") and f"{env.name}:" in d and "[" in d
                    for d in described), described[:5]
-        wait_for("everything committed",
-                 lambda: metric(get(f"http://127.0.0.1:{mport}/metrics"),
-                                "leakproof_records_total", outcome="applied")
-                 + metric(get(f"http://127.0.0.1:{mport}/metrics"),
-                          "leakproof_records_total", outcome="duplicates")
-                 + metric(get(f"http://127.0.0.1:{mport}/metrics"),
-                          "leakproof_records_total", outcome="late") == records(spec),
-                 timeout=180)
+        wait_for("everything committed", lambda: committed(mport) == records(spec), timeout=180)
     finally:
         job.terminate()
         job.wait(timeout=120)
