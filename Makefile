@@ -73,10 +73,10 @@ chaos: venv ## the whole fault matrix ROUNDS times over (CI runs each scenario o
 	    tests/integration/test_topic_changes.py || exit 1; \
 	done
 
-yarn-up: venv ## Kafka, HBase and a YARN MiniCluster (RM 127.0.0.1:8032; conf in .services/yarn/conf)
+yarn-up: venv ## Kafka, HBase and a MiniYARNCluster (RM 127.0.0.1:8032; conf in .services/yarn/conf)
 	$(STACK) up --yarn
 
-yarn-down: venv ## stop the YARN MiniCluster
+yarn-down: venv ## stop the MiniYARNCluster
 	$(STACK) stop yarn
 
 yarn-pack: venv ## .services/yarn/leakproof-env.tar.gz: the job's Python env for --archives

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import os
 from pathlib import Path
 
 
@@ -44,3 +46,33 @@ def tree_rss_mib(pid: int) -> float:
         tree.add(p)
         todo.extend(c for c, parent in parents.items() if parent == p and c not in tree)
     return sum(rss.get(p, 0) for p in tree) / 1024
+
+
+def _proc_address(hex_addr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An address as /proc/net/tcp{,6} prints it: 32-bit words in host (little-endian) order."""
+    raw = bytes.fromhex(hex_addr)
+    host = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    return ipaddress.ip_address(host)
+
+
+def listening_sockets(pid: int) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket ``pid`` listens on, IPv4-mapped addresses unwrapped."""
+    inodes = set()
+    for fd in (Path("/proc") / str(pid) / "fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = []
+    for table in ("tcp", "tcp6"):
+        for line in (Path("/proc") / str(pid) / "net" / table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                addr_hex, port_hex = fields[1].split(":")
+                addr = _proc_address(addr_hex)
+                if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped:
+                    addr = addr.ipv4_mapped
+                found.append((str(addr), int(port_hex, 16)))
+    return found

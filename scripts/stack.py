@@ -307,16 +307,21 @@ def spark_services() -> list[Service]:
 
 
 def yarn_service() -> Service:
-    """Hadoop's CLI MiniCluster without HDFS: a ResourceManager and one NodeManager.
+    """A ResourceManager and one NodeManager in one JVM (Hadoop's MiniYARNCluster), no HDFS.
 
-    It writes its whole configuration to ``YARN_CONF_DIR/yarn-site.xml`` once it runs, which
-    is what spark-submit reads through HADOOP_CONF_DIR. The file system is the local one, so
-    Spark's staging directory and the NodeManager's localized files are plain directories.
+    ``services/yarn/MiniYarn.java`` runs as a single-file program. Once the NodeManager has
+    registered it writes the cluster's configuration to ``YARN_CONF_DIR/yarn-site.xml``,
+    which is what spark-submit reads through HADOOP_CONF_DIR. The file system is the local
+    one, so Spark's staging directory and the NodeManager's localized files are plain
+    directories. Every port is bound to 127.0.0.1 (the ``bind-host`` keys).
     """
     run = RUN / "yarn"
     settings = {
         "yarn.resourcemanager.hostname": HOST,
+        "yarn.resourcemanager.address": f"{HOST}:{YARN_RM_PORT}",
+        "yarn.resourcemanager.bind-host": HOST,
         "yarn.nodemanager.hostname": HOST,
+        "yarn.nodemanager.bind-host": HOST,
         "yarn.nodemanager.resource.memory-mb": "6144",
         "yarn.nodemanager.vmem-check-enabled": "false",
         "yarn.nodemanager.pmem-check-enabled": "false",
@@ -325,10 +330,8 @@ def yarn_service() -> Service:
     }
     return Service("yarn", "yarn", YARN_RM_PORT, [
         "java", "-Xmx768m", *HBASE_JDK17_OPTS, "-cp", f"{run / 'lib'}/*",
-        "org.apache.hadoop.mapreduce.MiniHadoopClusterManager", "-nodfs",
-        "-rmport", str(YARN_RM_PORT), "-jhsport", "10020",
-        "-writeConfig", str(YARN_CONF_DIR / "yarn-site.xml"),
-        *[a for k, v in settings.items() for a in ("-D", f"{k}={v}")],
+        str(ROOT / "services" / "yarn" / "MiniYarn.java"), str(YARN_CONF_DIR / "yarn-site.xml"),
+        *[f"{k}={v}" for k, v in settings.items()],
     ])
 
 

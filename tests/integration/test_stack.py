@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import subprocess
 import sys
 import textwrap
@@ -133,3 +134,18 @@ def test_range_read_steps_over_transaction_markers(env: Env) -> None:
     # a range ending on a marker ends there; one starting after it starts cleanly
     assert [o for o, *_ in read_range(env.cfg.kafka, OffsetRange(env.name, 0, 3, 6))] == [3, 4]
     assert [o for o, *_ in read_range(env.cfg.kafka, OffsetRange(env.name, 0, 5, 8))] == [6, 7]
+
+
+def test_every_service_listens_on_loopback_only() -> None:
+    """The stack is for one machine: no port it opens may be reachable from another."""
+    import proctools
+    import stack as stack_script
+
+    running = {s.name: pid for s in stack_script.all_services() if (pid := s.pid())}
+    assert {"kafka", "hbase", "thrift"} <= running.keys(), running
+    seen = {name: proctools.listening_sockets(pid) for name, pid in running.items()}
+    exposed = {name: [a for a in socks if not ipaddress.ip_address(a[0]).is_loopback]
+               for name, socks in seen.items()}
+    assert not any(exposed.values()), exposed
+    assert all(seen[name] for name in ("kafka", "hbase", "thrift")), seen
+    print({name: sorted(port for _, port in socks) for name, socks in seen.items()})
