@@ -32,7 +32,7 @@ $bin/python scripts/stack.py up --yarn | grep -E "yarn|error" || fail "YARN did 
 $bin/python scripts/yarn_pack.py || fail "could not pack the environment for YARN"
 
 step "tests"
-$bin/pytest --durations=25 "$@" tests
+$bin/pytest --durations=25 "$@" tests/unit tests/integration
 rc=$?
 [ $rc -eq 5 ] && fail "pytest collected no tests"
 [ $rc -ne 0 ] && fail "pytest failed (exit $rc)"
