@@ -40,6 +40,11 @@ HOST = "127.0.0.1"
 
 KAFKA_PORT = 9092
 KAFKA_CONTROLLER_PORT = 9093
+# The SASL_PLAINTEXT listener's one user. A test credential for a loopback-only broker; the
+# security tests use the password as their canary (it must never reach a log).
+KAFKA_SASL_PORT = 9094
+KAFKA_SASL_USER = "leakproof"
+KAFKA_SASL_PASSWORD = "canary-Zx81-do-not-log"
 ZK_PORT = 2181
 THRIFT_PORT = 9090
 THRIFT_FC_PORT = 9091  # optional second Thrift server: framed transport, compact protocol
@@ -445,7 +450,8 @@ def prepare_kafka(wipe: bool) -> None:
     if wipe:
         shutil.rmtree(run / "data", ignore_errors=True)
     render(SERVICES / "kafka" / "server.properties", run / "server.properties", ROOT=run,
-           PORT=KAFKA_PORT, CONTROLLER_PORT=KAFKA_CONTROLLER_PORT)
+           PORT=KAFKA_PORT, CONTROLLER_PORT=KAFKA_CONTROLLER_PORT, SASL_PORT=KAFKA_SASL_PORT,
+           SASL_USER=KAFKA_SASL_USER, SASL_PASSWORD=KAFKA_SASL_PASSWORD)
     if (run / "data" / "meta.properties").exists():
         return
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()

@@ -1,4 +1,10 @@
-"""Security settings pass through to every Kafka client; secrets never reach logs or errors."""
+"""Security settings reach every Kafka client; secrets never reach logs or errors.
+
+The stack's broker has a second listener, 127.0.0.1:9094, that accepts only SASL/PLAIN
+(services/kafka/server.properties). A client that lost the settings on the way (an executor's
+reader, the driver's admin client, the group mirror, the producer) cannot talk to it at all,
+so a job that finishes exactly against it proves the settings arrived everywhere.
+"""
 
 from __future__ import annotations
 
@@ -6,53 +12,110 @@ import subprocess
 import sys
 
 import pytest
+from kafka import KafkaAdminClient
+from kafka.errors import KafkaError
 
+import stack as stack_script
 from leakproof.config import load
-from leakproof.generator import GeneratorSpec
+from leakproof.generator import GeneratorSpec, generate
 from leakproof.kafka import reader
-from leakproof.offsets import OffsetRange
-from leakproof.produce import producer_settings
+from leakproof.kafka.admin import admin_settings
+from leakproof.produce import producer_settings, send_events
 
-from .conftest import Env, write_config
+from .conftest import ROOT, Env, write_config
+from .test_pipeline import assert_offsets_chain, offsets_rows
+from .test_spark_submit import spark_submit
 
 pytestmark = pytest.mark.integration
 
-CANARY = "canary-Zx81-do-not-log"
-SECURITY = {"security_protocol": "PLAINTEXT", "sasl_mechanism": "PLAIN",
-            "sasl_plain_username": "leakproof", "sasl_plain_password": CANARY}
+CANARY = stack_script.KAFKA_SASL_PASSWORD  # the broker's test password doubles as the canary
+SASL_SERVERS = f"127.0.0.1:{stack_script.KAFKA_SASL_PORT}"
 
 
-def test_consumer_settings_reach_every_client(env: Env) -> None:
-    path = env.tmp / "secure.yml"
-    cfg = write_config(path, env.name, kafka={"consumer": SECURITY})
-    assert producer_settings(cfg.kafka)["sasl_plain_password"] == CANARY
-    list(reader.read_range(cfg.kafka, OffsetRange(env.name, 0, 0, 0)))  # empty: no consumer
-    consumer = reader._consumer(cfg.kafka, env.name, 0)
+def sasl(password: str = CANARY) -> dict[str, str]:
+    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+            "sasl_plain_username": stack_script.KAFKA_SASL_USER,
+            "sasl_plain_password": password}
+
+
+def test_the_sasl_listener_refuses_clients_without_the_settings(env: Env) -> None:
+    """The premise of the tests below: settings that do not arrive make the client fail."""
+    plain = write_config(env.tmp / "plain.yml", env.name,
+                         kafka={"bootstrap_servers": SASL_SERVERS})
+    with pytest.raises(KafkaError):
+        KafkaAdminClient(**{**admin_settings(plain.kafka), "request_timeout_ms": 5000,
+                            "bootstrap_timeout_ms": 5000}).describe_topics([env.name])
+    secure = write_config(env.tmp / "secure.yml", env.name,
+                          kafka={"bootstrap_servers": SASL_SERVERS, "consumer": sasl()})
+    admin = KafkaAdminClient(**admin_settings(secure.kafka))
     try:
-        for key, value in SECURITY.items():
-            assert consumer.config[key] == value
+        assert admin.describe_topics([env.name])[0]["error_code"] == 0
+    finally:
+        admin.close()
+    assert producer_settings(secure.kafka)["sasl_plain_password"] == CANARY
+    consumer = reader._consumer(secure.kafka, env.name, 0)
+    try:
+        assert consumer.config["security_protocol"] == "SASL_PLAINTEXT"
         assert consumer.config["group_id"] is None
         assert consumer.config["enable_auto_commit"] is False
     finally:
-        reader.drop_consumer(cfg.kafka, env.name, 0)
+        reader.drop_consumer(secure.kafka, env.name, 0)
 
 
-def test_canary_password_never_appears_in_output(env: Env) -> None:
+def test_job_over_sasl_on_the_standalone_cluster_is_exact_and_never_logs_the_secret(
+        env: Env) -> None:
+    """Producer, driver, executors and the group mirror all over SASL; then every output --
+    the driver's, each executor's stderr and stdout, and a failed start's error -- is
+    searched for the password."""
     path = env.tmp / "secure.yml"
-    write_config(path, env.name, kafka={"consumer": SECURITY})
-    spec = GeneratorSpec(seed=1200, events=4_000, sessions=400)
-    env.produce(spec)
-    ok = env.run_config(str(path), "--until-idle", "3")
-    assert "batch " in ok.stderr
-    # a failing start (no such topic) prints an error: still no secret
-    missing = env.tmp / "missing.yml"
-    write_config(missing, env.name, kafka={"consumer": SECURITY, "topic": "no-such-topic-x"})
-    failed = env.run_config(str(missing), check=False)
-    assert failed.returncode == 1 and "no-such-topic-x" in failed.stderr
+    cfg = write_config(path, env.name, kafka={"bootstrap_servers": SASL_SERVERS,
+                                              "consumer": sasl()})
+    spec = GeneratorSpec(seed=1200, events=8_000, sessions=800)
+    send_events(cfg.kafka, env.name, generate(spec))
+    work = stack_script.RUN / "spark"
+    apps_before = {p.name for p in work.glob("worker*/app-*")}
+    cmd = [str(spark_submit()), "--master", "spark://127.0.0.1:7077", "--deploy-mode", "client",
+           "--conf", f"spark.pyspark.python={sys.executable}",
+           "--conf", "spark.executor.memory=768m", "--conf", "spark.ui.enabled=false",
+           "--conf", "spark.driver.host=127.0.0.1",
+           str(ROOT / "scripts" / "spark_main.py"),
+           "run", "--config", str(path), "--until-idle", "4"]
+    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    (env.tmp / "spark-submit.log").write_text(ok.stdout + ok.stderr)
+    assert ok.returncode == 0, ok.stderr[-5000:]
+    env.verify(spec)
+    assert_offsets_chain(env)
+    assert offsets_rows(env)
+
+    # the mirror reached the group over SASL too
+    admin = KafkaAdminClient(**admin_settings(cfg.kafka))
+    try:
+        group = admin.list_group_offsets({"it": None})["it"]
+        assert sum(o.offset for tp, o in group.items() if tp.topic == env.name) > 0
+    finally:
+        admin.close()
+
+    apps = {p.name for p in work.glob("worker*/app-*")} - apps_before
+    executor_logs = sorted(p for app in apps for p in work.glob(f"worker*/{app}/*/std*"))
+    assert executor_logs, f"no executor logs under {work} for {apps}"
+
+    # a wrong password: a clear error that names the failure, not the password
+    wrong = env.tmp / "wrong.yml"
+    write_config(wrong, env.name, kafka={"bootstrap_servers": SASL_SERVERS,
+                                         "consumer": sasl("wrong-" + CANARY)})
+    failed = env.run_config(str(wrong), check=False)
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    last = failed.stderr.strip().splitlines()[-1]
+    assert last.startswith("leakproof: Kafka at 127.0.0.1:9094 accepts connections but "
+                           "refused the client"), last
+    assert "sasl_mechanism PLAIN, user leakproof" in last, last
+
     shown = subprocess.run([sys.executable, "-c", "import sys; from leakproof.config import "
                             "load; print(load(sys.argv[1]))", str(path)],
                            capture_output=True, text=True, check=True)
-    for text in (ok.stdout, ok.stderr, failed.stdout, failed.stderr, shown.stdout,
-                 repr(load(path))):
-        assert CANARY not in text
-    env.verify(spec)
+    texts = {"spark-submit stdout": ok.stdout, "spark-submit stderr": ok.stderr,
+             "failed start": failed.stdout + failed.stderr, "config str": shown.stdout,
+             "config repr": repr(load(path))}
+    texts.update({str(p): p.read_text(errors="replace") for p in executor_logs})
+    leaked = [name for name, text in texts.items() if CANARY in text]
+    assert not leaked, leaked
