@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+import socket
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from kafka import KafkaAdminClient, TopicPartition
@@ -19,11 +22,12 @@ class KafkaMetadata:
 
     def __init__(self, cfg: KafkaConfig) -> None:
         self._cfg = cfg
-        try:
-            self._admin = KafkaAdminClient(client_id=f"leakproof-driver-{cfg.group_id}",
-                                           **admin_settings(cfg))
-        except KafkaError as exc:
-            raise KafkaReadError(f"cannot reach Kafka at {cfg.bootstrap_servers}: {exc}") from exc
+        with _refusals_noted() as refusals:
+            try:
+                self._admin = KafkaAdminClient(client_id=f"leakproof-driver-{cfg.group_id}",
+                                               **admin_settings(cfg))
+            except KafkaError as exc:
+                raise _unreachable(cfg, exc, refusals) from exc
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partition ids, read fresh (partitions may be added while running)."""
@@ -97,6 +101,60 @@ class KafkaMetadata:
 
     def close(self) -> None:
         self._admin.close()
+
+
+class _Refusals(logging.Handler):
+    """Keeps the broker's SASL rejections: kafka-python logs them, retries, and in the end
+    raises only a bootstrap timeout, which would send an operator looking for a network
+    problem instead of a wrong password."""
+
+    MARK = "SaslAuthenticationFailedError: "
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if self.MARK in text:
+            self.seen.append(text.rsplit(self.MARK, 1)[1].strip())
+
+
+@contextmanager
+def _refusals_noted() -> Iterator[list[str]]:
+    handler = _Refusals()
+    logger = logging.getLogger("kafka")
+    logger.addHandler(handler)
+    try:
+        yield handler.seen
+    finally:
+        logger.removeHandler(handler)
+
+
+def _unreachable(cfg: KafkaConfig, exc: KafkaError, refusals: list[str]) -> KafkaReadError:
+    """The start-up error, telling "nothing answers" from "it answers but will not let us
+    in": a broker that accepts TCP yet fails the client is almost always a credentials or
+    security_protocol mismatch."""
+    if not refusals and not any(_tcp_open(server) for server in
+                                cfg.bootstrap_servers.split(",")):
+        return KafkaReadError(f"cannot reach Kafka at {cfg.bootstrap_servers}: {exc}")
+    settings = cfg.client_settings()
+    said = refusals[-1] if refusals else str(exc)
+    return KafkaReadError(
+        f"Kafka at {cfg.bootstrap_servers} accepts connections but refused the client "
+        f"(kafka.consumer: security_protocol {settings.get('security_protocol', 'PLAINTEXT')}"
+        f", sasl_mechanism {settings.get('sasl_mechanism', '-')}, user "
+        f"{settings.get('sasl_plain_username', '-')}): {said}. Check the credentials and "
+        f"that security_protocol matches the broker's listener")
+
+
+def _tcp_open(server: str) -> bool:
+    host, _, port = server.strip().rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=3):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def admin_settings(cfg: KafkaConfig) -> dict[str, Any]:
