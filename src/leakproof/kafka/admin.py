@@ -134,7 +134,7 @@ def _refusals_noted() -> Iterator[list[str]]:
 def _unreachable(cfg: KafkaConfig, exc: KafkaError, refusals: list[str]) -> KafkaReadError:
     """The start-up error, telling "nothing answers" from "it answers but will not let us
     in": a broker that accepts TCP yet fails the client is almost always a credentials or
-    security_protocol mismatch."""
+    security_protocol mismatch (rarely, a broker still starting up)."""
     if not refusals and not any(_tcp_open(server) for server in
                                 cfg.bootstrap_servers.split(",")):
         return KafkaReadError(f"cannot reach Kafka at {cfg.bootstrap_servers}: {exc}")
@@ -145,7 +145,8 @@ def _unreachable(cfg: KafkaConfig, exc: KafkaError, refusals: list[str]) -> Kafk
         f"(kafka.consumer: security_protocol {settings.get('security_protocol', 'PLAINTEXT')}"
         f", sasl_mechanism {settings.get('sasl_mechanism', '-')}, user "
         f"{settings.get('sasl_plain_username', '-')}): {said}. Check the credentials and "
-        f"that security_protocol matches the broker's listener")
+        f"that security_protocol matches the broker's listener (or, if the broker is just "
+        f"starting, try again)")
 
 
 def _tcp_open(server: str) -> bool:
