@@ -21,7 +21,10 @@ step "local stack"
 $bin/python scripts/stack.py fetch || fail "could not fetch the jars"
 # A stack already running (a developer's) is reused and left running: every test uses its
 # own topic and table prefix. Otherwise a fresh one is started, and stopped at the end.
-if $bin/python scripts/stack.py status | grep -q stopped; then
+# (status is read whole first: with pipefail, `status | grep -q` fails whenever grep exits
+# before status has written its last line, and the stack would be wrongly "reused")
+services=$($bin/python scripts/stack.py status) || fail "stack.py status failed"
+if grep -q stopped <<<"$services"; then
   started=1
   $bin/python scripts/stack.py up --spark --wipe || fail "the stack did not start"
 else
