@@ -40,11 +40,15 @@ HOST = "127.0.0.1"
 
 KAFKA_PORT = 9092
 KAFKA_CONTROLLER_PORT = 9093
-# The SASL_PLAINTEXT listener's one user. A test credential for a loopback-only broker; the
-# security tests use the password as their canary (it must never reach a log).
+# The SASL_SSL listener: TLS with a self-signed certificate made at first start (its PEM is
+# the clients' ssl_cafile) and SASL/PLAIN with one user. Test credentials for a loopback-only
+# broker; the security tests use the SASL password as their canary (it must never be logged).
 KAFKA_SASL_PORT = 9094
 KAFKA_SASL_USER = "leakproof"
 KAFKA_SASL_PASSWORD = "canary-Zx81-do-not-log"
+KAFKA_TLS_PASSWORD = "leakproof-test-keystore"
+KAFKA_TLS_DIR = RUN / "kafka" / "tls"
+KAFKA_CA_PEM = KAFKA_TLS_DIR / "broker.pem"
 ZK_PORT = 2181
 THRIFT_PORT = 9090
 THRIFT_FC_PORT = 9091  # optional second Thrift server: framed transport, compact protocol
@@ -445,13 +449,37 @@ def ensure_hostname_resolves() -> None:
         log(f"added '127.0.0.1 {name}' to /etc/hosts")
 
 
+def make_broker_certificate() -> None:
+    """A self-signed certificate for 127.0.0.1 in a PKCS12 keystore, made once with the JDK's
+    keytool, and its PEM for clients (kafka-python's ssl_cafile) to verify the broker by."""
+    keystore = KAFKA_TLS_DIR / "broker.p12"
+    if keystore.is_file() and KAFKA_CA_PEM.is_file():
+        return
+    KAFKA_TLS_DIR.mkdir(parents=True, exist_ok=True)
+    keystore.unlink(missing_ok=True)
+    java = shutil.which("java")
+    keytool = str(Path(java).resolve().parent / "keytool") if java else "keytool"
+    common = ["-alias", "broker", "-keystore", str(keystore), "-storetype", "PKCS12",
+              "-storepass", KAFKA_TLS_PASSWORD]
+    for args in (["-genkeypair", "-keyalg", "RSA", "-keysize", "2048", "-validity", "3650",
+                  "-dname", "CN=127.0.0.1", "-ext", "SAN=ip:127.0.0.1,dns:localhost",
+                  "-keypass", KAFKA_TLS_PASSWORD],
+                 ["-exportcert", "-rfc", "-file", str(KAFKA_CA_PEM)]):
+        result = subprocess.run([keytool, *args, *common], capture_output=True, text=True,
+                                check=False)
+        if result.returncode != 0:
+            raise StackError(f"keytool failed:\n{result.stdout}{result.stderr}")
+
+
 def prepare_kafka(wipe: bool) -> None:
     run = RUN / "kafka"
     if wipe:
         shutil.rmtree(run / "data", ignore_errors=True)
+    make_broker_certificate()
     render(SERVICES / "kafka" / "server.properties", run / "server.properties", ROOT=run,
            PORT=KAFKA_PORT, CONTROLLER_PORT=KAFKA_CONTROLLER_PORT, SASL_PORT=KAFKA_SASL_PORT,
-           SASL_USER=KAFKA_SASL_USER, SASL_PASSWORD=KAFKA_SASL_PASSWORD)
+           SASL_USER=KAFKA_SASL_USER, SASL_PASSWORD=KAFKA_SASL_PASSWORD,
+           TLS_PASSWORD=KAFKA_TLS_PASSWORD)
     if (run / "data" / "meta.properties").exists():
         return
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()

@@ -1,9 +1,10 @@
 """Security settings reach every Kafka client; secrets never reach logs or errors.
 
-The stack's broker has a second listener, 127.0.0.1:9094, that accepts only SASL/PLAIN
-(services/kafka/server.properties). A client that lost the settings on the way (an executor's
-reader, the driver's admin client, the group mirror, the producer) cannot talk to it at all,
-so a job that finishes exactly against it proves the settings arrived everywhere.
+The stack's broker has a second listener, 127.0.0.1:9094, that accepts only TLS with
+SASL/PLAIN inside (SASL_SSL, services/kafka/server.properties). A client that lost the
+settings on the way (an executor's reader, the driver's admin client, the group mirror, the
+producer) cannot talk to it at all, so a job that finishes exactly against it proves the SSL
+and SASL settings arrived everywhere.
 """
 
 from __future__ import annotations
@@ -32,19 +33,28 @@ CANARY = stack_script.KAFKA_SASL_PASSWORD  # the broker's test password doubles 
 SASL_SERVERS = f"127.0.0.1:{stack_script.KAFKA_SASL_PORT}"
 
 
-def sasl(password: str = CANARY) -> dict[str, str]:
-    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+def sasl(password: str = CANARY) -> dict[str, object]:
+    return {"security_protocol": "SASL_SSL", "ssl_cafile": str(stack_script.KAFKA_CA_PEM),
+            "ssl_check_hostname": True, "sasl_mechanism": "PLAIN",
             "sasl_plain_username": stack_script.KAFKA_SASL_USER,
             "sasl_plain_password": password}
 
 
-def test_the_sasl_listener_refuses_clients_without_the_settings(env: Env) -> None:
-    """The premise of the tests below: settings that do not arrive make the client fail."""
-    plain = write_config(env.tmp / "plain.yml", env.name,
-                         kafka={"bootstrap_servers": SASL_SERVERS})
+@pytest.mark.parametrize("lacking", ["everything", "tls", "sasl"])
+def test_the_listener_refuses_clients_without_the_settings(env: Env, lacking: str) -> None:
+    """The premise of the test below: settings that do not arrive make the client fail."""
+    partial = {"everything": {},
+               "tls": {**sasl(), "security_protocol": "SASL_PLAINTEXT"},
+               "sasl": {"security_protocol": "SSL", "ssl_cafile": str(stack_script.KAFKA_CA_PEM)},
+               }[lacking]
+    cut = write_config(env.tmp / "partial.yml", env.name,
+                       kafka={"bootstrap_servers": SASL_SERVERS, "consumer": partial})
     with pytest.raises(KafkaError):
-        KafkaAdminClient(**{**admin_settings(plain.kafka), "request_timeout_ms": 5000,
+        KafkaAdminClient(**{**admin_settings(cut.kafka), "request_timeout_ms": 5000,
                             "bootstrap_timeout_ms": 5000}).describe_topics([env.name])
+
+
+def test_settings_reach_each_kind_of_client(env: Env) -> None:
     secure = write_config(env.tmp / "secure.yml", env.name,
                           kafka={"bootstrap_servers": SASL_SERVERS, "consumer": sasl()})
     admin = KafkaAdminClient(**admin_settings(secure.kafka))
@@ -55,16 +65,17 @@ def test_the_sasl_listener_refuses_clients_without_the_settings(env: Env) -> Non
     assert producer_settings(secure.kafka)["sasl_plain_password"] == CANARY
     consumer = reader._consumer(secure.kafka, env.name, 0)
     try:
-        assert consumer.config["security_protocol"] == "SASL_PLAINTEXT"
+        assert consumer.config["security_protocol"] == "SASL_SSL"
+        assert consumer.config["ssl_cafile"] == str(stack_script.KAFKA_CA_PEM)
         assert consumer.config["group_id"] is None
         assert consumer.config["enable_auto_commit"] is False
     finally:
         reader.drop_consumer(secure.kafka, env.name, 0)
 
 
-def test_job_over_sasl_on_the_standalone_cluster_is_exact_and_never_logs_the_secret(
+def test_job_over_sasl_ssl_on_the_standalone_cluster_is_exact_and_never_logs_the_secret(
         env: Env) -> None:
-    """Producer, driver, executors and the group mirror all over SASL; then every output --
+    """Producer, driver, executors and the group mirror all over SASL_SSL; then every output --
     the driver's, each executor's stderr and stdout, and a failed start's error -- is
     searched for the password."""
     path = env.tmp / "secure.yml"
@@ -87,7 +98,7 @@ def test_job_over_sasl_on_the_standalone_cluster_is_exact_and_never_logs_the_sec
     assert_offsets_chain(env)
     assert offsets_rows(env)
 
-    # the mirror reached the group over SASL too
+    # the mirror reached the group over SASL_SSL too
     admin = KafkaAdminClient(**admin_settings(cfg.kafka))
     try:
         group = admin.list_group_offsets({"it": None})["it"]
