@@ -9,7 +9,6 @@ itself, exact. Each test prints the recovery time: fault -> next committed batch
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,9 +16,9 @@ import pytest
 
 from leakproof.generator import GeneratorSpec
 
-from .conftest import ROOT, SPARK_MASTER, Env, _open, wait_for
+from .conftest import SPARK_MASTER, Env, _open, wait_for
 from .test_pipeline import finish_exact, offsets_rows, stack
-from .test_spark_submit import spark_submit
+from .test_spark_submit import standalone_submit
 
 pytestmark = pytest.mark.integration
 
@@ -28,13 +27,9 @@ def submit(env: Env, config: str, label: str, *args: str, executor_env: dict[str
            = None) -> tuple[subprocess.Popen[bytes], Path]:
     if not _open(SPARK_MASTER):
         pytest.fail("the Spark standalone master is not running: `make stack-up SPARK=1`")
-    cmd = [str(spark_submit()), "--master", "spark://127.0.0.1:7077", "--deploy-mode", "client",
-           "--conf", f"spark.pyspark.python={sys.executable}",
-           "--conf", "spark.executor.memory=640m", "--conf", "spark.ui.enabled=false",
-           "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.task.maxFailures=8"]
-    for k, v in (executor_env or {}).items():
-        cmd += ["--conf", f"spark.executorEnv.{k}={v}"]
-    cmd += [str(ROOT / "scripts" / "spark_main.py"), "run", "--config", config, *args]
+    extra = {f"spark.executorEnv.{k}": v for k, v in (executor_env or {}).items()}
+    cmd = standalone_submit(config, *args, **{"spark.executor.memory": "640m",
+                                              "spark.task.maxFailures": "8", **extra})
     log = env.tmp / f"{label}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)

@@ -23,9 +23,9 @@ from leakproof.kafka import reader
 from leakproof.kafka.admin import admin_settings
 from leakproof.produce import producer_settings, send_events
 
-from .conftest import ROOT, Env, write_config
+from .conftest import Env, write_config
 from .test_pipeline import assert_offsets_chain, offsets_rows
-from .test_spark_submit import spark_submit
+from .test_spark_submit import standalone_submit
 
 pytestmark = pytest.mark.integration
 
@@ -85,13 +85,8 @@ def test_job_over_sasl_ssl_on_the_standalone_cluster_is_exact_and_never_logs_the
     send_events(cfg.kafka, env.name, generate(spec))
     work = stack_script.RUN / "spark"
     apps_before = {p.name for p in work.glob("worker*/app-*")}
-    cmd = [str(spark_submit()), "--master", "spark://127.0.0.1:7077", "--deploy-mode", "client",
-           "--conf", f"spark.pyspark.python={sys.executable}",
-           "--conf", "spark.executor.memory=768m", "--conf", "spark.ui.enabled=false",
-           "--conf", "spark.driver.host=127.0.0.1",
-           str(ROOT / "scripts" / "spark_main.py"),
-           "run", "--config", str(path), "--until-idle", "4"]
-    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    ok = subprocess.run(standalone_submit(str(path), "--until-idle", "4"), capture_output=True,
+                        text=True, timeout=300, check=False)
     (env.tmp / "spark-submit.log").write_text(ok.stdout + ok.stderr)
     assert ok.returncode == 0, ok.stderr[-5000:]
     env.verify(spec)
