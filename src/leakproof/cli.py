@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     if args.cmd == "run":
-        from leakproof.stream import Job, RunLimits, spark_context
+        from leakproof.driver.job import Job, RunLimits, spark_context
 
         spark_context(cfg)
         return Job(cfg, RunLimits(args.until_idle, args.max_batches, args.log_format)).run()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -113,7 +113,7 @@ class SessionsConfig:
 class OffsetsConfig:
     """Where committed offsets live (the job's source of truth for where to resume).
 
-    ``hbase``: the offsets table of DESIGN.md, one row per batch (history, audit, rewind).
+    ``hbase``: the offsets table of docs/DESIGN.md, one row per batch (history, audit, rewind).
     ``kafka``: the consumer group ``kafka.group_id`` (Kafka's lag tools read it directly).
     ``zookeeper``: ``/consumers/<group>/offsets/<topic>/<partition>`` on ``zookeeper_hosts``.
     The driver lease stays in HBase whatever the store, so two drivers are still fenced.
@@ -209,56 +209,68 @@ def _no_unknown(section: Mapping[str, Any], prefix: str, known: set[str]) -> Non
                           f"{', '.join(sorted(known))}")
 
 
-def _known(cls: type) -> set[str]:
-    return {f.name for f in fields(cls)}
+class _Section:
+    """One YAML mapping read into the dataclass ``cls``: unknown keys are refused, and a key
+    left out takes the default written on ``cls``'s field (the one place defaults live)."""
+
+    def __init__(self, data: Mapping[str, Any], prefix: str, cls: type) -> None:
+        _no_unknown(data, prefix, {f.name for f in fields(cls)})
+        self.data = data
+        self.prefix = prefix
+        self._defaults = {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}.{name}"
+
+    def get(self, name: str) -> Any:
+        return self.data.get(name, self._defaults.get(name))
+
+    def text(self, name: str, *, pattern: re.Pattern[str] | None = None,
+            optional: bool = False) -> Any:
+        value = self.get(name)
+        if value is None:
+            if optional:
+                return None
+            raise ConfigError(f"'{self.key(name)}' is required")
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"'{self.key(name)}' must be a non-empty string, got {value!r}")
+        if pattern is not None and not pattern.match(value):
+            raise ConfigError(f"'{self.key(name)}' = {value!r} has characters outside "
+                              f"{pattern.pattern}")
+        return value
+
+    def choice(self, name: str, valid: tuple[str, ...]) -> Any:
+        value = self.get(name)
+        if value not in valid:
+            raise ConfigError(f"'{self.key(name)}' = {value!r} is not valid; use one of: "
+                              f"{' | '.join(valid)}")
+        return value
+
+    def number(self, name: str, *, minimum: float, integer: bool = False,
+               exclusive: bool = False) -> Any:
+        value = self.get(name)
+        kind = int if integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise ConfigError(f"'{self.key(name)}' must be "
+                              f"{'an integer' if integer else 'a number'}, got {value!r}")
+        if value < minimum or (exclusive and value == minimum):
+            op = ">" if exclusive else ">="
+            raise ConfigError(f"'{self.key(name)}' must be {op} {minimum}, got {value!r}")
+        return value
+
+    def flag(self, name: str) -> bool:
+        value = self.get(name)
+        if not isinstance(value, bool):
+            raise ConfigError(f"'{self.key(name)}' must be true or false, got {value!r}")
+        return value
+
+    def section(self, name: str) -> dict[str, Any]:
+        return _section(self.data.get(name, {}), self.key(name))
 
 
-def _str(section: Mapping[str, Any], key: str, prefix: str, default: str | None = None,
-         *, pattern: re.Pattern[str] | None = None) -> str:
-    value = section.get(key, default)
-    if value is None:
-        raise ConfigError(f"'{prefix}.{key}' is required")
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"'{prefix}.{key}' must be a non-empty string, got {value!r}")
-    if pattern is not None and not pattern.match(value):
-        raise ConfigError(f"'{prefix}.{key}' = {value!r} has characters outside "
-                          f"{pattern.pattern}")
-    return value
-
-
-def _choice(section: Mapping[str, Any], key: str, prefix: str, default: str,
-            valid: tuple[str, ...]) -> Any:
-    value = section.get(key, default)
-    if value not in valid:
-        raise ConfigError(f"'{prefix}.{key}' = {value!r} is not valid; use one of: "
-                          f"{' | '.join(valid)}")
-    return value
-
-
-def _number(section: Mapping[str, Any], key: str, prefix: str, default: float, *,
-            minimum: float, integer: bool = False, exclusive: bool = False) -> Any:
-    value = section.get(key, default)
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise ConfigError(f"'{prefix}.{key}' must be {'an integer' if integer else 'a number'}, "
-                          f"got {value!r}")
-    if value < minimum or (exclusive and value == minimum):
-        op = ">" if exclusive else ">="
-        raise ConfigError(f"'{prefix}.{key}' must be {op} {minimum}, got {value!r}")
-    return value
-
-
-def _bool(section: Mapping[str, Any], key: str, prefix: str, default: bool) -> bool:
-    value = section.get(key, default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"'{prefix}.{key}' must be true or false, got {value!r}")
-    return value
-
-
-def _kafka(s: dict[str, Any]) -> KafkaConfig:
-    p = "kafka"
-    _no_unknown(s, p, _known(KafkaConfig))
-    raw_parts = s.get("partitions", "all")
+def _kafka(data: dict[str, Any]) -> KafkaConfig:
+    s = _Section(data, "kafka", KafkaConfig)
+    raw_parts = data.get("partitions", "all")
     partitions: tuple[int, ...] | None
     if raw_parts == "all":
         partitions = None
@@ -270,7 +282,7 @@ def _kafka(s: dict[str, Any]) -> KafkaConfig:
     else:
         raise ConfigError(f"'kafka.partitions' must be 'all' or a non-empty list of partition "
                           f"ids (integers >= 0), got {raw_parts!r}")
-    consumer = s.get("consumer") or {}
+    consumer = data.get("consumer") or {}
     if not isinstance(consumer, dict) or not all(isinstance(k, str) for k in consumer):
         raise ConfigError("'kafka.consumer' must be a mapping of kafka-python settings")
     reserved = sorted(set(consumer) & {"bootstrap_servers", "group_id", "enable_auto_commit",
@@ -278,100 +290,93 @@ def _kafka(s: dict[str, Any]) -> KafkaConfig:
                                        "value_deserializer"})
     if reserved:
         raise ConfigError(f"'kafka.consumer.{reserved[0]}' is set by leakproof itself; remove it")
-    max_rate = _number(s, "max_rate_per_partition", p, 0, minimum=0, integer=True)
-    min_rate = _number(s, "min_rate_per_partition", p, 0, minimum=0, integer=True)
+    max_rate = s.number("max_rate_per_partition", minimum=0, integer=True)
+    min_rate = s.number("min_rate_per_partition", minimum=0, integer=True)
     if max_rate and min_rate > max_rate:
         raise ConfigError(f"'kafka.min_rate_per_partition' ({min_rate}) must not exceed "
                           f"'kafka.max_rate_per_partition' ({max_rate})")
     return KafkaConfig(
-        bootstrap_servers=_str(s, "bootstrap_servers", p),
-        topic=_str(s, "topic", p, pattern=_TOPIC_RE),
-        group_id=_str(s, "group_id", p, pattern=_NAME_RE),
+        bootstrap_servers=s.text("bootstrap_servers"),
+        topic=s.text("topic", pattern=_TOPIC_RE),
+        group_id=s.text("group_id", pattern=_NAME_RE),
         partitions=partitions,
-        auto_offset_reset=_choice(s, "auto_offset_reset", p, "earliest",
-                                  ("earliest", "latest", "none")),
-        # DESIGN.md calls the skipping policy `earliest`; both names are accepted.
-        on_data_loss="skip" if _choice(s, "on_data_loss", p, "fail", (
-            "fail", "skip", "earliest")) != "fail" else "fail",
+        auto_offset_reset=s.choice("auto_offset_reset", ("earliest", "latest", "none")),
+        # docs/DESIGN.md calls the skipping policy `earliest`; both names are accepted.
+        on_data_loss="skip" if s.choice("on_data_loss", ("fail", "skip", "earliest"))
+        != "fail" else "fail",
         max_rate_per_partition=max_rate,
         min_rate_per_partition=min_rate,
         consumer=dict(consumer),
-        read_timeout_s=_number(s, "read_timeout_s", p, 60.0, minimum=0, exclusive=True),
-        mirror_group_offsets=_bool(s, "mirror_group_offsets", p, True),
-        backpressure=_backpressure(_section(s.get("backpressure", {}), "kafka.backpressure")),
+        read_timeout_s=s.number("read_timeout_s", minimum=0, exclusive=True),
+        mirror_group_offsets=s.flag("mirror_group_offsets"),
+        backpressure=_backpressure(s.section("backpressure")),
     )
 
 
-def _backpressure(s: dict[str, Any]) -> BackpressureConfig:
-    p = "kafka.backpressure"
-    _no_unknown(s, p, _known(BackpressureConfig))
+def _backpressure(data: dict[str, Any]) -> BackpressureConfig:
+    s = _Section(data, "kafka.backpressure", BackpressureConfig)
     return BackpressureConfig(
-        enabled=_bool(s, "enabled", p, False),
-        initial_rate=_number(s, "initial_rate", p, 0, minimum=0, integer=True),
-        proportional=_number(s, "proportional", p, 1.0, minimum=0),
-        integral=_number(s, "integral", p, 0.2, minimum=0),
-        derived=_number(s, "derived", p, 0.0, minimum=0),
-        min_rate=_number(s, "min_rate", p, 100.0, minimum=0, exclusive=True),
+        enabled=s.flag("enabled"),
+        initial_rate=s.number("initial_rate", minimum=0, integer=True),
+        proportional=s.number("proportional", minimum=0),
+        integral=s.number("integral", minimum=0),
+        derived=s.number("derived", minimum=0),
+        min_rate=s.number("min_rate", minimum=0, exclusive=True),
     )
 
 
-def _hbase(s: dict[str, Any]) -> HBaseConfig:
-    p = "hbase"
-    _no_unknown(s, p, _known(HBaseConfig))
-    prefix = s.get("table_prefix")
-    if prefix is not None:
-        prefix = _str(s, "table_prefix", p, pattern=_NAME_RE)
-    names = {k: _str(s, k, p, getattr(HBaseConfig, k), pattern=_NAME_RE)
-             for k in ("sessions_table", "dead_letter_table", "offsets_table", "state_table")}
+_TABLES = ("sessions_table", "dead_letter_table", "offsets_table", "state_table")
+
+
+def _hbase(data: dict[str, Any]) -> HBaseConfig:
+    s = _Section(data, "hbase", HBaseConfig)
+    names = {k: s.text(k, pattern=_NAME_RE) for k in _TABLES}
     if len(set(names.values())) != len(names):
         raise ConfigError(f"'hbase.*_table' names must differ, got {names}")
     return HBaseConfig(
-        host=_str(s, "host", p, "127.0.0.1"),
-        port=_number(s, "port", p, 9090, minimum=1, integer=True),
-        transport=_choice(s, "transport", p, "buffered", ("buffered", "framed")),
-        protocol=_choice(s, "protocol", p, "binary", ("binary", "compact")),
-        table_prefix=prefix,
-        timeout_ms=_number(s, "timeout_ms", p, 60000, minimum=1, integer=True),
-        outage_tolerance_s=_number(s, "outage_tolerance_s", p, 120.0, minimum=0),
-        offsets_ttl_days=_number(s, "offsets_ttl_days", p, 30.0, minimum=0),
+        host=s.text("host"),
+        port=s.number("port", minimum=1, integer=True),
+        transport=s.choice("transport", ("buffered", "framed")),
+        protocol=s.choice("protocol", ("binary", "compact")),
+        table_prefix=s.text("table_prefix", pattern=_NAME_RE, optional=True),
+        timeout_ms=s.number("timeout_ms", minimum=1, integer=True),
+        outage_tolerance_s=s.number("outage_tolerance_s", minimum=0),
+        offsets_ttl_days=s.number("offsets_ttl_days", minimum=0),
         **names,
     )
 
 
-def _job(s: dict[str, Any]) -> JobConfig:
-    p = "job"
-    _no_unknown(s, p, _known(JobConfig))
-    interval = _number(s, "batch_interval_s", p, 2.0, minimum=0, exclusive=True)
+def _job(data: dict[str, Any]) -> JobConfig:
+    s = _Section(data, "job", JobConfig)
+    interval = s.number("batch_interval_s", minimum=0, exclusive=True)
     if round(interval * 1000) < 1:
         raise ConfigError(f"'job.batch_interval_s' must be at least 0.001, got {interval}")
-    port = _number(s, "metrics_port", p, 0, minimum=0, integer=True)
+    port = s.number("metrics_port", minimum=0, integer=True)
     if port > 65535:
         raise ConfigError(f"'job.metrics_port' must be 0 (off) or a TCP port <= 65535, "
                           f"got {port}")
-    spark_conf = s.get("spark_conf") or {}
+    spark_conf = data.get("spark_conf") or {}
     if not isinstance(spark_conf, dict) or not all(
             isinstance(k, str) and k.startswith("spark.") for k in spark_conf):
         raise ConfigError(f"'job.spark_conf' must map spark.* keys to values, got {spark_conf!r}")
-    return JobConfig(batch_interval_s=interval, master=_str(s, "master", p, "local[2]"),
+    return JobConfig(batch_interval_s=interval, master=s.text("master"),
                      spark_conf={k: str(v).lower() if isinstance(v, bool) else str(v)
                                  for k, v in spark_conf.items()},
-                     app_name=_str(s, "app_name", p, "leakproof"), metrics_port=port,
-                     metrics_host=_str(s, "metrics_host", p, "127.0.0.1"))
+                     app_name=s.text("app_name"), metrics_port=port,
+                     metrics_host=s.text("metrics_host"))
 
 
-def _sessions(s: dict[str, Any]) -> SessionsConfig:
-    p = "sessions"
-    _no_unknown(s, p, _known(SessionsConfig))
+def _sessions(data: dict[str, Any]) -> SessionsConfig:
+    s = _Section(data, "sessions", SessionsConfig)
     return SessionsConfig(
-        inactivity_gap_s=_number(s, "inactivity_gap_s", p, 1800.0, minimum=0, exclusive=True),
-        grace_s=_number(s, "grace_s", p, 60.0, minimum=0),
+        inactivity_gap_s=s.number("inactivity_gap_s", minimum=0, exclusive=True),
+        grace_s=s.number("grace_s", minimum=0),
     )
 
 
-def _input(s: dict[str, Any], base: Path) -> InputConfig:
-    p = "input"
-    _no_unknown(s, p, _known(InputConfig))
-    paths = s.get("writer_schemas") or []
+def _input(data: dict[str, Any], base: Path) -> InputConfig:
+    s = _Section(data, "input", InputConfig)
+    paths = data.get("writer_schemas") or []
     if not isinstance(paths, list) or not all(isinstance(x, str) and x for x in paths):
         raise ConfigError(f"'input.writer_schemas' must be a list of .avsc file paths, "
                           f"got {paths!r}")
@@ -387,21 +392,16 @@ def _input(s: dict[str, Any], base: Path) -> InputConfig:
         except ValueError as exc:
             raise ConfigError(f"'input.writer_schemas[{i}]': {path} is not JSON: {exc}") from exc
         texts.append(text)
-    return InputConfig(writer_schemas=tuple(texts),
-                       max_ahead_s=_number(s, "max_ahead_s", p, 86400.0, minimum=0))
+    return InputConfig(writer_schemas=tuple(texts), max_ahead_s=s.number("max_ahead_s", minimum=0))
 
 
-def _offsets(s: dict[str, Any]) -> OffsetsConfig:
-    p = "offsets"
-    _no_unknown(s, p, _known(OffsetsConfig))
-    return OffsetsConfig(store=_choice(s, "store", p, "hbase", ("hbase", "kafka", "zookeeper")),
-                         zookeeper_hosts=_str(s, "zookeeper_hosts", p, "127.0.0.1:2181"))
+def _offsets(data: dict[str, Any]) -> OffsetsConfig:
+    s = _Section(data, "offsets", OffsetsConfig)
+    return OffsetsConfig(store=s.choice("store", ("hbase", "kafka", "zookeeper")),
+                         zookeeper_hosts=s.text("zookeeper_hosts"))
 
 
-def _output(s: dict[str, Any]) -> OutputConfig:
-    p = "output"
-    _no_unknown(s, p, _known(OutputConfig))
-    topic = s.get("closed_sessions_topic")
-    if topic is not None:
-        topic = _str(s, "closed_sessions_topic", p, pattern=_TOPIC_RE)
-    return OutputConfig(closed_sessions_topic=topic)
+def _output(data: dict[str, Any]) -> OutputConfig:
+    s = _Section(data, "output", OutputConfig)
+    return OutputConfig(
+        closed_sessions_topic=s.text("closed_sessions_topic", pattern=_TOPIC_RE, optional=True))

@@ -1,4 +1,4 @@
-"""The WebEvent record and its Avro schema (the contract in DESIGN.md, field order included)."""
+"""The WebEvent record and its Avro schema (the contract in docs/DESIGN.md, field order too)."""
 
 from __future__ import annotations
 

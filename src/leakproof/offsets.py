@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 from leakproof.errors import DataLossError, OffsetError
 
@@ -91,7 +90,7 @@ def check_position(topic: str, partition: int, position: int, bounds: LogBounds,
 def resolve_start(topic: str, assigned: Iterable[int], stored: Mapping[int, int] | None,
                   bounds: Mapping[int, LogBounds], *, auto_offset_reset: str,
                   on_data_loss: str) -> StartPlan:
-    """Start positions for the assigned partitions (every case of DESIGN.md's list).
+    """Start positions for the assigned partitions (every case of docs/DESIGN.md's list).
 
     - no stored row: ``auto_offset_reset`` earliest | latest, or none = refuse;
     - stored offset for a partition: resume there (checked against the log, see check_position);
@@ -159,21 +158,3 @@ class CommittedBatch:
     batch_ms: int
     offsets: dict[int, int]
     audit: dict[str, str]
-
-
-class CommitStore(Protocol):
-    """Where committed offsets live (config ``offsets.store``): HBase (default, with history),
-    the Kafka consumer group, or ZooKeeper. The job resumes from ``latest`` and writes with
-    ``put`` only after the batch's output and the lease check succeeded."""
-
-    name: str
-
-    def latest(self) -> CommittedBatch | None: ...
-
-    def put(self, batch_ms: int, offsets: Mapping[int, int],
-            audit: Mapping[str, str]) -> None: ...
-
-    def history(self, limit: int) -> list[CommittedBatch]: ...
-
-    def close(self) -> None: ...
-

@@ -1,6 +1,6 @@
 """Expected session rows, computed independently of the fold (pure).
 
-Written from DESIGN.md's definitions, not from sessions.py: all events of a partition are
+Written from docs/DESIGN.md's definitions, not from sessions.py: all events of a partition are
 scanned in order to decide which are late or repeat a (session_id, seq) already applied, then
 each session's aggregates are computed from the list of its applied events with plain
 min/max/sum.
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from leakproof.events import WebEvent
 
-# The columns of family `s` the oracle predicts, as DESIGN.md names them.
+# The columns of family `s` the oracle predicts, as docs/DESIGN.md names them.
 COLUMNS = ("user_id", "events", "pageviews", "clicks", "purchases", "errors", "bytes",
            "first_ts", "last_ts", "entry_url", "exit_url", "state", "out_of_order",
            "late_events", "duplicates", "unknown_types")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from leakproof import codec
@@ -27,11 +26,12 @@ from leakproof.errors import CommitRefused, DecodeError
 from leakproof.events import WebEvent
 from leakproof.hbase.connection import Connections, ride_out
 from leakproof.hbase.dead_letters import DeadLetterStore
-from leakproof.hbase.session_store import SessionStore, fence_key
+from leakproof.hbase.session_store import SessionStore
 from leakproof.hbase.state_store import StateStore
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import Gap, OffsetRange
-from leakproof.sessions import PartitionFolder
+from leakproof.reports import TaskReport
+from leakproof.sessions import PartitionFolder, fence_key
 
 _connections: dict[Any, Connections] = {}
 _decoders: dict[InputConfig, codec.Decoder] = {}
@@ -43,33 +43,6 @@ def _decoder(cfg: InputConfig) -> codec.Decoder:
     if decoder is None:
         decoder = _decoders[cfg] = codec.Decoder(cfg.writer_schemas, cfg.max_ahead_ms)
     return decoder
-
-
-@dataclass
-class TaskReport:
-    """One range's counts and timings, sent back to the driver for the progress line."""
-
-    partition: int
-    from_offset: int
-    until_offset: int
-    records: int = 0
-    applied: int = 0
-    replayed: int = 0
-    late: int = 0
-    duplicates: int = 0
-    unknown_types: int = 0
-    dead_letters: int = 0
-    dead_letter_kinds: dict[str, int] = field(default_factory=dict)
-    gaps: list[list[int]] = field(default_factory=list)  # [partition, from, to]: deleted unread
-    sessions: int = 0
-    closed: int = 0
-    watermark: int = -1
-    read_s: float = 0.0
-    fold_s: float = 0.0
-    write_s: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def run_range(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int) -> TaskReport:
@@ -97,18 +70,18 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
     dead: list[DecodeError] = []
     decoder = _decoder(cfg.input)
     gaps: list[Gap] = []
-    for offset, key, value, timestamp in read_range(cfg.kafka, rng, gaps):
+    for rec in read_range(cfg.kafka, rng, gaps):
         report.records += 1
         try:
-            events.append((offset, decoder.decode(key, value, topic=rng.topic,
-                                                  partition=rng.partition, offset=offset,
-                                                  timestamp=timestamp)))
+            events.append((rec.offset, decoder.decode(rec.key, rec.value, topic=rng.topic,
+                                                      partition=rng.partition, offset=rec.offset,
+                                                      timestamp=rec.timestamp)))
         except DecodeError as err:
             dead.append(err)
             report.dead_letter_kinds[err.kind] = report.dead_letter_kinds.get(err.kind, 0) + 1
     t1 = time.monotonic()
     report.read_s = t1 - t0
-    report.gaps = [[g.partition, g.stored, g.resumed_at] for g in gaps]
+    report.gaps = tuple(gaps)
 
     with conns.get() as conn:
         sessions_table = SessionStore(conn.table(cfg.hbase.sessions_table))
@@ -147,10 +120,8 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
         report.write_s = time.monotonic() - t2
     report.applied, report.replayed, report.late = result.applied, result.replayed, result.late
     report.duplicates, report.unknown_types = result.duplicates, result.unknown_types
-    report.dead_letters = len(dead)
     report.sessions = len(result.touched)
     report.closed = len(result.closed_now)
-    report.watermark = result.partition.watermark
 
 
 _producers: dict[str, Any] = {}

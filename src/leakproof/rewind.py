@@ -19,10 +19,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from leakproof.commit_stores.hbase import OffsetStore
 from leakproof.config import Config
 from leakproof.errors import OffsetError
 from leakproof.hbase.connection import connect, ensure_tables
-from leakproof.hbase.offset_store import OffsetStore
 from leakproof.hbase.state_store import StateStore
 from leakproof.kafka.admin import KafkaMetadata
 
@@ -92,8 +92,7 @@ def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None) -> tupl
             if not bounds[p].log_start <= o <= bounds[p].log_end:
                 raise OffsetError(f"{topic} partition {p}: offset {o} is outside the log "
                                   f"[{bounds[p].log_start}, {bounds[p].log_end}]")
-        lease = StateStore(conn, cfg.hbase.state_table).bump_epoch(topic, group, "rewind")
-        epoch = int(lease.split(b":", 1)[0])
+        epoch = StateStore(conn, cfg.hbase.state_table).bump_epoch(topic, group, "rewind").epoch
         now = int(time.time() * 1000) if now_ms is None else now_ms
         batch_ms = max(now, (latest.batch_ms + 1) if latest else now)
         store.put(batch_ms, offsets, {

@@ -29,6 +29,15 @@ from leakproof.events import WebEvent
 NO_WATERMARK = -1
 
 
+def fence_key(topic: str, partition: int) -> str:
+    """Names a session row's fence for one Kafka partition: ``<topic>:<partition>``.
+
+    A session lives in one partition, but a repartitioned topic (or a second topic) may bring
+    its events from another: each source partition keeps its own fence.
+    """
+    return f"{topic}:{partition}"
+
+
 class Outcome(Enum):
     """What feeding one event did."""
 
@@ -108,7 +117,7 @@ class SeqSet:
 
 @dataclass(slots=True)
 class SessionState:
-    """A session row: the aggregates of DESIGN.md plus what folding needs to go on."""
+    """A session row: the aggregates of docs/DESIGN.md plus what folding needs to go on."""
 
     session_id: str
     user_id: str
@@ -128,7 +137,7 @@ class SessionState:
     out_of_order: int = 0
     late_events: int = 0
     duplicates: int = 0
-    unknown_types: int = 0  # applied events whose event_type is none of KNOWN_EVENT_TYPES
+    unknown_types: int = 0  # applied events whose event_type is not pageview, click, purchase
     seqs: SeqSet = field(default_factory=SeqSet)
     fences: dict[str, int] = field(default_factory=dict)
 
@@ -138,9 +147,6 @@ class SessionState:
 
     def expired(self, watermark: int, close_after_ms: int) -> bool:
         return watermark > self.last_ts + close_after_ms
-
-
-KNOWN_EVENT_TYPES = frozenset({"pageview", "click", "purchase"})
 
 
 def apply_event(s: SessionState, e: WebEvent) -> None:

@@ -52,10 +52,11 @@ def read_topic(cfg: Config) -> tuple[dict[int, list[WebEvent]], list[DecodeError
     decoder = codec.Decoder(cfg.input.writer_schemas, cfg.input.max_ahead_ms)
     for p in parts:
         rng = OffsetRange(cfg.kafka.topic, p, bounds[p].log_start, bounds[p].log_end)
-        for offset, key, value, timestamp in read_range(cfg.kafka, rng):
+        for rec in read_range(cfg.kafka, rng):
             try:
-                events[p].append(decoder.decode(key, value, topic=rng.topic, partition=p,
-                                                offset=offset, timestamp=timestamp))
+                events[p].append(decoder.decode(rec.key, rec.value, topic=rng.topic,
+                                                partition=p, offset=rec.offset,
+                                                timestamp=rec.timestamp))
             except DecodeError as err:
                 bad.append(err)
     return events, bad

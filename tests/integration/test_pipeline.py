@@ -45,7 +45,7 @@ def log_ends(env: Env) -> dict[int, int]:
 
 
 def assert_offsets_chain(env: Env, *, complete: bool = True) -> list[dict[int, int]]:
-    """Rows as DESIGN.md fixes them; offsets never go back; the newest one is the log end."""
+    """Rows as docs/DESIGN.md fixes them; offsets never go back; the newest one is the log end."""
     rows = offsets_rows(env)
     assert rows, "no offsets row committed"
     chain = []

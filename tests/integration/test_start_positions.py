@@ -1,4 +1,4 @@
-"""Every start case of DESIGN.md, against real Kafka and HBase (Job.prepare, no Spark)."""
+"""Every start case of docs/DESIGN.md, against real Kafka and HBase (Job.prepare, no Spark)."""
 
 from __future__ import annotations
 

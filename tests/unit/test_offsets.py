@@ -1,4 +1,4 @@
-"""Offset planning: every start case of DESIGN.md, rate caps, ranges."""
+"""Offset planning: every start case of docs/DESIGN.md, rate caps, ranges."""
 
 from __future__ import annotations
 

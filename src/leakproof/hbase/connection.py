@@ -1,4 +1,8 @@
-"""happybase connections and table creation; the one place that knows Thrift's quirks."""
+"""happybase connections and table creation; the one place that speaks Thrift.
+
+Everything above this module uses happybase's API; the one call happybase lacks
+(checkAndPut, for the driver lease) is made here on the raw Thrift client.
+"""
 
 from __future__ import annotations
 
@@ -119,6 +123,21 @@ def ride_out(cfg: HBaseConfig, what: str, attempt: Callable[[], T],
             if tries > 1:
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+
+def check_and_put(conn: happybase.Connection, table: str, row: bytes, column: bytes,
+                  expected: bytes | None, value: bytes) -> bool:
+    """Thrift1 checkAndPut: write ``value`` to ``column`` only if the cell now holds
+    ``expected`` (None: only if it is empty). True when the put happened.
+
+    ``table`` is the short name: the ``table_prefix`` is added the way happybase adds it.
+    """
+    from Hbase_thrift import Mutation  # happybase generates this module from its Thrift IDL
+
+    mutation = Mutation(column=column, value=value, isDelete=False, writeToWAL=True)
+    done: bool = conn.client.checkAndPut(conn._table_name(table), row, column, expected,
+                                         mutation, {})
+    return done
 
 
 def ensure_tables(conn: happybase.Connection, cfg: HBaseConfig) -> list[str]:

@@ -13,16 +13,12 @@ import happybase
 
 from leakproof.sessions import SeqSet, SessionState
 
-# family `s`, as DESIGN.md fixes them (decimal text / text), plus the anomaly counts
+# family `s`, as docs/DESIGN.md fixes them (decimal text / text), plus the anomaly counts
 # late_events, duplicates and unknown_types.
 _INT_COLUMNS = ("events", "pageviews", "clicks", "purchases", "errors", "bytes", "first_ts",
                 "last_ts", "out_of_order", "late_events", "duplicates", "unknown_types")
 _TEXT_COLUMNS = ("user_id", "entry_url", "exit_url", "state")
 _FENCE_PREFIX = "f:p:"
-
-
-def fence_key(topic: str, partition: int) -> str:
-    return f"{topic}:{partition}"
 
 
 def to_cells(s: SessionState) -> dict[bytes, bytes]:

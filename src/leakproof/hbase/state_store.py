@@ -3,9 +3,10 @@
 Rows:
 - ``wm:<topic>:<partition>`` family ``w`` (watermark, offset), family ``o`` (open session ->
   its last_ts): written after the partition's session rows, so it never runs ahead of them.
-- ``lease:<topic>:<group>`` family ``l``, cell ``holder`` = ``<epoch>:<last batch ms>``:
+- ``lease:<topic>:<group>`` family ``l``, cell ``holder`` = a Lease (``<epoch>:<tag>``):
   every offsets commit is a checkAndPut on it, so a second driver fences the first.
 - ``gap:<topic>:<group>:<partition>:<stored offset>`` family ``g``: data lost to retention.
+- ``last:<topic>:<group>`` family ``l``: a TTL-free copy of the newest commit (commit_stores).
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ from __future__ import annotations
 import time
 
 import happybase
-from Hbase_thrift import Mutation  # happybase loads this module from its Thrift IDL
 
+from leakproof.config import HBaseConfig
 from leakproof.errors import CommitRefused
+from leakproof.hbase.connection import Connections, check_and_put
+from leakproof.lease import FIRST_EPOCH, Lease
+from leakproof.offsets import Gap
 from leakproof.sessions import NO_WATERMARK, PartitionState
 
 
@@ -68,17 +72,18 @@ class StateStore:
 
     # -- leases --------------------------------------------------------------------------
 
-    def read_lease(self, topic: str, group: str) -> bytes | None:
+    def read_lease(self, topic: str, group: str) -> Lease | None:
         cells: dict[bytes, bytes] = self._table.row(lease_row(topic, group), columns=[LEASE_COLUMN])
-        return cells.get(LEASE_COLUMN)
+        raw = cells.get(LEASE_COLUMN)
+        return Lease.parse(raw) if raw else None
 
     def lease_epoch(self, topic: str, group: str) -> int | None:
         """The epoch of the driver that holds the lease (None: no driver ever ran)."""
         holder = self.read_lease(topic, group)
-        return int(holder.split(b":", 1)[0]) if holder else None
+        return holder.epoch if holder else None
 
-    def bump_epoch(self, topic: str, group: str, tag: str, attempts: int = 20) -> bytes:
-        """Take the lease with the next epoch; returns the new holder value.
+    def bump_epoch(self, topic: str, group: str, tag: str, attempts: int = 20) -> Lease:
+        """Take the lease with the next epoch; returns the new holder.
 
         A running driver rewrites the holder cell at every commit, so a read-then-CAS can
         lose to it: read again and retry. Whoever bumps last holds the lease; every older
@@ -86,34 +91,61 @@ class StateStore:
         """
         for _ in range(attempts):
             current = self.read_lease(topic, group)
-            epoch = int(current.split(b":", 1)[0]) + 1 if current else 1
-            lease = f"{epoch}:{tag}".encode()
+            lease = current.successor(tag) if current else Lease(FIRST_EPOCH, tag)
             if self.compare_and_set_lease(topic, group, current, lease):
                 return lease
             time.sleep(0.05)
         raise CommitRefused(f"could not take the lease of {topic}:{group} in {attempts} "
                             f"attempts: the holder cell keeps changing")
 
-    def compare_and_set_lease(self, topic: str, group: str, expected: bytes | None,
-                              new: bytes) -> bool:
-        """Thrift1 checkAndPut: set the holder cell only if it still holds ``expected``."""
-        mutation = Mutation(column=LEASE_COLUMN, value=new, isDelete=False, writeToWAL=True)
-        full = self._conn._table_name(self._name)  # with table_prefix, as happybase does
-        ok: bool = self._conn.client.checkAndPut(full, lease_row(topic, group), LEASE_COLUMN,
-                                                 expected, mutation, {})
-        return ok
+    def compare_and_set_lease(self, topic: str, group: str, expected: Lease | None,
+                              new: Lease) -> bool:
+        """Set the holder cell only if it still holds ``expected`` (None: no holder yet)."""
+        return check_and_put(self._conn, self._name, lease_row(topic, group), LEASE_COLUMN,
+                             expected.encode() if expected else None, new.encode())
 
     # -- gaps ----------------------------------------------------------------------------
 
-    def record_gap(self, topic: str, group: str, partition: int, stored: int,
-                   resumed_at: int) -> None:
-        row = f"gap:{topic}:{group}:{partition}:{stored:020d}".encode()
-        self._table.put(row, {b"g:stored": str(stored).encode(),
-                              b"g:resumed_at": str(resumed_at).encode(),
-                              b"g:lost": str(resumed_at - stored).encode(),
+    def record_gap(self, topic: str, group: str, gap: Gap) -> None:
+        row = f"gap:{topic}:{group}:{gap.partition}:{gap.stored:020d}".encode()
+        self._table.put(row, {b"g:stored": str(gap.stored).encode(),
+                              b"g:resumed_at": str(gap.resumed_at).encode(),
+                              b"g:lost": str(gap.resumed_at - gap.stored).encode(),
                               b"g:recorded_ms": str(int(time.time() * 1000)).encode()})
 
     def gaps(self, topic: str, group: str) -> list[dict[str, str]]:
         prefix = f"gap:{topic}:{group}:".encode()
         return [{"row": k.decode(), **{c[2:].decode(): v.decode() for c, v in cells.items()}}
                 for k, cells in self._table.scan(row_prefix=prefix)]
+
+
+class HBaseLeaseStore:
+    """The driver's side of the state table for one topic and group: the lease and the gap
+    records, each call retried on fresh connections while an HBase outage is tolerated."""
+
+    def __init__(self, cfg: HBaseConfig, topic: str, group: str) -> None:
+        self._cfg = cfg
+        self._topic, self._group = topic, group
+        self._conns = Connections(cfg)
+
+    def _state(self, conn: happybase.Connection) -> StateStore:
+        return StateStore(conn, self._cfg.state_table)
+
+    def take(self, tag: str) -> Lease:
+        return self._conns.call("lease take", lambda c: self._state(c).bump_epoch(
+            self._topic, self._group, tag))
+
+    def holder(self) -> Lease | None:
+        return self._conns.call("lease check", lambda c: self._state(c).read_lease(
+            self._topic, self._group))
+
+    def compare_and_set(self, expected: Lease, new: Lease) -> bool:
+        return self._conns.call("lease check-and-set", lambda c: self._state(c)
+                                .compare_and_set_lease(self._topic, self._group, expected, new))
+
+    def record_gap(self, gap: Gap) -> None:
+        self._conns.call("record gap", lambda c: self._state(c).record_gap(
+            self._topic, self._group, gap))
+
+    def close(self) -> None:
+        self._conns.reset()

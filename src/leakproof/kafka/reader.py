@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError, OffsetOutOfRangeError
@@ -22,6 +22,15 @@ from leakproof.offsets import Gap, OffsetRange
 log = logging.getLogger(__name__)
 
 _consumers: dict[tuple[str, str, int], KafkaConsumer] = {}
+
+
+class KafkaRecord(NamedTuple):
+    """One record of a range as the job uses it (a tuple: this is built per record)."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int  # ms; the producer's create time or the broker's append time
 
 
 def consumer_settings(cfg: KafkaConfig) -> dict[str, Any]:
@@ -76,8 +85,8 @@ def drop_consumer(cfg: KafkaConfig, topic: str, partition: int) -> None:
 
 
 def read_range(cfg: KafkaConfig, rng: OffsetRange, gaps: list[Gap] | None = None
-               ) -> Iterator[tuple[int, bytes | None, bytes | None, int]]:
-    """Yield (offset, key, value, timestamp ms) for every record in [from, until), in order.
+               ) -> Iterator[KafkaRecord]:
+    """Yield every record in [from, until), in offset order.
 
     Retention (or ``delete_records``) may delete part of the range after it was planned. With
     ``kafka.on_data_loss: skip`` and a ``gaps`` list, the deleted offsets are appended to it
@@ -101,7 +110,7 @@ def read_range(cfg: KafkaConfig, rng: OffsetRange, gaps: list[Gap] | None = None
                 if record.offset >= rng.until_offset:
                     return
                 if record.offset >= position:
-                    yield record.offset, record.key, record.value, record.timestamp
+                    yield KafkaRecord(record.offset, record.key, record.value, record.timestamp)
             new_position = consumer.position(tp)
             if new_position > position:
                 position = new_position

@@ -1,10 +1,11 @@
 """Committed offsets kept in the Kafka consumer group ``kafka.group_id`` (offsets.store: kafka).
 
 The group's committed offset per partition is the next offset to read, as in every Kafka
-consumer; the commit metadata carries the batch time and the driver epoch, so ``latest``
-gives a CommittedBatch like the HBase store. Kafka keeps one commit per partition: there is
-no history (``offsets history`` then shows the newest only), and the broker expires a group's
-offsets after ``offsets.retention.minutes`` (7 days by default) without a commit.
+consumer; the commit metadata carries the batch time, the driver epoch and the topic id (the
+REQUIRED_AUDIT keys), so ``latest`` gives a CommittedBatch like the HBase store. Kafka keeps
+one commit per partition: there is no history (``offsets history`` then shows the newest
+only), and the broker expires a group's offsets after ``offsets.retention.minutes`` (7 days
+by default) without a commit.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from leakproof.commit_stores import REQUIRED_AUDIT
 from leakproof.config import Config
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.offsets import CommittedBatch
 
 
 class KafkaGroupCommitStore:
+    """Commits as consumer-group offsets, through the driver's admin client."""
+
     name = "kafka"
 
     def __init__(self, cfg: Config) -> None:
@@ -41,8 +45,9 @@ class KafkaGroupCommitStore:
 
     def put(self, batch_ms: int, offsets: Mapping[int, int], audit: Mapping[str, str]) -> None:
         # the broker caps metadata at offset.metadata.max.bytes (4096): keep it small
-        meta = json.dumps({"batch_ms": batch_ms, "epoch": audit.get("epoch", ""),
-                           "writer": "leakproof"}, separators=(",", ":"))
+        meta = json.dumps({"batch_ms": batch_ms, "writer": "leakproof",
+                           **{k: audit[k] for k in REQUIRED_AUDIT if k in audit}},
+                          separators=(",", ":"))
         self._kafka.mirror_group_offsets(self._group, self._topic, offsets, meta)
 
     def history(self, limit: int) -> list[CommittedBatch]:

@@ -1,4 +1,4 @@
-"""The offsets table operators know: row ``<topic>:<group>:<batch ms, 13 digits>``.
+"""The HBase commit store: the offsets table operators know, ``<topic>:<group>:<batch ms>``.
 
 Family ``offsets``: qualifier = partition id (decimal text), value = the next offset to read
 (the batch's until offset, decimal text). Family ``audit``: the batch's counts and timings.
@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import happybase
 
+from leakproof.commit_stores import REQUIRED_AUDIT
 from leakproof.config import Config
 from leakproof.hbase.connection import Connections
 from leakproof.offsets import CommittedBatch
@@ -69,7 +70,8 @@ class HBaseCommitStore:
     ever; a job stopped for longer than the TTL would then find no row and start over from
     ``auto_offset_reset``. So every commit also writes its offsets to the row
     ``last:<topic>:<group>`` of the state table (family ``l``), which has no TTL, and
-    ``latest`` falls back to it.
+    ``latest`` falls back to it. The copy keeps the REQUIRED_AUDIT keys too, so the
+    recreated-topic check still works on a job resumed from it.
     """
 
     name = "hbase"
@@ -97,7 +99,9 @@ class HBaseCommitStore:
             copy = CommittedBatch(
                 int(cells[b"l:batch_ms"]),
                 {int(k[len(b"l:p"):]): int(v) for k, v in cells.items()
-                 if k.startswith(b"l:p")}, {})
+                 if k.startswith(b"l:p")},
+                {k: cells[f"l:{k}".encode()].decode() for k in REQUIRED_AUDIT
+                 if f"l:{k}".encode() in cells})
             log.warning("no row for %s:%s in %s (expired by its TTL?): resuming from the "
                         "copy of batch %d kept in %s", self._topic, self._group,
                         self._hb.full_name(self._hb.offsets_table), copy.batch_ms,
@@ -111,6 +115,8 @@ class HBaseCommitStore:
             self._rows(conn).put(batch_ms, offsets, audit)
             copy = {f"l:p{p}".encode(): str(o).encode() for p, o in offsets.items()}
             copy[b"l:batch_ms"] = str(batch_ms).encode()
+            copy.update({f"l:{k}".encode(): audit[k].encode() for k in REQUIRED_AUDIT
+                         if k in audit})
             conn.table(self._hb.state_table).put(self._last_row(), copy)
 
         self._conns.call("offsets commit", write)

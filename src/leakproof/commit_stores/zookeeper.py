@@ -22,6 +22,8 @@ from leakproof.offsets import CommittedBatch
 
 
 class ZooKeeperCommitStore:
+    """Commits as znodes, all of one batch in one multi-op transaction."""
+
     name = "zookeeper"
 
     def __init__(self, cfg: Config, timeout_s: float = 15.0) -> None:

@@ -1,0 +1,95 @@
+"""The values that travel with one batch, from planning through commit to progress (pure)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from leakproof.lease import Lease
+from leakproof.offsets import Gap, LogBounds, OffsetRange
+from leakproof.reports import BatchTotals
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """What planning decided for one batch time: a range per assigned partition.
+
+    ``gaps`` are offsets skipped at planning because retention deleted them
+    (``kafka.on_data_loss: skip``); ``appeared`` holds the partitions this plan saw for the
+    first time, with the offset each starts from, so the commit chain can take them in.
+    """
+
+    batch_ms: int
+    ranges: tuple[OffsetRange, ...]
+    bounds: Mapping[int, LogBounds]
+    gaps: tuple[Gap, ...] = ()
+    appeared: Mapping[int, int] = field(default_factory=dict)
+
+    @property
+    def work(self) -> list[OffsetRange]:
+        """The ranges with records to read: one Spark task each."""
+        return [r for r in self.ranges if r.count]
+
+    @property
+    def records(self) -> int:
+        return sum(r.count for r in self.ranges)
+
+    def lag_by_partition(self) -> dict[int, int]:
+        """Records left behind each range's end once the batch is done."""
+        return {r.partition: self.bounds[r.partition].log_end - r.until_offset
+                for r in self.ranges}
+
+    @property
+    def lag(self) -> int:
+        return sum(self.lag_by_partition().values())
+
+    def describe(self) -> str:
+        return ", ".join(str(r) for r in self.work)
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What the commit of one batch did: its totals, every gap it recorded, how long it took.
+
+    ``moved`` is False when no offset advanced: then no offsets row was written.
+    """
+
+    totals: BatchTotals
+    gaps: tuple[Gap, ...]
+    offsets: Mapping[int, int]
+    moved: bool
+    commit_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """One finished batch, as the progress listeners see it."""
+
+    plan: BatchPlan
+    committed: Committed
+    took_s: float
+    rate_limit: float | None = None  # the backpressure estimate in force, events/s
+
+
+def audit_cells(plan: BatchPlan, totals: BatchTotals, gaps: tuple[Gap, ...], lease: Lease,
+                topic_id: str | None, now_ms: int | None = None) -> dict[str, str]:
+    """The offsets row's ``audit`` family: the batch's counts, ranges and gaps, who committed
+    it (lease epoch) and which topic the offsets belong to (Kafka's topic id)."""
+    audit: dict[str, object] = {
+        **totals.counts(), "lag": plan.lag,
+        "committed_ms": int(time.time() * 1000) if now_ms is None else now_ms,
+        "epoch": lease.epoch,
+        **({"topic_id": topic_id} if topic_id else {}),
+        "ranges": ",".join(f"{r.partition}:{r.from_offset}-{r.until_offset}"
+                           for r in plan.ranges),
+    }
+    if gaps:
+        audit["gaps"] = ",".join(f"{g.partition}:{g.stored}-{g.resumed_at}" for g in gaps)
+    return {k: str(v) for k, v in audit.items()}
+
+
+def batch_millis(t: datetime) -> int:
+    """PySpark hands batch times as local datetimes built from epoch ms; get the ms back."""
+    return round(t.timestamp() * 1000)

@@ -1,0 +1,157 @@
+"""Committing: a batch's offsets become durable only after every one of its tasks succeeded.
+
+Owned by the thread that runs batch outputs. It keeps the commit chain (the until offsets
+of the last commit) and this driver's lease; nothing else writes them. The steps are
+numbered in ``Committer.commit``; any failure raises, and the caller stops the job before a
+later batch can commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+
+from leakproof.crashpoints import crash_point
+from leakproof.driver.batch import BatchPlan, Committed, audit_cells
+from leakproof.driver.ports import CommitStore, GroupMirror, LeaseStore
+from leakproof.errors import BatchFailed, CommitRefused
+from leakproof.lease import Lease
+from leakproof.offsets import CommittedBatch, Gap, StartPlan
+from leakproof.reports import BatchTotals, TaskReport
+
+log = logging.getLogger(__name__)
+
+
+class Committer:
+    """The commit chain and the lease of one driver, for one topic and group."""
+
+    def __init__(self, topic: str, group: str, store: CommitStore, leases: LeaseStore,
+                 mirror: GroupMirror | None = None) -> None:
+        self.topic, self.group = topic, group
+        self._store = store
+        self._leases = leases
+        self._mirror_to = mirror  # None: no copy to the Kafka group
+        self._lease: Lease | None = None
+        self._chain: dict[int, int] = {}  # until offsets of the last commit, per partition
+        self._topic_id: str | None = None
+        self._unmirrored: tuple[int, dict[int, int]] | None = None  # a group copy still owed
+
+    @property
+    def lease(self) -> Lease:
+        if self._lease is None:
+            raise RuntimeError("Committer.begin was not called")
+        return self._lease
+
+    @property
+    def committed(self) -> dict[int, int]:
+        """The until offsets of the last commit (where a restart would resume)."""
+        return dict(self._chain)
+
+    def begin(self, lease: Lease, latest: CommittedBatch | None, start: StartPlan,
+              topic_id: str | None) -> None:
+        """Start the chain at the stored row, moved to where this run really starts.
+
+        Partitions no longer assigned keep their stored offsets; new partitions and
+        skipped gaps move theirs, and each gap is recorded before anything is read.
+        """
+        for gap in start.gaps:
+            self._record_gap(gap)
+        self._lease = lease
+        self._chain = {**(latest.offsets if latest else {}), **start.positions}
+        self._topic_id = topic_id
+
+    def commit(self, plan: BatchPlan, reports: Sequence[TaskReport]) -> Committed:
+        """Commit one batch whose tasks returned ``reports``:
+
+        1. every range with records has its task's report (a lost task fails the batch);
+        2. the chain: each range starts where the last commit ended (no batch skipped);
+        3. nothing moved: no row -- but the lease is checked, so an idle driver notices
+           that another one took over, and a group copy still owed is retried;
+        4. the data-loss gaps (planning's and the tasks') are recorded, before the row
+           that passes them;
+        5. the lease: compare-and-set from ours to ours-after-this-batch. A retried call
+           that finds its own earlier write had its reply lost: not a rival;
+        6. the offsets row (or the group / ZooKeeper commit: ``offsets.store``);
+        7. the chain and the lease move on; the commit is copied to the Kafka group.
+        """
+        t0 = time.monotonic()
+        lease = self.lease
+        # 1. every task reported
+        expected = {r.partition for r in plan.work}
+        got = {r.partition for r in reports}
+        if got != expected:
+            raise BatchFailed(f"batch {plan.batch_ms}: reports for partitions {sorted(got)}, "
+                              f"expected {sorted(expected)}")
+        totals = BatchTotals.of(reports)
+        # 2. the chain (partitions that appeared with this plan join it where they start)
+        chain = {**plan.appeared, **self._chain}
+        skipped = {g.partition for g in plan.gaps}  # moved on past deleted data, recorded
+        for r in plan.ranges:
+            if r.partition not in skipped and chain.get(r.partition) != r.from_offset:
+                raise CommitRefused(
+                    f"batch {plan.batch_ms}: partition {r.partition} starts at {r.from_offset} "
+                    f"but the last commit ended at {chain.get(r.partition)}; "
+                    f"a batch was skipped")
+        new_offsets = {**chain, **{r.partition: r.until_offset for r in plan.ranges}}
+        gaps = plan.gaps + totals.gaps
+        self._chain = chain
+        # 3. nothing moved
+        if new_offsets == chain:
+            self._check_lease(lease)
+            if self._unmirrored is not None:
+                self._mirror(*self._unmirrored)
+            return Committed(totals, gaps, new_offsets, moved=False)
+        # 4. gaps
+        for gap in gaps:
+            self._record_gap(gap)
+        # 5. the lease
+        new_lease = lease.after(plan.batch_ms)
+        crash_point("driver_before_commit")
+        if not self._leases.compare_and_set(lease, new_lease):
+            holder = self._leases.holder()
+            if holder != new_lease:
+                raise CommitRefused(
+                    f"batch {plan.batch_ms}: the lease of {self.topic}:{self.group} moved on "
+                    f"(now {holder}); another driver runs this topic and group. This driver "
+                    f"stops without committing.")
+        crash_point("driver_during_commit")
+        # 6. the offsets row
+        self._store.put(plan.batch_ms, new_offsets,
+                        audit_cells(plan, totals, gaps, lease, self._topic_id))
+        crash_point("driver_after_commit")
+        # 7. move on
+        self._lease, self._chain = new_lease, new_offsets
+        self._mirror(plan.batch_ms, new_offsets)
+        return Committed(totals, gaps, new_offsets, moved=True, commit_s=time.monotonic() - t0)
+
+    def _check_lease(self, lease: Lease) -> None:
+        holder = self._leases.holder()
+        if holder is None or holder.epoch != lease.epoch:
+            raise CommitRefused(
+                f"the lease of {self.topic}:{self.group} is at epoch "
+                f"{holder.epoch if holder else None}, this driver's is {lease.epoch}: another "
+                f"driver took over. This driver stops.")
+
+    def _record_gap(self, gap: Gap) -> None:
+        log.warning("data loss on %s partition %d: offsets [%d, %d) were deleted before being "
+                    "read; skipping them (kafka.on_data_loss=skip), gap recorded",
+                    self.topic, gap.partition, gap.stored, gap.resumed_at)
+        self._leases.record_gap(gap)
+
+    def _mirror(self, batch_ms: int, offsets: Mapping[int, int]) -> None:
+        """Best effort: a Kafka hiccup here must not fail a batch the store already holds.
+
+        A copy that failed (on a new broker the group coordinator appears only after the
+        first request) stays owed and is retried at every later batch until it lands.
+        """
+        if self._mirror_to is None:
+            return
+        self._unmirrored = (batch_ms, dict(offsets))
+        try:
+            self._mirror_to.mirror_group_offsets(self.group, self.topic, offsets,
+                                                 f"leakproof batch {batch_ms}")
+            self._unmirrored = None
+        except Exception as exc:  # noqa: BLE001 - logged; the commit store holds the truth
+            log.warning("could not mirror offsets of batch %d to Kafka group %s (will retry): "
+                        "%s", batch_ms, self.group, exc)

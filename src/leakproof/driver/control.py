@@ -1,0 +1,148 @@
+"""Run control: the one object Spark's threads share -- stop reasons, the idle clock, the
+batches in flight, the backpressure rate.
+
+Three threads meet here: Spark's batch generator (hands plans over), the thread that runs
+batch outputs (takes them, reports the failure or the rate) and the main thread (signals,
+the idle check, stopping the StreamingContext). Everything is behind one lock and every
+method is short; no other driver state is shared.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from types import FrameType
+
+from leakproof.driver.batch import BatchPlan
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """When ``leakproof run`` stops by itself (besides SIGTERM / SIGINT)."""
+
+    until_idle_s: float | None = None
+    max_batches: int | None = None  # batches with records; later ones are not planned
+    log_format: str = "text"  # text | json: how the per-batch progress line is written
+
+
+class RunControl:
+    """Why and when the run stops, and the plans handed from planning to output."""
+
+    def __init__(self, limits: RunLimits) -> None:
+        self.limits = limits
+        # re-entrant: a signal handler runs on the main thread, which may hold the lock
+        self._lock = threading.RLock()
+        self._failure: BaseException | None = None
+        self._stop_reason: str | None = None
+        self._pending: dict[int, BatchPlan] = {}  # planned, output not yet started
+        self._running = 0  # outputs started and not yet finished
+        self._planned_with_data = 0
+        self._last_data = time.monotonic()
+        self._rate: float | None = None
+
+    # -- stopping --------------------------------------------------------------------------
+
+    @property
+    def failure(self) -> BaseException | None:
+        with self._lock:
+            return self._failure
+
+    @property
+    def stop_reason(self) -> str | None:
+        with self._lock:
+            return self._stop_reason
+
+    def fail(self, exc: BaseException) -> None:
+        """The first failure wins; the job stops and commits nothing after it."""
+        with self._lock:
+            if self._failure is None:
+                self._failure = exc
+                log.error("stopping: %s", exc)
+
+    def request_stop(self, reason: str) -> None:
+        """A graceful stop: batches already planned finish and commit, no new one is planned."""
+        with self._lock:
+            self._request_stop(reason)
+
+    def _request_stop(self, reason: str) -> None:
+        if self._stop_reason is None:
+            self._stop_reason = reason
+            log.info("stopping gracefully: %s", reason)
+
+    def planning_allowed(self) -> bool:
+        with self._lock:
+            return self._failure is None and self._stop_reason is None
+
+    def ready_to_stop(self) -> bool:
+        """A stop was asked and every plan handed over has started its output (the
+        StreamingContext's graceful stop then waits for the outputs that run)."""
+        with self._lock:
+            return self._stop_reason is not None and not self._pending
+
+    # -- plans in flight -----------------------------------------------------------------
+
+    def hand_over(self, plan: BatchPlan) -> None:
+        """Planning's side: this plan's batch will run; count it for the idle clock and
+        ``--max-batches`` (at plan time: batches generated while earlier ones run would
+        otherwise all commit before a stop asked for at output time takes hold)."""
+        with self._lock:
+            self._pending[plan.batch_ms] = plan
+            if plan.records:
+                self._last_data = time.monotonic()
+                self._planned_with_data += 1
+                limit = self.limits.max_batches
+                if limit and self._planned_with_data >= limit:
+                    self._request_stop(f"{self._planned_with_data} batches planned "
+                                       f"(--max-batches)")
+
+    def take(self, batch_ms: int) -> BatchPlan | None:
+        """Output's side: the plan of this batch time (None: nothing was planned for it)."""
+        with self._lock:
+            plan = self._pending.pop(batch_ms, None)
+            if plan is not None:
+                self._running += 1
+            return plan
+
+    def output_done(self) -> None:
+        with self._lock:
+            self._running -= 1
+
+    def not_idle(self) -> None:
+        """Something happened that is not "no new records" (e.g. Kafka did not answer):
+        ``--until-idle`` must not stop the job during an outage."""
+        with self._lock:
+            self._last_data = time.monotonic()
+
+    def idle(self) -> bool:
+        """``--until-idle`` is due: nothing in flight and no records planned for that long."""
+        with self._lock:
+            if self.limits.until_idle_s is None or self._pending or self._running:
+                return False
+            return time.monotonic() - self._last_data > self.limits.until_idle_s
+
+    # -- backpressure ----------------------------------------------------------------------
+
+    @property
+    def rate(self) -> float | None:
+        """The newest backpressure estimate (events/s, whole job), None before the first."""
+        with self._lock:
+            return self._rate
+
+    def set_rate(self, rate: float) -> None:
+        with self._lock:
+            self._rate = rate
+
+    # -- signals ---------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT ask for a graceful stop (main thread only, as Python requires)."""
+        def handler(signum: int, _frame: FrameType | None) -> None:
+            self.request_stop(f"{signal.Signals(signum).name} received")
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)

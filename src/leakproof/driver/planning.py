@@ -1,0 +1,119 @@
+"""Planning: where the run starts, which partitions it reads, each batch's ranges.
+
+Owned by Spark's batch-generator thread once the run has started: ``plan`` is called when a
+batch is *generated*, possibly while earlier batches still run, so planning advances its own
+positions at plan time. The commit chain is the committer's; what planning learns that the
+chain needs (a partition that appeared, a gap skipped) travels with the plan.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from leakproof.backpressure import split_budgets
+from leakproof.config import KafkaConfig
+from leakproof.driver.batch import BatchPlan
+from leakproof.driver.ports import Metadata
+from leakproof.errors import OffsetError
+from leakproof.offsets import (
+    CommittedBatch,
+    LogBounds,
+    StartPlan,
+    check_position,
+    per_partition_budget,
+    plan_ranges,
+    resolve_start,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Planner:
+    """Start positions, then one plan per batch time, for one topic."""
+
+    def __init__(self, kafka: KafkaConfig, interval_s: float, metadata: Metadata) -> None:
+        self._cfg = kafka
+        self._interval_s = interval_s
+        self._metadata = metadata
+        self.topic = kafka.topic
+        self.topic_id: str | None = None  # Kafka's id of the topic this run reads
+        self._next: dict[int, int] = {}  # next offset to plan, per partition
+
+    def assigned(self) -> list[int]:
+        """The partitions to read, read fresh (partitions may be added while running).
+
+        The topic id is learnt on the first call; a different id later means the topic was
+        deleted and recreated under the run: its offsets mean nothing in the new topic.
+        """
+        topic_id, existing = self._metadata.describe(self.topic)
+        if self.topic_id is None:
+            self.topic_id = topic_id
+        elif topic_id and topic_id != self.topic_id:
+            raise OffsetError(
+                f"{self.topic} was deleted and recreated while this job ran (topic id "
+                f"{self.topic_id}, now {topic_id}); stopping without reading the new topic. "
+                f"Rewind (leakproof offsets rewind) once you know which data to process.")
+        wanted = self._cfg.partitions
+        if wanted is None:
+            return existing
+        missing = sorted(set(wanted) - set(existing))
+        if missing:
+            raise OffsetError(f"kafka.partitions lists {missing}, but {self.topic} has "
+                              f"partitions {existing}")
+        return list(wanted)
+
+    def start(self, latest: CommittedBatch | None) -> StartPlan:
+        """Where each assigned partition starts (every start case of docs/DESIGN.md)."""
+        partitions = self.assigned()
+        stored_id = latest.audit.get("topic_id") if latest else None
+        if latest and stored_id and self.topic_id and stored_id != self.topic_id:
+            raise OffsetError(
+                f"{self.topic} was deleted and recreated: the offsets row {latest.batch_ms} "
+                f"belongs to topic id {stored_id}, the topic now has id {self.topic_id}. "
+                f"Refusing to start: its offsets mean nothing in the new topic. Rewind "
+                f"(leakproof offsets rewind --to-time/--to-offsets) once you know which data "
+                f"to process.")
+        bounds = self._metadata.log_bounds(self.topic, partitions)
+        start = resolve_start(self.topic, partitions, latest.offsets if latest else None,
+                              bounds, auto_offset_reset=self._cfg.auto_offset_reset,
+                              on_data_loss=self._cfg.on_data_loss)
+        self._next = dict(start.positions)
+        return start
+
+    def plan(self, batch_ms: int, rate: float | None = None) -> BatchPlan:
+        """This batch's ranges: from the last planned position up to the rate caps.
+
+        ``rate`` is the backpressure estimate (events/s, whole job; None: none yet).
+        """
+        partitions = self.assigned()
+        bounds = self._metadata.log_bounds(self.topic, partitions)
+        appeared: dict[int, int] = {}
+        gaps = []
+        positions = {}
+        for p in partitions:
+            if p not in self._next:
+                # Added while running: read it from its start, like a stored row lacking it.
+                log.info("partition %d of %s appeared; reading it from offset %d", p,
+                         self.topic, bounds[p].log_start)
+                self._next[p] = appeared[p] = bounds[p].log_start
+            positions[p], gap = check_position(self.topic, p, self._next[p], bounds[p],
+                                               self._cfg.on_data_loss)
+            if gap is not None:
+                gaps.append(gap)
+        ranges = plan_ranges(self.topic, positions, {p: b.log_end for p, b in bounds.items()},
+                             self._budget(positions, bounds, rate))
+        for r in ranges:
+            self._next[r.partition] = r.until_offset
+        return BatchPlan(batch_ms, tuple(ranges), bounds, tuple(gaps), appeared)
+
+    def _budget(self, positions: Mapping[int, int], bounds: Mapping[int, LogBounds],
+                rate: float | None) -> int | Mapping[int, int | None] | None:
+        """Offsets each partition may advance: the rate caps, or backpressure's share."""
+        k = self._cfg
+        if not k.backpressure.enabled:
+            return per_partition_budget(self._interval_s, k.max_rate_per_partition,
+                                        k.min_rate_per_partition)
+        lags = {p: bounds[p].log_end - at for p, at in positions.items()}
+        return split_budgets(rate, lags, self._interval_s, k.max_rate_per_partition,
+                             k.min_rate_per_partition, k.backpressure.initial_rate)

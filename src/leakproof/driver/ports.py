@@ -1,0 +1,53 @@
+"""What the driver needs from Kafka and HBase, as protocols (leakproof.testing has fakes).
+
+The real ones: ``kafka.admin.KafkaMetadata`` (Metadata, GroupMirror),
+``hbase.state_store.HBaseLeaseStore`` (LeaseStore) and ``commit_stores`` (CommitStore).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Protocol
+
+from leakproof.commit_stores import CommitStore
+from leakproof.lease import Lease
+from leakproof.offsets import Gap, LogBounds
+
+__all__ = ["CommitStore", "GroupMirror", "LeaseStore", "Metadata"]
+
+
+class Metadata(Protocol):
+    """The topic as the broker sees it now."""
+
+    def describe(self, topic: str) -> tuple[str | None, list[int]]:
+        """Kafka's topic id (None where the broker has none) and the partition ids."""
+        ...
+
+    def log_bounds(self, topic: str, partitions: Iterable[int]) -> dict[int, LogBounds]: ...
+
+    def close(self) -> None: ...
+
+
+class GroupMirror(Protocol):
+    """Where each commit is copied for Kafka's own lag tools (the consumer group)."""
+
+    def mirror_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int],
+                             note: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class LeaseStore(Protocol):
+    """The driver lease of one topic and group, and the record of skipped data."""
+
+    def take(self, tag: str) -> Lease:
+        """Bump the epoch: from now on only this lease may commit."""
+        ...
+
+    def holder(self) -> Lease | None: ...
+
+    def compare_and_set(self, expected: Lease, new: Lease) -> bool: ...
+
+    def record_gap(self, gap: Gap) -> None: ...
+
+    def close(self) -> None: ...

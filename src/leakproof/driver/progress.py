@@ -1,0 +1,83 @@
+"""Progress: one line per batch (text for people or one JSON object), and the metrics.
+
+Fed once per finished batch with its ``BatchOutcome``; the figures are the batch's
+``BatchTotals``, summed once when it committed (the offsets row's audit holds the same).
+Listeners are plain callables, so a new sink (metrics, a test) is one more function.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from leakproof.driver.batch import BatchOutcome
+
+# The progress line's logger keeps the name it always had: operators filter logs on it and
+# tools parse the JSON objects that follow "leakproof.stream: ".
+log = logging.getLogger("leakproof.stream")
+
+Listener = Callable[[BatchOutcome, dict[str, Any]], None]
+
+
+def progress_record(outcome: BatchOutcome) -> dict[str, Any]:
+    """One batch's figures: counts summed over tasks, task timings as the slowest task's."""
+    plan, done, t = outcome.plan, outcome.committed, outcome.committed.totals
+    took = outcome.took_s
+    return {
+        "batch_ms": plan.batch_ms,
+        "ranges": [{"partition": r.partition, "from": r.from_offset, "until": r.until_offset}
+                   for r in plan.work],
+        **t.counts(), "dead_letter_kinds": dict(t.dead_letter_kinds),
+        "lag": plan.lag, "events_per_s": round(t.records / took if took else 0.0, 1),
+        "read_s": round(t.read_s, 3), "fold_s": round(t.fold_s, 3),
+        "write_s": round(t.write_s, 3), "commit_s": round(done.commit_s, 3),
+        "total_s": round(took, 3),
+        "gaps": [{"partition": g.partition, "from": g.stored, "to": g.resumed_at}
+                 for g in done.gaps],
+        "rate_limit": None if outcome.rate_limit is None else round(outcome.rate_limit, 1),
+    }
+
+
+def text_line(p: dict[str, Any]) -> str:
+    """The progress record as the one line people read."""
+    kinds = p["dead_letter_kinds"]
+    ranges = " ".join(f"p{r['partition']}:{r['from']}->{r['until']}" for r in p["ranges"])
+    return (
+        f"batch {p['batch_ms']} | {ranges} | records {p['records']} (applied {p['applied']}, "
+        f"replayed {p['replayed']}, late {p['late']}, duplicate {p['duplicates']}, "
+        f"unknown type {p['unknown_types']}, dead {p['dead_letters']}"
+        f"{' ' + json.dumps(kinds, sort_keys=True) if kinds else ''}) | "
+        f"sessions {p['sessions']} closed {p['closed']} | lag {p['lag']} | "
+        f"{p['events_per_s']:.0f} ev/s | read {p['read_s']:.2f}s fold {p['fold_s']:.2f}s "
+        f"write {p['write_s']:.2f}s commit {p['commit_s']:.2f}s total {p['total_s']:.2f}s"
+        + ("" if p["rate_limit"] is None else f" | rate limit {p['rate_limit']:.0f} ev/s"))
+
+
+def log_line(log_format: str) -> Listener:
+    """The per-batch line: text, or one JSON object (``--log-format json``)."""
+    def write(_outcome: BatchOutcome, record: dict[str, Any]) -> None:
+        if log_format == "json":
+            log.info("%s", json.dumps(record, sort_keys=True))
+        else:
+            log.info("%s", text_line(record))
+    return write
+
+
+class Progress:
+    """Hands each batch that ran tasks (or skipped a gap) to every listener."""
+
+    def __init__(self, *listeners: Listener) -> None:
+        self._listeners = list(listeners)
+
+    def add(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def batch(self, outcome: BatchOutcome) -> None:
+        if not outcome.plan.work and not outcome.committed.gaps:
+            log.debug("batch %d: no new records", outcome.plan.batch_ms)
+            return
+        record = progress_record(outcome)
+        for listener in self._listeners:
+            listener(outcome, record)
