@@ -24,10 +24,10 @@ from pathlib import Path
 import yaml
 
 from leakproof import codec, config
+from leakproof.commit_stores.hbase import OffsetStore
 from leakproof.errors import DecodeError
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import connect
-from leakproof.hbase.offset_store import OffsetStore
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange

@@ -7,13 +7,14 @@ import time
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
 
+from leakproof.commit_stores.hbase import OffsetStore
 from leakproof.config import Config
+from leakproof.driver.job import Job
 from leakproof.errors import DataLossError, OffsetError
 from leakproof.hbase.connection import connect, ensure_tables
-from leakproof.hbase.offset_store import OffsetStore
 from leakproof.hbase.state_store import StateStore
+from leakproof.lease import Lease
 from leakproof.produce import send_raw
-from leakproof.stream import Job
 
 from .conftest import Env, write_config
 
@@ -123,10 +124,12 @@ def test_a_second_driver_takes_the_lease_and_fences_the_first(env: Env) -> None:
     try:
         state = StateStore(conn, env.cfg.hbase.state_table)
         current = state.read_lease(env.name, "it")
-        assert current is not None and current.startswith(b"2:")
+        assert current is not None and current.epoch == 2
+        assert first.committer is not None and second.committer is not None
         # the first driver's commit CAS now fails: its lease value is stale
-        assert not state.compare_and_set_lease(env.name, "it", first._lease, b"1:123")
-        assert state.compare_and_set_lease(env.name, "it", second._lease,
-                                           b"2:" + str(int(time.time())).encode())
+        assert not state.compare_and_set_lease(env.name, "it", first.committer.lease,
+                                               Lease(1, "123"))
+        assert state.compare_and_set_lease(env.name, "it", second.committer.lease,
+                                           second.committer.lease.after(int(time.time())))
     finally:
         conn.close()

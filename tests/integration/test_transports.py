@@ -10,9 +10,10 @@ from collections.abc import Iterator
 import happybase
 import pytest
 
+from leakproof.commit_stores.hbase import OffsetStore
 from leakproof.hbase.connection import connect, ensure_tables
-from leakproof.hbase.offset_store import OffsetStore
 from leakproof.hbase.state_store import StateStore
+from leakproof.lease import Lease
 
 from .conftest import ROOT, Env, write_config
 
@@ -57,8 +58,8 @@ def test_framed_compact_transport_end_to_end(env: Env, framed_compact: None) -> 
         latest = offsets.latest()
         assert latest is not None and latest.offsets == {0: 9, 1: 9}
         state = StateStore(conn, cfg.hbase.state_table)
-        assert state.compare_and_set_lease(env.name, "it", None, b"1:start")  # checkAndPut
-        assert not state.compare_and_set_lease(env.name, "it", None, b"2:start")
+        assert state.compare_and_set_lease(env.name, "it", None, Lease(1, "start"))  # checkAndPut
+        assert not state.compare_and_set_lease(env.name, "it", None, Lease(2, "start"))
     finally:
         conn.close()
     # the default buffered/binary server sees the same rows

@@ -3,24 +3,34 @@
 from __future__ import annotations
 
 import json
+import logging
+from datetime import datetime
 
+import pytest
+
+from leakproof.driver.batch import BatchOutcome, BatchPlan, Committed, batch_millis
+from leakproof.driver.progress import Progress, log_line, progress_record
 from leakproof.offsets import Gap, LogBounds, OffsetRange
-from leakproof.stream import BatchPlan, batch_millis, progress_record
+from leakproof.reports import BatchTotals, TaskReport
 
 
-def report(p: int, records: int, read_s: float, **kinds: int) -> dict[str, object]:
-    return {"partition": p, "records": records, "applied": records - 1, "replayed": 0,
-            "late": 1, "duplicates": 1, "unknown_types": 0,
-            "dead_letters": sum(kinds.values()), "dead_letter_kinds": kinds,
-            "sessions": 3, "closed": 1, "read_s": read_s, "fold_s": 0.1, "write_s": 0.2}
+def report(p: int, records: int, read_s: float, **kinds: int) -> TaskReport:
+    return TaskReport(p, 0, records, records=records, applied=records - 1, late=1,
+                      duplicates=1, dead_letter_kinds=kinds, sessions=3, closed=1,
+                      read_s=read_s, fold_s=0.1, write_s=0.2)
+
+
+def outcome() -> BatchOutcome:
+    plan = BatchPlan(1_700_000_000_000,
+                     (OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 5, 5)),
+                     {0: LogBounds(0, 15), 1: LogBounds(0, 5)}, (Gap(1, 2, 5),))
+    totals = BatchTotals.of([report(0, 10, 0.5, tombstone=1, key_mismatch=1),
+                             report(1, 0, 0.9)])
+    return BatchOutcome(plan, Committed(totals, plan.gaps, {0: 10, 1: 5}, True, 0.01), 2.0)
 
 
 def test_progress_record() -> None:
-    plan = BatchPlan(1_700_000_000_000,
-                     [OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 5, 5)],
-                     {0: LogBounds(0, 15), 1: LogBounds(0, 5)}, [Gap(1, 2, 5)])
-    rec = progress_record(plan, [report(0, 10, 0.5, tombstone=1, key_mismatch=1),
-                                 report(1, 0, 0.9)], took=2.0, commit_s=0.01)
+    rec = progress_record(outcome())
     assert rec["ranges"] == [{"partition": 0, "from": 0, "until": 10}]
     assert (rec["records"], rec["applied"], rec["late"], rec["dead_letters"]) == (10, 8, 2, 2)
     assert rec["dead_letter_kinds"] == {"tombstone": 1, "key_mismatch": 1}
@@ -28,11 +38,27 @@ def test_progress_record() -> None:
     assert rec["lag"] == 5
     assert rec["read_s"] == 0.9 and rec["events_per_s"] == 5.0
     assert rec["gaps"] == [{"partition": 1, "from": 2, "to": 5}]
+    assert rec["rate_limit"] is None
     json.dumps(rec)  # one JSON object per batch with --log-format json
 
 
-def test_batch_millis_round_trips_pyspark_times() -> None:
-    from datetime import datetime
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_the_line_goes_to_the_logger_operators_filter_on(
+        fmt: str, caplog: pytest.LogCaptureFixture) -> None:
+    seen: list[dict[str, object]] = []
+    progress = Progress(log_line(fmt), lambda _o, rec: seen.append(rec))
+    with caplog.at_level(logging.INFO, logger="leakproof.stream"):
+        progress.batch(outcome())
+    (line,) = [r for r in caplog.records if r.name == "leakproof.stream"]
+    text = line.getMessage()
+    if fmt == "json":
+        assert json.loads(text)["records"] == 10
+    else:
+        assert text.startswith("batch 1700000000000 | p0:0->10 | records 10 (applied 8, ")
+        assert 'dead 2 {"key_mismatch": 1, "tombstone": 1})' in text
+    assert seen and seen[0]["batch_ms"] == 1_700_000_000_000
 
+
+def test_batch_millis_round_trips_pyspark_times() -> None:
     for ms in (1_700_000_000_000, 1_795_306_756_001, 1_795_306_756_999):
         assert batch_millis(datetime.fromtimestamp(ms / 1000.0)) == ms

@@ -1,0 +1,107 @@
+"""In-memory fakes of the driver's ports, for tests of the commit and planning rules.
+
+They keep state the way the real stores do (a lease cell with compare-and-set, one row per
+commit, a topic with partitions and log bounds) and can be told to fail, so every rule of
+``driver.committing`` and ``driver.planning`` is a unit test with literals. The real
+adapters are tested against real Kafka and HBase in tests/integration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from leakproof.errors import KafkaReadError
+from leakproof.lease import FIRST_EPOCH, Lease
+from leakproof.offsets import CommittedBatch, Gap, LogBounds
+
+
+@dataclass
+class FakeMetadata:
+    """A topic: its id, and [log_start, log_end) per partition; ``down`` makes calls fail."""
+
+    topic: str
+    bounds: dict[int, LogBounds]
+    topic_id: str | None = "id-1"
+    down: bool = False
+    mirrored: list[tuple[str, dict[int, int], str]] = field(default_factory=list)
+    mirror_failures: int = 0  # the next N mirror calls fail
+
+    def describe(self, topic: str) -> tuple[str | None, list[int]]:
+        self._check(topic)
+        return self.topic_id, sorted(self.bounds)
+
+    def log_bounds(self, topic: str, partitions: Iterable[int]) -> dict[int, LogBounds]:
+        self._check(topic)
+        return {p: self.bounds[p] for p in partitions}
+
+    def mirror_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int],
+                             note: str) -> None:
+        if self.mirror_failures:
+            self.mirror_failures -= 1
+            raise KafkaReadError("coordinator not available")
+        self.mirrored.append((group, dict(offsets), note))
+
+    def close(self) -> None:
+        pass
+
+    def _check(self, topic: str) -> None:
+        if self.down:
+            raise KafkaReadError("broker down")
+        if topic != self.topic:
+            raise KafkaReadError(f"topic {topic} does not exist")
+
+
+@dataclass
+class FakeCommitStore:
+    """Committed batches kept in a list, newest last (like the HBase store's rows)."""
+
+    name: str = "fake"
+    rows: list[CommittedBatch] = field(default_factory=list)
+
+    def latest(self) -> CommittedBatch | None:
+        return self.rows[-1] if self.rows else None
+
+    def put(self, batch_ms: int, offsets: Mapping[int, int], audit: Mapping[str, str]) -> None:
+        self.rows.append(CommittedBatch(batch_ms, dict(offsets), dict(audit)))
+
+    def history(self, limit: int) -> list[CommittedBatch]:
+        return list(reversed(self.rows))[:limit]
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class FakeLeaseStore:
+    """One lease cell with compare-and-set, and the gaps recorded.
+
+    ``lose_reply`` makes the next compare-and-set apply its write and then report failure,
+    as a call whose reply was lost and which a retry found already done.
+    """
+
+    cell: Lease | None = None
+    gaps: list[Gap] = field(default_factory=list)
+    lose_reply: bool = False
+
+    def take(self, tag: str) -> Lease:
+        self.cell = self.cell.successor(tag) if self.cell else Lease(FIRST_EPOCH, tag)
+        return self.cell
+
+    def holder(self) -> Lease | None:
+        return self.cell
+
+    def compare_and_set(self, expected: Lease, new: Lease) -> bool:
+        if self.cell != expected:
+            return False
+        self.cell = new
+        if self.lose_reply:
+            self.lose_reply = False
+            return False
+        return True
+
+    def record_gap(self, gap: Gap) -> None:
+        self.gaps.append(gap)
+
+    def close(self) -> None:
+        pass

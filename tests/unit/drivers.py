@@ -1,0 +1,58 @@
+"""A driver's planning and committing parts wired to in-memory fakes (no Kafka, no HBase)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from leakproof.config import KafkaConfig
+from leakproof.driver.batch import BatchPlan
+from leakproof.driver.committing import Committer
+from leakproof.driver.planning import Planner
+from leakproof.offsets import CommittedBatch, LogBounds
+from leakproof.reports import TaskReport
+from leakproof.testing import FakeCommitStore, FakeLeaseStore, FakeMetadata
+
+
+@dataclass
+class Rig:
+    meta: FakeMetadata
+    store: FakeCommitStore
+    leases: FakeLeaseStore
+    planner: Planner
+    committer: Committer
+    clock: int = 1_000
+
+    def plan(self) -> BatchPlan:
+        """The next batch's plan, one batch interval (1 s) after the last."""
+        self.clock += 1000
+        return self.planner.plan(self.clock)
+
+    def run(self, plan: BatchPlan | None = None) -> BatchPlan:
+        """Plan (unless given), 'run' every task, commit."""
+        plan = plan or self.plan()
+        self.committer.commit(plan, reports(plan))
+        return plan
+
+
+def reports(plan: BatchPlan) -> list[TaskReport]:
+    """What the tasks of ``plan`` would report had every record been applied."""
+    return [TaskReport(r.partition, r.from_offset, r.until_offset, records=r.count,
+                       applied=r.count, sessions=1) for r in plan.work]
+
+
+def rig(bounds: dict[int, tuple[int, int]], stored: dict[int, int] | None = None,
+        stored_audit: dict[str, str] | None = None, mirror: bool = True,
+        **kafka: Any) -> Rig:
+    """A started driver over a topic ``t`` with these [log_start, log_end) per partition."""
+    meta = FakeMetadata("t", {p: LogBounds(*b) for p, b in bounds.items()})
+    store = FakeCommitStore()
+    if stored is not None:
+        store.rows.append(CommittedBatch(500, stored, stored_audit or {}))
+    leases = FakeLeaseStore()
+    planner = Planner(KafkaConfig("127.0.0.1:9092", "t", "g", **kafka), 1.0, meta)
+    latest = store.latest()
+    start = planner.start(latest)
+    committer = Committer("t", "g", store, leases, meta if mirror else None)
+    committer.begin(leases.take("start:a"), latest, start, planner.topic_id)
+    return Rig(meta, store, leases, planner, committer)

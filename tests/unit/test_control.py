@@ -1,0 +1,69 @@
+"""Run control: stop reasons, the idle clock, plans in flight, signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from leakproof.driver.batch import BatchPlan
+from leakproof.driver.control import RunControl, RunLimits
+from leakproof.offsets import LogBounds, OffsetRange
+
+
+def plan(batch_ms: int, records: int) -> BatchPlan:
+    return BatchPlan(batch_ms, (OffsetRange("t", 0, 0, records),), {0: LogBounds(0, records)})
+
+
+def test_max_batches_counts_at_plan_time_and_stops_planning() -> None:
+    c = RunControl(RunLimits(max_batches=2))
+    c.hand_over(plan(1, 5))
+    c.hand_over(plan(2, 0))  # no records: does not count
+    assert c.planning_allowed()
+    c.hand_over(plan(3, 5))
+    assert not c.planning_allowed() and c.stop_reason == "2 batches planned (--max-batches)"
+    assert not c.ready_to_stop()  # plans handed over have not started their output
+    for ms in (1, 2, 3):
+        assert c.take(ms) is not None
+        c.output_done()
+    assert c.ready_to_stop()
+
+
+def test_idle_only_with_nothing_in_flight() -> None:
+    c = RunControl(RunLimits(until_idle_s=0.0))
+    c.hand_over(plan(1, 5))
+    assert not c.idle()
+    assert c.take(1) is not None
+    assert not c.idle()  # its output runs
+    c.output_done()
+    assert c.idle()
+    assert c.take(1) is None  # a batch is taken once
+
+
+def test_no_idle_stop_without_until_idle() -> None:
+    assert not RunControl(RunLimits()).idle()
+
+
+def test_the_first_failure_wins() -> None:
+    c = RunControl(RunLimits())
+    c.fail(ValueError("first"))
+    c.fail(ValueError("second"))
+    assert str(c.failure) == "first" and not c.planning_allowed()
+
+
+def test_sigterm_asks_for_a_graceful_stop() -> None:
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    c = RunControl(RunLimits())
+    try:
+        c.install_signal_handlers()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert c.stop_reason == "SIGTERM received"
+    finally:
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGINT, before[1])
+
+
+def test_backpressure_rate_is_shared() -> None:
+    c = RunControl(RunLimits())
+    assert c.rate is None
+    c.set_rate(123.0)
+    assert c.rate == 123.0
