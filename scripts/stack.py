@@ -9,7 +9,8 @@ kept in ``.services/<service>/<name>.pid`` and its output in ``.services/<servic
     stack.py up [--spark] [--wipe]     start what is not running and wait until it answers
     stack.py down [--wipe]             stop everything this script started; ports are freed
     stack.py status                    one line per service: pid, port, resident memory
-    stack.py stop|start|kill NAME      one service (kafka, hbase, thrift, spark-master, ...)
+    stack.py start NAME                one service; returns once it answers (as `up` does)
+    stack.py stop|kill NAME            one service (kafka, hbase, thrift, spark-master, ...)
 
 It uses only the standard library plus kafka-python and happybase for the readiness probes,
 so it runs from the project's virtualenv.
@@ -417,11 +418,13 @@ def probe_kafka() -> None:
         admin.close()
 
 
-def probe_hbase() -> None:
+def probe_hbase(port: int = THRIFT_PORT, transport: str = "buffered",
+                protocol: str = "binary") -> None:
     """A create/put/get round trip: tables() answers before hbase:meta is assigned."""
     import happybase
 
-    conn = happybase.Connection(HOST, THRIFT_PORT, timeout=20000)
+    conn = happybase.Connection(HOST, port, timeout=20000, transport=transport,
+                                protocol=protocol)
     try:
         if b"leakproof_probe" not in conn.tables():
             conn.create_table("leakproof_probe", {"p": {}})
@@ -431,6 +434,23 @@ def probe_hbase() -> None:
             raise RuntimeError("probe row did not read back")
     finally:
         conn.close()
+
+
+def wait_ready(svc: Service) -> None:
+    """Return once ``svc`` answers the way its clients use it, not merely once it listens."""
+    t0 = time.monotonic()
+    if svc.name == "kafka":
+        wait_until(svc, "describe_cluster", probe_kafka)
+    elif svc.name == "thrift":
+        wait_until(svc, "create/put/get", probe_hbase)
+    elif svc.name == "thrift-framed-compact":
+        wait_until(svc, "create/put/get", lambda: probe_hbase(THRIFT_FC_PORT, "framed",
+                                                              "compact"))
+    else:
+        wait_until(svc, "port", probe_port(svc.port))
+        if svc.name.startswith("spark-worker"):
+            wait_spark_workers(len(SPARK_WORKER_PORTS))
+    log(f"{svc.name} ready on {HOST}:{svc.port} ({time.monotonic() - t0:.1f}s)")
 
 
 # --------------------------------------------------------------------------- commands
@@ -615,8 +635,12 @@ def main(argv: list[str] | None = None) -> int:
             by_name(args.name).stop()
         elif args.cmd == "kill":
             by_name(args.name).kill()
+        elif args.cmd == "start" and args.name == "yarn":
+            yarn_up()
         elif args.cmd == "start":
-            by_name(args.name).start()
+            svc = by_name(args.name)
+            svc.start()
+            wait_ready(svc)
     except StackError as exc:
         print(f"[stack] error: {exc}", file=sys.stderr)
         return 1

@@ -1,21 +1,45 @@
 #!/usr/bin/env bash
-# make test: lint, unit tests, then the integration tests against a fresh local stack
-# (Kafka, HBase + Thrift, Spark standalone, a YARN MiniCluster), which is stopped again
-# whatever happens.
-# pytest's exit 5 (no tests collected) counts as a failure here.
+# make test / make test-fast: lint, the unit tests (before any JVM starts), then the
+# integration tests against the local stack, which is stopped again if this script started it.
+#
+#   scripts/test.sh        everything: the quiet modules two at a time on one stack (the
+#                          cluster tests on one worker, one after another), then the `serial`
+#                          ones (they stop or kill shared services, or judge timing) alone
+#   scripts/test.sh fast   unit + the integration tests that are neither faults, cluster,
+#                          slow nor serial; Kafka and HBase only
+#
+# Extra arguments go to every pytest call. pytest's exit 5 (no tests collected) is a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+mode=full
+if [ "${1:-}" = fast ]; then mode=fast; shift; fi
 bin=.venv/bin
+results=.test-results
 started=0
 cleanup() { [ "$started" = 1 ] && $bin/python scripts/stack.py down --wipe; }
 trap cleanup EXIT
+rm -rf "$results" && mkdir -p "$results"
+t0=$SECONDS
 
-step() { echo; echo "== $*"; }
+step() { echo; echo "== $* ($((SECONDS - t0))s)"; }
 fail() { echo "make test: $*" >&2; exit 1; }
+tests() {  # NAME ARGS...: one pytest run, its results kept for the summary
+  local name=$1; shift
+  $bin/pytest --durations=25 --junitxml="$results/$name.xml" "$@"
+  local rc=$?
+  [ $rc -eq 5 ] && fail "pytest collected no tests ($name)"
+  [ $rc -ne 0 ] && failed="$failed $name"
+  return 0
+}
+failed=""
 
 step "lint (ruff, mypy)"
 $bin/ruff check src tests scripts || fail "ruff found problems"
 $bin/mypy || fail "mypy found problems"
+
+step "unit tests (no network, no JVM)"
+tests unit -q tests/unit
+[ -z "$failed" ] || fail "unit tests failed; not starting the stack"
 
 step "local stack"
 $bin/python scripts/stack.py fetch || fail "could not fetch the jars"
@@ -24,19 +48,54 @@ $bin/python scripts/stack.py fetch || fail "could not fetch the jars"
 # (status is read whole first: with pipefail, `status | grep -q` fails whenever grep exits
 # before status has written its last line, and the stack would be wrongly "reused")
 services=$($bin/python scripts/stack.py status) || fail "stack.py status failed"
-if grep -q stopped <<<"$services"; then
+if [ $mode = fast ]; then
+  needed=$(grep -E '^(kafka|hbase|thrift) ' <<<"$services")
+else
+  needed=$(grep -vE '^(yarn|thrift-framed-compact) ' <<<"$services")
+fi
+if grep -q stopped <<<"$needed"; then
   started=1
-  $bin/python scripts/stack.py up --spark --wipe || fail "the stack did not start"
+  $bin/python scripts/stack.py up $([ $mode = full ] && echo --spark) --wipe \
+    || fail "the stack did not start"
 else
   echo "reusing the running stack"
 fi
-$bin/python scripts/stack.py up --yarn | grep -E "yarn|error" || fail "YARN did not start"
-# the job's Python environment for --archives, rebuilt so it holds this checkout's code
-$bin/python scripts/yarn_pack.py || fail "could not pack the environment for YARN"
+if [ $mode = full ]; then
+  $bin/python scripts/stack.py up --yarn | grep -E "yarn|error" || fail "YARN did not start"
+  # the job's Python environment for --archives, rebuilt so it holds this checkout's code
+  $bin/python scripts/yarn_pack.py || fail "could not pack the environment for YARN"
+fi
 
-step "tests"
-$bin/pytest --durations=25 "$@" tests/unit tests/integration
-rc=$?
-[ $rc -eq 5 ] && fail "pytest collected no tests"
-[ $rc -ne 0 ] && fail "pytest failed (exit $rc)"
-echo "make test: all tiers passed"
+if [ $mode = fast ]; then
+  step "integration tests, two at a time (no faults, cluster, slow or serial tests)"
+  tests fast -n 2 -m "integration and not faults and not cluster and not slow and not serial" \
+    "$@" tests/integration
+else
+  step "integration tests, two at a time (the cluster group on one worker)"
+  tests parallel -n 2 --dist loadgroup -m "integration and not serial" "$@" tests/integration
+  step "integration tests that must run alone"
+  tests serial -m "integration and serial" "$@" tests/integration
+fi
+
+step "summary"
+echo "make test ($mode): $((SECONDS - t0))s"
+$bin/python - "$results" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+total = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+for path in sorted(Path(sys.argv[1]).glob("*.xml")):
+    suite = ET.parse(path).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    got = {k: int(suite.get(k, 0)) for k in total}
+    print(f"  {path.stem:9s} {got['tests']} tests, {got['failures'] + got['errors']} failed, "
+          f"{got['skipped']} skipped, {float(suite.get('time', 0)):.0f}s")
+    total = {k: total[k] + got[k] for k in total}
+bad = total["failures"] + total["errors"]
+passed = total["tests"] - bad - total["skipped"]
+print(f"tests: {passed} passed, {bad} failed, {total['skipped']} skipped")
+PY
+# the line above ("tests: N passed, N failed, N skipped") is the run's last line on success
+[ -n "$failed" ] && fail "pytest failed in:$failed"
+exit 0

@@ -2,28 +2,26 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 
 import pytest
 
 from leakproof.generator import GeneratorSpec
 
-from .conftest import Env, records, write_config
+from .helpers import Env, progress_lines, records
 
-pytestmark = pytest.mark.integration
+# serial: it judges batch times, which other tests running beside it would stretch
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 def test_backlog_drains_with_batches_converging_under_the_interval(env: Env) -> None:
     spec = GeneratorSpec(seed=1800, events=60_000, sessions=6_000)
     env.produce(spec)
-    path = env.tmp / "bp.yml"
-    write_config(path, env.name, job={"batch_interval_s": 2},
-                 kafka={"backpressure": {"enabled": True, "initial_rate": 250,
-                                         "min_rate": 100}})
-    ran = env.run_config(str(path), "--until-idle", "5", "--log-format", "json")
-    batches = [json.loads(line.split("leakproof.stream: ", 1)[1])
-               for line in ran.stderr.splitlines() if "leakproof.stream: {" in line]
+    bp = env.variant("bp", job={"batch_interval_s": 2},
+                     kafka={"backpressure": {"enabled": True, "initial_rate": 250,
+                                             "min_rate": 100}})
+    ran = env.run("--until-idle", "5", "--log-format", "json", config=bp)
+    batches = progress_lines(ran.stderr)
     trace = [(b["records"], b["total_s"], b["rate_limit"]) for b in batches]
     print("backpressure trace (records, seconds, rate limit):", trace)
     assert sum(b["records"] for b in batches) == records(spec)  # duplicates included

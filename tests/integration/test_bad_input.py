@@ -19,14 +19,14 @@ from typing import Any
 import fastavro
 import pytest
 
-from leakproof import codec
+from leakproof import codec, config
 from leakproof.events import WebEvent, schema_json
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec, generate
 from leakproof.oracle import expected_rows
 from leakproof.produce import send_raw
 from leakproof.verify import read_topic
 
-from .conftest import Env, write_config
+from .helpers import Env, progress_lines
 
 pytestmark = pytest.mark.integration
 
@@ -89,22 +89,22 @@ def mixed_records(sid: str, rnd: random.Random) -> tuple[list[tuple[bytes | None
 def test_every_kind_of_bad_input_has_its_rule_and_count(env: Env) -> None:
     schema_file = env.tmp / "web_event_v2.avsc"
     schema_file.write_text(json.dumps(EVOLVED))
-    env.cfg = write_config(env.path, env.name, input={"writer_schemas": [str(schema_file)],
+    evolved = env.variant("evolved", input={"writer_schemas": [str(schema_file)],
                                             "max_ahead_s": 3600})
+    cfg = config.load(evolved)
     spec = GeneratorSpec(seed=501, events=8_000, sessions=800, duplicate_fraction=0.01)
     want: Counter[str] = Counter()
     for p in range(4):
         records, kinds = mixed_records(f"odd-{p}", random.Random(p))
-        send_raw(env.cfg.kafka, env.name, records, partition=p)
+        send_raw(cfg.kafka, env.name, records, partition=p)
         want += kinds
     env.produce(spec)  # after the odd records, whose event times are the earliest
     more = GeneratorSpec(seed=502, events=4_000, sessions=400, duplicate_fraction=0.01,
                          start_ts=DEFAULT_START_TS + 1_800_000)
     env.produce(more)
 
-    out = env.run("--until-idle", "4", "--log-format", "json")
-    batches = [json.loads(line.split("leakproof.stream: ", 1)[1])
-               for line in out.stderr.splitlines() if "leakproof.stream: {" in line]
+    out = env.run("--until-idle", "4", "--log-format", "json", config=evolved)
+    batches = progress_lines(out.stderr)
     got: Counter[str] = Counter()
     for b in batches:
         got.update(b["dead_letter_kinds"])
@@ -112,8 +112,8 @@ def test_every_kind_of_bad_input_has_its_rule_and_count(env: Env) -> None:
     assert sum(b["unknown_types"] for b in batches) == 4
 
     # the oracle over what the topic holds (decoded with the same rules) and HBase
-    env.verify()
-    per_partition, bad = read_topic(env.cfg)
+    env.verify(config=evolved)
+    per_partition, bad = read_topic(cfg)
     assert Counter(b.kind for b in bad) == want
     in_topic = Counter(e for evs in per_partition.values() for e in evs
                        if not e.session_id.startswith("odd-"))

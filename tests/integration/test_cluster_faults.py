@@ -8,32 +8,37 @@ itself, exact. Each test prints the recovery time: fault -> next committed batch
 
 from __future__ import annotations
 
-import subprocess
 import time
-from pathlib import Path
+from contextlib import AbstractContextManager
 
 import pytest
 
 from leakproof.generator import GeneratorSpec
 
-from .conftest import SPARK_MASTER, Env, _open, wait_for
-from .test_pipeline import finish_exact, offsets_rows, stack
-from .test_spark_submit import standalone_submit
+from .helpers import (
+    Background,
+    Env,
+    background,
+    finish_exact,
+    offsets_rows,
+    require_standalone,
+    stack,
+    standalone_submit,
+    wait_for,
+)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.cluster,
+              pytest.mark.slow, pytest.mark.xdist_group("cluster")]
 
 
-def submit(env: Env, config: str, label: str, *args: str, executor_env: dict[str, str] | None
-           = None) -> tuple[subprocess.Popen[bytes], Path]:
-    if not _open(SPARK_MASTER):
-        pytest.fail("the Spark standalone master is not running: `make stack-up SPARK=1`")
+def submit(env: Env, config: str, label: str, *args: str,
+           executor_env: dict[str, str] | None = None) -> AbstractContextManager[Background]:
+    """spark-submit on the standalone cluster in the background, for a ``with`` block."""
+    require_standalone()
     extra = {f"spark.executorEnv.{k}": v for k, v in (executor_env or {}).items()}
     cmd = standalone_submit(config, *args, **{"spark.executor.memory": "640m",
                                               "spark.task.maxFailures": "8", **extra})
-    log = env.tmp / f"{label}.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    return proc, log
+    return background(cmd, env.tmp / f"{label}.log")
 
 
 def crash_once(env: Env, point: str, label: str, evidence: str) -> float:
@@ -41,17 +46,17 @@ def crash_once(env: Env, point: str, label: str, evidence: str) -> float:
     spec = GeneratorSpec(seed=1700 + len(label), events=24_000, sessions=2_400)
     env.produce(spec)
     marker = env.tmp / f"{label}.crashed"
-    job, log = submit(env, env.capped(500), label, "--until-idle", "6",
-                      executor_env={"LEAKPROOF_CRASH_AT": point,
-                                    "LEAKPROOF_CRASH_ONCE": str(marker)})
-    wait_for("the crash", marker.exists, timeout=240)
-    crashed_ms = marker.stat().st_mtime
-    rows = {k for k, _ in offsets_rows(env)}
-    wait_for("a commit after the crash", lambda: {k for k, _ in offsets_rows(env)} - rows,
-             timeout=240)
-    recovery = time.time() - crashed_ms
-    finish_exact(env, spec, job, log)
-    assert evidence in log.read_text()  # Spark saw the crash and retried the task
+    with submit(env, env.capped(500), label, "--until-idle", "6",
+                executor_env={"LEAKPROOF_CRASH_AT": point,
+                              "LEAKPROOF_CRASH_ONCE": str(marker)}) as job:
+        wait_for("the crash", marker.exists, timeout=240)
+        crashed_ms = marker.stat().st_mtime
+        rows = {k for k, _ in offsets_rows(env)}
+        wait_for("a commit after the crash", lambda: {k for k, _ in offsets_rows(env)} - rows,
+                 timeout=240)
+        recovery = time.time() - crashed_ms
+        text = finish_exact(env, spec, job)
+    assert evidence in text  # Spark saw the crash and retried the task
     print(f"{label}: fault -> next commit {recovery:.1f}s")
     return recovery
 
@@ -68,17 +73,17 @@ def test_executor_jvm_killed_mid_task_is_retried(env: Env) -> None:
 def test_whole_worker_killed_mid_stream(env: Env) -> None:
     spec = GeneratorSpec(seed=1750, events=24_000, sessions=2_400)
     env.produce(spec)
-    job, log = submit(env, env.capped(400), "worker-kill", "--until-idle", "6")
     try:
-        wait_for("two commits", lambda: len(offsets_rows(env)) >= 2, timeout=180)
-        rows = {k for k, _ in offsets_rows(env)}
-        killed = time.monotonic()
-        stack("kill", "spark-worker1")  # the worker JVM; its executor loses its worker
-        wait_for("a commit after the worker died",
-                 lambda: {k for k, _ in offsets_rows(env)} - rows, timeout=240)
-        recovery = time.monotonic() - killed
-        finish_exact(env, spec, job, log)
+        with submit(env, env.capped(400), "worker-kill", "--until-idle", "6") as job:
+            wait_for("two commits", lambda: len(offsets_rows(env)) >= 2, timeout=180)
+            rows = {k for k, _ in offsets_rows(env)}
+            killed = time.monotonic()
+            stack("kill", "spark-worker1")  # the worker JVM; its executor loses its worker
+            wait_for("a commit after the worker died",
+                     lambda: {k for k, _ in offsets_rows(env)} - rows, timeout=240)
+            recovery = time.monotonic() - killed
+            text = finish_exact(env, spec, job)
     finally:
         stack("up", "--spark")  # bring the worker back for later tests
     print(f"worker-kill: fault -> next commit {recovery:.1f}s")
-    assert "worker lost" in log.read_text()
+    assert "worker lost" in text

@@ -15,38 +15,42 @@ from leakproof.commit_stores import open_store
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import DAY_S, connect, ensure_tables
 from leakproof.kafka.admin import KafkaMetadata
+from leakproof.produce import create_topic
 
-from .conftest import Env, run_cli, write_config
+from .helpers import Env, run_cli
 
 pytestmark = pytest.mark.integration
 
 STORES = ["hbase", "kafka", "zookeeper"]
 
 
-def with_store(env: Env, store: str, **kafka: object) -> config.Config:
-    path = env.tmp / f"{store}.yml"
-    cfg = write_config(path, env.name, offsets={"store": store}, kafka=dict(kafka))
+def with_store(env: Env, store: str, **kafka: object) -> tuple[str, config.Config]:
+    path = env.variant(store, offsets={"store": store}, kafka=dict(kafka))
+    cfg = config.load(path)
     conn = connect(cfg.hbase)
     try:
         ensure_tables(conn, cfg.hbase)
     finally:
         conn.close()
-    return cfg
+    return path, cfg
 
 
 @pytest.mark.parametrize("store", STORES)
 def test_store_contract(env: Env, store: str) -> None:
-    cfg = with_store(env, store)
+    _, cfg = with_store(env, store)
     s = open_store(cfg)
     try:
         assert s.name == store
         assert s.latest() is None
-        s.put(1_700_000_000_000, {0: 5, 1: 7, 2: 0, 3: 9}, {"epoch": "3", "records": "21"})
-        s.put(1_700_000_002_000, {0: 6, 1: 7, 2: 4, 3: 9}, {"epoch": "3", "records": "5"})
+        s.put(1_700_000_000_000, {0: 5, 1: 7, 2: 0, 3: 9},
+              {"epoch": "3", "records": "21", "topic_id": "AAAA"})
+        s.put(1_700_000_002_000, {0: 6, 1: 7, 2: 4, 3: 9},
+              {"epoch": "3", "records": "5", "topic_id": "AAAA"})
         got = s.latest()
         assert got is not None
         assert (got.batch_ms, got.offsets) == (1_700_000_002_000, {0: 6, 1: 7, 2: 4, 3: 9})
-        assert got.audit["epoch"] == "3"
+        # the keys the start-up checks read (REQUIRED_AUDIT), kept by every store
+        assert (got.audit["epoch"], got.audit["topic_id"]) == ("3", "AAAA")
         assert s.history(5)[0] == got
     finally:
         s.close()
@@ -74,16 +78,15 @@ def test_store_contract(env: Env, store: str) -> None:
 def test_job_resumes_exactly_from_each_store(env: Env, store: str) -> None:
     spec = GeneratorSpec(seed=1900 + STORES.index(store), events=12_000, sessions=1_200)
     env.produce(spec)
-    cfg = with_store(env, store, max_rate_per_partition=400, mirror_group_offsets=False)
-    path = str(env.tmp / f"{store}.yml")
-    env.run_config(path, "--max-batches", "2")  # stop part way: the store holds the position
+    path, cfg = with_store(env, store, max_rate_per_partition=400, mirror_group_offsets=False)
+    env.run("--max-batches", "2", config=path)  # stop part way: the store holds the position
     s = open_store(cfg)
     try:
         part_way = s.latest()
         assert part_way is not None and 0 < sum(part_way.offsets.values()) < len(generate(spec))
     finally:
         s.close()
-    ran = env.run_config(path, "--until-idle", "4")
+    ran = env.run("--until-idle", "4", config=path)
     assert f"from offsets row {part_way.batch_ms}" in ran.stderr, ran.stderr[-3000:]
     env.verify(spec)
     meta = KafkaMetadata(cfg.kafka)
@@ -111,10 +114,11 @@ def test_offsets_table_ttl_and_the_copy_that_outlives_it(env: Env) -> None:
 
     spec = GeneratorSpec(seed=1950, events=8_000, sessions=800)
     env.produce(spec)
-    short = env.tmp / "short-ttl.yml"
-    cfg = write_config(short, env.name + "t", hbase={"offsets_ttl_days": 6 / DAY_S},
-                       kafka={"topic": env.name, "max_rate_per_partition": 400})
-    env.run_config(str(short), "--max-batches", "2")
+    short = env.variant("short-ttl", hbase={"offsets_ttl_days": 6 / DAY_S,
+                                            "table_prefix": env.name + "t"},
+                        kafka={"max_rate_per_partition": 400})
+    cfg = config.load(short)
+    env.run("--max-batches", "2", config=short)
     time.sleep(8)  # every offsets row is older than its 6 s TTL now
     s = open_store(cfg)
     try:
@@ -122,9 +126,29 @@ def test_offsets_table_ttl_and_the_copy_that_outlives_it(env: Env) -> None:
     finally:
         s.close()
     assert kept is not None and sum(kept.offsets.values()) > 0
-    ran = env.run_config(str(short), "--until-idle", "4")
+    ran = env.run("--until-idle", "4", config=short)
     assert "expired by its TTL" in ran.stderr, ran.stderr[-3000:]
     # the oracle over this config's tables (its own prefix): nothing lost, nothing twice
-    verdict = run_cli("verify", "--config", str(short), "--spec",
+    verdict = run_cli("verify", "--config", short, "--spec",
                       f"{spec.seed}:{spec.events}:{spec.sessions}:{spec.start_ts}", check=False)
     assert verdict.returncode == 0 and "EXACT MATCH" in verdict.stdout, verdict.stdout
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_recreated_topic_is_refused_whatever_the_store(env: Env, store: str) -> None:
+    """The start-up guard reads the topic id every store keeps with its commits: the new
+    topic's log may already be longer than the stored offsets, so only the id tells."""
+    path, cfg = with_store(env, store, mirror_group_offsets=False)
+    env.produce(GeneratorSpec(seed=1960, events=2_000, sessions=200))
+    env.run("--until-idle", "3", config=path)
+    admin = KafkaAdminClient(bootstrap_servers="127.0.0.1:9092")
+    try:
+        admin.delete_topics([env.name])
+    finally:
+        admin.close()
+    time.sleep(2)
+    create_topic(cfg.kafka, env.name, 4)
+    env.produce(GeneratorSpec(seed=1961, events=4_000, sessions=400))  # a longer new log
+    again = env.run(config=path, check=False)
+    assert again.returncode == 1, again.stderr[-3000:]
+    assert "was deleted and recreated" in again.stderr, again.stderr[-3000:]

@@ -12,16 +12,24 @@ import pytest
 
 from leakproof.generator import GeneratorSpec
 
-from .conftest import Env, records, wait_for
-from .test_pipeline import assert_offsets_chain, audit_total, offsets_rows, stack
+from .helpers import (
+    Env,
+    assert_offsets_chain,
+    audit_total,
+    offsets_rows,
+    records,
+    stack,
+    wait_for,
+)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 
 POINTS = ["driver_planning", "driver_after_tasks", "driver_before_commit",
           "driver_during_commit", "driver_after_commit"]
 
 
+@pytest.mark.slow
 def test_driver_sigkill_at_every_point_in_turn_restarting_from_hbase(env: Env) -> None:
     """One topic, five crashes in a row (one per named point, each in its second batch), a
     restart from HBase after each: the next crash lands on state the last one left."""
@@ -29,8 +37,8 @@ def test_driver_sigkill_at_every_point_in_turn_restarting_from_hbase(env: Env) -
     env.produce(spec)
     capped = env.capped(1000)
     for point in POINTS:
-        crashed = env.run_config(capped, "--until-idle", "4",
-                                 env={"LEAKPROOF_CRASH_AT": f"{point}@2"}, check=False)
+        crashed = env.run("--until-idle", "4", config=capped,
+                          env={"LEAKPROOF_CRASH_AT": f"{point}@2"}, check=False)
         assert crashed.returncode == -9, (point, crashed.stderr[-3000:])
     env.run("--until-idle", "4")
     env.verify(spec)
@@ -51,13 +59,15 @@ def test_python_worker_killed_mid_task_fails_the_batch_then_restart(env: Env) ->
     assert audit_total(env, b"replayed") > 0
 
 
+@pytest.mark.serial  # every test beside it would lose its broker
+@pytest.mark.slow
 def test_kafka_broker_sigkill_and_restart_mid_stream(env: Env) -> None:
     """The job rides through a broker restart: planning pauses, reads resume, no restart."""
     spec = GeneratorSpec(seed=1300, events=30_000, sessions=3_000)
     env.produce(spec)
     # 300/s per partition: about 25 one-second batches, so data is left when Kafka is back
-    job, log = env.start(env.capped(300), "--until-idle", "8", name="broker-bounce")
-    try:
+    with env.background("--until-idle", "8", config=env.capped(300),
+                        name="broker-bounce") as job:
         wait_for("a first commit", lambda: len(offsets_rows(env)) >= 1)
         stack("kill", "kafka")  # SIGKILL: no controlled shutdown
         time.sleep(5)
@@ -67,10 +77,7 @@ def test_kafka_broker_sigkill_and_restart_mid_stream(env: Env) -> None:
         wait_for("a commit after the broker came back", lambda: len(offsets_rows(env)) > rows)
         recovery = time.monotonic() - back
         rc = job.wait(timeout=240)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert rc == 0, log.read_text()[-4000:]
+        assert rc == 0, job.text()[-4000:]
     print(f"broker back -> next commit: {recovery:.1f}s")
     env.verify(spec)
     assert_offsets_chain(env)
@@ -80,15 +87,11 @@ def test_kafka_broker_sigkill_and_restart_mid_stream(env: Env) -> None:
 def test_second_driver_fences_the_first_and_the_result_is_exact(env: Env) -> None:
     spec = GeneratorSpec(seed=1400, events=30_000, sessions=3_000)
     env.produce(spec)
-    first, log = env.start(env.capped(150), name="first-driver")
-    try:
+    with env.background(config=env.capped(150), name="first-driver") as first:
         wait_for("the first driver's commits", lambda: len(offsets_rows(env)) >= 2)
         second = env.run("--until-idle", "5")  # takes the lease, drains the topic
         rc = first.wait(timeout=120)
-    finally:
-        if first.poll() is None:
-            first.kill()
-    text = log.read_text()
+        text = first.text()
     assert rc == 1, text[-4000:]
     assert "lease" in text and ("epoch" in text or "another driver" in text), text[-4000:]
     assert "driver lease epoch 2" in second.stderr

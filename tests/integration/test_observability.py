@@ -5,6 +5,7 @@ pages list for each output operation)."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import time
 import urllib.request
@@ -13,8 +14,7 @@ import pytest
 
 from leakproof.generator import GeneratorSpec
 
-from .conftest import Env, records, wait_for
-from .test_pipeline import offsets_rows
+from .helpers import Env, offsets_rows, records, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -60,8 +60,7 @@ def test_metrics_endpoint_and_batch_ranges_in_the_spark_ui(env: Env) -> None:
     cfg = env.variant("observed", kafka={"max_rate_per_partition": 500},
                       job={"metrics_port": mport,
                            "spark_conf": {"spark.ui.enabled": True, "spark.ui.port": uport}})
-    job, log = env.start(cfg, "--until-idle", "30", name="observed")
-    try:
+    with env.background("--until-idle", "30", config=cfg, name="observed") as job:
         wait_for("four commits", lambda: len(offsets_rows(env)) >= 4)
         text = get(f"http://127.0.0.1:{mport}/metrics")
         assert metric(text, "leakproof_batches_total", topic=env.name) >= 1
@@ -75,8 +74,7 @@ def test_metrics_endpoint_and_batch_ranges_in_the_spark_ui(env: Env) -> None:
         assert any(d.startswith("leakproof batch ") and f"{env.name}:" in d and "[" in d
                    for d in described), described[:5]
         wait_for("everything committed", lambda: committed(mport) == records(spec), timeout=180)
-    finally:
-        job.terminate()
+        job.send_signal(signal.SIGTERM)
         job.wait(timeout=120)
-    assert "metrics at http://127.0.0.1:" in log.read_text()
+        assert "metrics at http://127.0.0.1:" in job.text()
     env.verify(spec)

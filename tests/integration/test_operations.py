@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
@@ -13,8 +11,7 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
 from leakproof.produce import create_topic
 
-from .conftest import Env, records, wait_for, write_config
-from .test_pipeline import assert_offsets_chain, audit_total, offsets_rows
+from .helpers import Env, assert_offsets_chain, audit_total, offsets_rows, records, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -22,15 +19,11 @@ pytestmark = pytest.mark.integration
 def test_sigterm_finishes_the_batch_in_flight_commits_and_exits_0(env: Env) -> None:
     spec = GeneratorSpec(seed=601, events=30_000, sessions=3_000)
     env.produce(spec)
-    job, log = env.start(env.capped(500), name="sigterm")
-    try:
+    with env.background(config=env.capped(500), name="sigterm") as job:
         wait_for("a first commit", lambda: len(offsets_rows(env)) >= 2)
         job.send_signal(signal.SIGTERM)
         rc = job.wait(timeout=120)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    text = log.read_text()
+        text = job.text()
     assert rc == 0, text[-4000:]
     assert "stopping gracefully: SIGTERM received" in text
     chain = assert_offsets_chain(env, complete=False)
@@ -46,8 +39,7 @@ def test_sigterm_finishes_the_batch_in_flight_commits_and_exits_0(env: Env) -> N
 def test_partitions_added_while_running_are_picked_up(env: Env) -> None:
     first = GeneratorSpec(seed=701, events=8_000, sessions=800)
     env.produce(first)
-    job, log = env.start(str(env.path), name="grow")
-    try:
+    with env.background(name="grow") as job:
         wait_for("the first records committed",
                  lambda: audit_total(env, b"records") == records(first))
         admin = KafkaAdminClient(bootstrap_servers="127.0.0.1:9092")
@@ -62,10 +54,7 @@ def test_partitions_added_while_running_are_picked_up(env: Env) -> None:
                  lambda: audit_total(env, b"records") == records(first, second))
         job.send_signal(signal.SIGTERM)
         assert job.wait(timeout=120) == 0
-    finally:
-        if job.poll() is None:
-            job.kill()
-    text = log.read_text()
+        text = job.text()
     assert "partition 5 of" in text and "appeared; reading it from offset 0" in text
     newest = offsets_rows(env)[-1][1]
     assert {k for k in newest if k.startswith(b"offsets:")} == {
@@ -76,14 +65,10 @@ def test_partitions_added_while_running_are_picked_up(env: Env) -> None:
 def test_closed_sessions_are_produced_to_a_compacted_topic(env: Env) -> None:
     topic = f"{env.name}-closed"
     create_topic(env.cfg.kafka, topic, 1, {"cleanup.policy": "compact"})
-    path = env.tmp / "closed.yml"
-    write_config(path, env.name, output={"closed_sessions_topic": topic})
+    closing = env.variant("closed", output={"closed_sessions_topic": topic})
     spec = GeneratorSpec(seed=801, events=6_000, sessions=600)
     env.produce(spec)
-    out = subprocess.run([sys.executable, "-m", "leakproof.cli", "run", "--config", str(path),
-                          "--until-idle", "4"], capture_output=True, text=True, timeout=240,
-                         check=False)
-    assert out.returncode == 0, out.stderr[-4000:]
+    env.run("--until-idle", "4", config=closing)
     env.verify(spec)
     conn = env.hbase()
     try:

@@ -13,17 +13,20 @@ import pytest
 
 from leakproof.generator import GeneratorSpec
 
-from .conftest import Env, wait_for
-from .test_pipeline import (
+from .helpers import (
     ROW_RE,
+    Env,
     assert_offsets_chain,
     audit_total,
     offsets_rows,
+    records,
     stack,
-    wait_thrift,
+    wait_for,
 )
 
-pytestmark = pytest.mark.integration
+# serial: HBase or its Thrift server goes away for every test beside these
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.serial,
+              pytest.mark.slow]
 
 
 def ride_through(env: Env, spec: GeneratorSpec, label: str, fault: list[list[str]],
@@ -32,46 +35,37 @@ def ride_through(env: Env, spec: GeneratorSpec, label: str, fault: list[list[str
     ``restore``; the job must finish by itself (exit 0) and the oracle must be exact."""
     env.produce(spec)
     cfg = env.variant(label, kafka={"max_rate_per_partition": 400})
-    job, log = env.start(cfg, "--until-idle", "8", name=label)
     try:
-        wait_for("a first commit", lambda: len(offsets_rows(env)) >= 1)
-        rows_before = len(offsets_rows(env))
-        fault_at = time.monotonic()
-        fault_ms = int(time.time() * 1000)
-        for args in fault:
-            stack(*args)
-        time.sleep(down_s)
-        for args in restore:
-            stack(*args)
-        wait_thrift()
-        back = time.monotonic()
-        back_ms = int(time.time() * 1000)
-        wait_for("a commit after the outage", lambda: len(offsets_rows(env)) > rows_before,
-                 timeout=180)
-        done = time.monotonic()
-        rc = job.wait(timeout=300)
+        with env.background("--until-idle", "8", config=cfg, name=label) as job:
+            wait_for("a first commit", lambda: len(offsets_rows(env)) >= 1)
+            rows_before = len(offsets_rows(env))
+            fault_at = time.monotonic()
+            fault_ms = int(time.time() * 1000)
+            for args in fault:
+                stack(*args)
+            time.sleep(down_s)
+            for args in restore:
+                stack(*args)
+            back = time.monotonic()
+            back_ms = int(time.time() * 1000)
+            wait_for("a commit after the outage", lambda: len(offsets_rows(env)) > rows_before,
+                     timeout=180)
+            done = time.monotonic()
+            rc = job.wait(timeout=300)
+            text = job.text()
     finally:
-        if job.poll() is None:
-            job.kill()
         stack("up")  # whatever happened, leave the stack up for the next test
-    text = log.read_text()
     assert rc == 0, text[-4000:]
     assert "retry" in text  # the outage was seen and ridden out, not missed
     env.verify(spec)
     assert_offsets_chain(env)
-    assert audit_total(env, b"records") == spec.events + _duplicates(spec)
+    assert audit_total(env, b"records") == records(spec)
     times = [int(m["ms"]) for k, _ in offsets_rows(env) if (m := ROW_RE.match(k))]
     queued = [t for t in times if fault_ms <= t <= back_ms]
     figures = {"down_s": round(back - fault_at, 1), "recovery_s": round(done - back, 1),
                "fault_to_commit_s": round(done - fault_at, 1), "queued_batches": len(queued)}
     print(f"{label}: {figures}")
     return figures
-
-
-def _duplicates(spec: GeneratorSpec) -> int:
-    from leakproof.generator import generate
-
-    return len(generate(spec)) - spec.events
 
 
 def test_thrift_server_restart_is_ridden_out(env: Env) -> None:

@@ -2,90 +2,28 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import happybase
 import pytest
-from kafka import KafkaAdminClient, TopicPartition
-from kafka.admin import OffsetSpec
+from kafka import KafkaAdminClient
 
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
 
-from .conftest import ROOT, Env, records, wait_for
+from .helpers import (
+    Env,
+    assert_offsets_chain,
+    audit_total,
+    offsets_rows,
+    records,
+    stack,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
-
-ROW_RE = re.compile(rb"^(?P<topic>[^:]+):(?P<group>[^:]+):(?P<ms>\d{13})$")
-
-
-def offsets_rows(env: Env) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    conn = env.hbase()
-    try:
-        if b"stream_kafka_offsets" not in conn.tables():  # the job has not created it yet
-            return []
-        return list(conn.table("stream_kafka_offsets").scan(row_prefix=f"{env.name}:it:".encode()))
-    finally:
-        conn.close()
-
-
-def log_ends(env: Env) -> dict[int, int]:
-    admin = KafkaAdminClient(bootstrap_servers="127.0.0.1:9092")
-    try:
-        got = admin.list_partition_offsets({TopicPartition(env.name, p): OffsetSpec.LATEST
-                                            for p in range(4)})
-    finally:
-        admin.close()
-    return {tp.partition: o.offset for tp, o in got.items()}
-
-
-def assert_offsets_chain(env: Env, *, complete: bool = True) -> list[dict[int, int]]:
-    """Rows as docs/DESIGN.md fixes them; offsets never go back; the newest one is the log end."""
-    rows = offsets_rows(env)
-    assert rows, "no offsets row committed"
-    chain = []
-    for key, cells in rows:
-        m = ROW_RE.match(key)
-        assert m and m["topic"].decode() == env.name and m["group"] == b"it", key
-        offsets = {}
-        for col, value in cells.items():
-            if col.startswith(b"offsets:"):
-                assert value.isdigit() and col[8:].isdigit(), (col, value)
-                offsets[int(col[8:])] = int(value)
-        assert sorted(offsets) == [0, 1, 2, 3]
-        chain.append(offsets)
-    for before, after in itertools.pairwise(chain):
-        assert all(after[p] >= before[p] for p in before), (before, after)
-    if complete:
-        assert chain[-1] == log_ends(env)
-    return chain
-
-
-def audit_total(env: Env, column: bytes) -> int:
-    return sum(int(cells.get(b"audit:" + column, b"0")) for _, cells in offsets_rows(env))
-
-
-def finish_exact(env: Env, spec: GeneratorSpec, job: subprocess.Popen[bytes], log: Path,
-                 timeout: float = 300) -> str:
-    """Wait for a background job to stop by itself (exit 0), then hold it to the oracle, the
-    offsets chain and one commit per record; returns its log."""
-    try:
-        rc = job.wait(timeout=timeout)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    text = log.read_text(errors="replace")
-    assert rc == 0, text[-6000:]
-    env.verify(spec)
-    assert_offsets_chain(env)
-    assert audit_total(env, b"records") == records(spec)
-    return text
-
 
 def test_end_to_end_matches_the_oracle(env: Env) -> None:
     spec = GeneratorSpec(seed=101, events=30_000, sessions=3_000)
@@ -127,7 +65,7 @@ def test_end_to_end_matches_the_oracle(env: Env) -> None:
 def test_restart_after_some_batches_resumes_exactly(env: Env) -> None:
     first = GeneratorSpec(seed=201, events=20_000, sessions=2_000)
     env.produce(first)
-    env.run_config(env.capped(1000), "--max-batches", "2")
+    env.run("--max-batches", "2", config=env.capped(1000))
     partial = assert_offsets_chain(env, complete=False)[-1]
     assert 0 < sum(partial.values()) < 20_000  # stopped part way
     second = GeneratorSpec(seed=202, events=10_000, sessions=1_000,
@@ -139,6 +77,7 @@ def test_restart_after_some_batches_resumes_exactly(env: Env) -> None:
     assert audit_total(env, b"records") == records(first, second)  # each once
 
 
+@pytest.mark.faults
 def test_driver_killed_after_session_writes_before_commit(env: Env) -> None:
     spec = GeneratorSpec(seed=301, events=20_000, sessions=2_000)
     env.produce(spec)
@@ -158,42 +97,22 @@ def test_driver_killed_after_session_writes_before_commit(env: Env) -> None:
     assert audit_total(env, b"replayed") > 0
 
 
-def stack(*args: str) -> None:
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "stack.py"), *args], check=True,
-                   timeout=120)
-
-
-def wait_thrift() -> None:
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            conn = happybase.Connection("127.0.0.1", 9090, timeout=5000)
-            conn.tables()
-            conn.close()
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
-
-
+@pytest.mark.faults
+@pytest.mark.serial  # the Thrift server goes away for every test beside it
 def test_failed_batch_stops_the_job_without_committing_past_it(env: Env) -> None:
     spec = GeneratorSpec(seed=401, events=40_000, sessions=4_000)
     env.produce(spec)
     impatient = env.variant("impatient", kafka={"max_rate_per_partition": 500},
                             hbase={"outage_tolerance_s": 2})
-    job, log = env.start(impatient, name="failing-run")
     try:
-        wait_for("a first commit", lambda: bool(offsets_rows(env)))
-        stack("stop", "thrift")  # HBase unreachable for longer than outage_tolerance_s
-        time.sleep(6)
-        rc = job.wait(timeout=120)
+        with env.background(config=impatient, name="failing-run") as job:
+            wait_for("a first commit", lambda: bool(offsets_rows(env)))
+            stack("stop", "thrift")  # HBase unreachable for longer than outage_tolerance_s
+            time.sleep(6)
+            rc = job.wait(timeout=120)
+            text = job.text()
     finally:
-        if job.poll() is None:
-            job.kill()
         stack("start", "thrift")
-        wait_thrift()
-    text = log.read_text()
     assert rc == 1, text[-4000:]
     assert "job failed; offsets were not committed past the last good batch" in text
     committed = assert_offsets_chain(env, complete=False)[-1]

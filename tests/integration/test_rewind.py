@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest
 
+from leakproof import config
 from leakproof.generator import GeneratorSpec
 from leakproof.hbase.connection import connect
 from leakproof.hbase.state_store import StateStore
 
-from .conftest import ROOT, Env, records, run_cli, wait_for, write_config
-from .test_pipeline import audit_total, offsets_rows
+from .helpers import (
+    ROOT,
+    Env,
+    audit_total,
+    offsets_rows,
+    progress_lines,
+    records,
+    run_cli,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -62,16 +70,13 @@ def test_rewinds_append_rows_and_never_double_count(env: Env) -> None:
 def test_rewind_fences_a_running_job(env: Env) -> None:
     spec = GeneratorSpec(seed=1600, events=20_000, sessions=2_000)
     env.produce(spec)
-    job, log = env.start(env.capped(150), name="running")
-    try:
+    with env.background(config=env.capped(150), name="running") as job:
         wait_for("commits", lambda: len(offsets_rows(env)) >= 2)
         rewind(env, "--to-offsets", "0=0")
         rc = job.wait(timeout=120)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert rc == 1, log.read_text()[-3000:]
-    assert "another driver" in log.read_text() or "epoch" in log.read_text()
+        text = job.text()
+    assert rc == 1, text[-3000:]
+    assert "another driver" in text or "epoch" in text
     newest = offsets_rows(env)[-1][1]
     assert newest[b"offsets:0"] == b"0"  # nothing committed after the rewind row
     env.run("--until-idle", "3")
@@ -83,18 +88,13 @@ def test_reprocessing_into_fresh_tables(env: Env) -> None:
     spec = GeneratorSpec(seed=1700, events=8_000, sessions=800)
     env.produce(spec)
     env.run("--until-idle", "3")
-    fresh = env.tmp / "reprocess.yml"
-    write_config(fresh, env.name, hbase={"table_prefix": f"{env.name}v2"})
-    rewind(env, "--to-time", "2000-01-01T00:00:00", config=str(fresh))
-    ran = run_cli("run", "--config", str(fresh), "--until-idle", "3", "--log-format", "json")
-    lines = [json.loads(line.split("leakproof.stream: ", 1)[1]) for line in
-             ran.stderr.splitlines() if "leakproof.stream: {" in line]
+    fresh = env.variant("reprocess", hbase={"table_prefix": f"{env.name}v2"})
+    rewind(env, "--to-time", "2000-01-01T00:00:00", config=fresh)
+    ran = env.run("--until-idle", "3", "--log-format", "json", config=fresh)
+    lines = progress_lines(ran.stderr)
     assert sum(rec["records"] for rec in lines) == records(spec)  # one JSON object per batch
-    out = run_cli("verify", "--config", str(fresh), "--spec", f"{spec.seed}:{spec.events}:"
-                  f"{spec.sessions}:{spec.start_ts}")
-    assert "EXACT MATCH" in out.stdout
-    conn = connect(write_config(fresh, env.name,
-                                hbase={"table_prefix": f"{env.name}v2"}).hbase)
+    env.verify(spec, config=fresh)
+    conn = connect(config.load(fresh).hbase)
     try:
         epoch = StateStore(conn, "leakproof_state").lease_epoch(env.name, "it")
     finally:

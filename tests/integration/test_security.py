@@ -23,9 +23,13 @@ from leakproof.kafka import reader
 from leakproof.kafka.admin import admin_settings
 from leakproof.produce import producer_settings, send_events
 
-from .conftest import Env, write_config
-from .test_pipeline import assert_offsets_chain, offsets_rows
-from .test_spark_submit import standalone_submit
+from .helpers import (
+    Env,
+    assert_offsets_chain,
+    offsets_rows,
+    require_standalone,
+    standalone_submit,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -47,16 +51,16 @@ def test_the_listener_refuses_clients_without_the_settings(env: Env, lacking: st
                "tls": {**sasl(), "security_protocol": "SASL_PLAINTEXT"},
                "sasl": {"security_protocol": "SSL", "ssl_cafile": str(stack_script.KAFKA_CA_PEM)},
                }[lacking]
-    cut = write_config(env.tmp / "partial.yml", env.name,
-                       kafka={"bootstrap_servers": SASL_SERVERS, "consumer": partial})
+    cut = load(env.variant("partial", kafka={"bootstrap_servers": SASL_SERVERS,
+                                             "consumer": partial}))
     with pytest.raises(KafkaError):
         KafkaAdminClient(**{**admin_settings(cut.kafka), "request_timeout_ms": 5000,
                             "bootstrap_timeout_ms": 5000}).describe_topics([env.name])
 
 
 def test_settings_reach_each_kind_of_client(env: Env) -> None:
-    secure = write_config(env.tmp / "secure.yml", env.name,
-                          kafka={"bootstrap_servers": SASL_SERVERS, "consumer": sasl()})
+    secure = load(env.variant("secure", kafka={"bootstrap_servers": SASL_SERVERS,
+                                               "consumer": sasl()}))
     admin = KafkaAdminClient(**admin_settings(secure.kafka))
     try:
         assert admin.describe_topics([env.name])[0]["error_code"] == 0
@@ -73,19 +77,21 @@ def test_settings_reach_each_kind_of_client(env: Env) -> None:
         reader.drop_consumer(secure.kafka, env.name, 0)
 
 
+@pytest.mark.cluster
+@pytest.mark.xdist_group("cluster")
 def test_job_over_sasl_ssl_on_the_standalone_cluster_is_exact_and_never_logs_the_secret(
         env: Env) -> None:
     """Producer, driver, executors and the group mirror all over SASL_SSL; then every output --
     the driver's, each executor's stderr and stdout, and a failed start's error -- is
     searched for the password."""
-    path = env.tmp / "secure.yml"
-    cfg = write_config(path, env.name, kafka={"bootstrap_servers": SASL_SERVERS,
-                                              "consumer": sasl()})
+    require_standalone()
+    path = env.variant("secure", kafka={"bootstrap_servers": SASL_SERVERS, "consumer": sasl()})
+    cfg = load(path)
     spec = GeneratorSpec(seed=1200, events=8_000, sessions=800)
     send_events(cfg.kafka, env.name, generate(spec))
     work = stack_script.RUN / "spark"
     apps_before = {p.name for p in work.glob("worker*/app-*")}
-    ok = subprocess.run(standalone_submit(str(path), "--until-idle", "4"), capture_output=True,
+    ok = subprocess.run(standalone_submit(path, "--until-idle", "4"), capture_output=True,
                         text=True, timeout=300, check=False)
     (env.tmp / "spark-submit.log").write_text(ok.stdout + ok.stderr)
     assert ok.returncode == 0, ok.stderr[-5000:]
@@ -106,10 +112,9 @@ def test_job_over_sasl_ssl_on_the_standalone_cluster_is_exact_and_never_logs_the
     assert executor_logs, f"no executor logs under {work} for {apps}"
 
     # a wrong password: a clear error that names the failure, not the password
-    wrong = env.tmp / "wrong.yml"
-    write_config(wrong, env.name, kafka={"bootstrap_servers": SASL_SERVERS,
-                                         "consumer": sasl("wrong-" + CANARY)})
-    failed = env.run_config(str(wrong), check=False)
+    wrong = env.variant("wrong", kafka={"bootstrap_servers": SASL_SERVERS,
+                                        "consumer": sasl("wrong-" + CANARY)})
+    failed = env.run(config=wrong, check=False)
     assert failed.returncode == 1, failed.stderr[-3000:]
     last = failed.stderr.strip().splitlines()[-1]
     assert last.startswith("leakproof: Kafka at 127.0.0.1:9094 accepts connections but "
@@ -117,7 +122,7 @@ def test_job_over_sasl_ssl_on_the_standalone_cluster_is_exact_and_never_logs_the
     assert "sasl_mechanism PLAIN, user leakproof" in last, last
 
     shown = subprocess.run([sys.executable, "-c", "import sys; from leakproof.config import "
-                            "load; print(load(sys.argv[1]))", str(path)],
+                            "load; print(load(sys.argv[1]))", path],
                            capture_output=True, text=True, check=True)
     texts = {"spark-submit stdout": ok.stdout, "spark-submit stderr": ok.stderr,
              "failed start": failed.stdout + failed.stderr, "config str": shown.stdout,

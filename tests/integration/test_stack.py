@@ -14,7 +14,7 @@ from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
 from leakproof.produce import send_raw
 
-from .conftest import ROOT, SPARK_MASTER, Env, _open
+from .helpers import ROOT, Env, require_standalone
 
 pytestmark = pytest.mark.integration
 
@@ -101,10 +101,14 @@ SPARK_JOB = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077"])
+@pytest.mark.parametrize("master", [
+    "local[2]",
+    pytest.param("spark://127.0.0.1:7077",
+                 marks=[pytest.mark.cluster, pytest.mark.xdist_group("cluster")]),
+])
 def test_pyspark_job_runs(master: str) -> None:
-    if master.startswith("spark://") and not _open(SPARK_MASTER):
-        pytest.fail("the Spark standalone master is not running: `make stack-up SPARK=1`")
+    if master.startswith("spark://"):
+        require_standalone()
     out = subprocess.run([sys.executable, "-c", SPARK_JOB, master], capture_output=True,
                          text=True, timeout=240, check=False)
     assert out.returncode == 0, out.stderr[-4000:]

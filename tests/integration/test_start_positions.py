@@ -7,6 +7,7 @@ import time
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
 
+from leakproof import config
 from leakproof.commit_stores.hbase import OffsetStore
 from leakproof.config import Config
 from leakproof.driver.job import Job
@@ -16,7 +17,7 @@ from leakproof.hbase.state_store import StateStore
 from leakproof.lease import Lease
 from leakproof.produce import send_raw
 
-from .conftest import Env, write_config
+from .helpers import Env
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +38,7 @@ def store_row(cfg: Config, offsets: dict[int, int], batch_ms: int = 1_700_000_00
 
 
 def reconfigure(env: Env, **kafka: object) -> Config:
-    return write_config(env.tmp / "c2.yml", env.name, kafka=dict(kafka))
+    return config.load(env.variant("c2", kafka=dict(kafka)))
 
 
 def test_first_run_earliest(env: Env) -> None:

@@ -18,10 +18,9 @@ from leakproof.oracle import compare, expected_rows
 from leakproof.produce import create_topic
 from leakproof.verify import read_topic
 
-from .conftest import Env, wait_for
-from .test_pipeline import assert_offsets_chain, log_ends, offsets_rows
+from .helpers import Env, assert_offsets_chain, log_ends, offsets_rows, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 
 def admin() -> KafkaAdminClient:
@@ -39,16 +38,12 @@ def delete_records(env: Env, partition: int, before: int) -> None:
 def delete_while_running(env: Env, config: str, idle_s: str, label: str) -> tuple[int, str, int]:
     """Start the job (capped, so it lags), delete partition 1 up to 100 records before its end
     after the first commit, and wait for the job to stop: exit code, log, the cut offset."""
-    job, log = env.start(config, "--until-idle", idle_s, name=label)
-    try:
+    with env.background("--until-idle", idle_s, config=config, name=label) as job:
         wait_for("a first commit", lambda: len(offsets_rows(env)) >= 1)
         cut = log_ends(env)[1] - 100
         delete_records(env, 1, cut)
         rc = job.wait(timeout=240)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    return rc, log.read_text(), cut
+        return rc, job.text(), cut
 
 
 def test_delete_records_under_a_running_job_fails_naming_the_loss(env: Env) -> None:
@@ -92,8 +87,7 @@ def test_delete_records_under_a_running_job_with_skip_records_the_gap(env: Env) 
 def test_topic_recreated_under_a_running_job_is_refused(env: Env) -> None:
     spec = GeneratorSpec(seed=1620, events=4_000, sessions=400)
     env.produce(spec)
-    job, log = env.start(str(env.path), "--until-idle", "60", name="recreate")
-    try:
+    with env.background("--until-idle", "60", name="recreate") as job:
         wait_for("everything committed",
                  lambda: bool(offsets_rows(env)) and
                  assert_offsets_chain(env, complete=False)[-1] == log_ends(env))
@@ -106,10 +100,7 @@ def test_topic_recreated_under_a_running_job_is_refused(env: Env) -> None:
         create_topic(env.cfg.kafka, env.name, 4)
         env.produce(GeneratorSpec(seed=1621, events=8_000, sessions=800))  # a longer new log
         rc = job.wait(timeout=120)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    text = log.read_text()
+        text = job.text()
     assert rc == 1, text[-4000:]
     assert "was deleted and recreated while this job ran" in text, text[-4000:]
     # and a restart refuses too, though the new log is longer than the stored offsets

@@ -2,53 +2,34 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
-import happybase
 import pytest
 
+from leakproof import config
 from leakproof.commit_stores.hbase import OffsetStore
 from leakproof.hbase.connection import connect, ensure_tables
 from leakproof.hbase.state_store import StateStore
 from leakproof.lease import Lease
 
-from .conftest import ROOT, Env, write_config
+from .helpers import Env, stack
 
 pytestmark = pytest.mark.integration
 PORT = 9091
 
 
-def stack(*args: str) -> None:
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "stack.py"), *args], check=True,
-                   timeout=120)
-
-
 @pytest.fixture
 def framed_compact() -> Iterator[None]:
-    stack("start", "thrift-framed-compact")
+    stack("start", "thrift-framed-compact")  # returns once the server answers
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                conn = happybase.Connection("127.0.0.1", PORT, transport="framed",
-                                            protocol="compact", timeout=5000)
-                conn.tables()
-                conn.close()
-                break
-            except Exception:  # noqa: BLE001 - any failure means "not yet"
-                assert time.monotonic() < deadline, "framed/compact Thrift server not ready"
-                time.sleep(1)
         yield
     finally:
         stack("stop", "thrift-framed-compact")
 
 
 def test_framed_compact_transport_end_to_end(env: Env, framed_compact: None) -> None:
-    cfg = write_config(env.tmp / "fc.yml", env.name,
-                       hbase={"port": PORT, "transport": "framed", "protocol": "compact"})
+    cfg = config.load(env.variant("fc", hbase={"port": PORT, "transport": "framed",
+                                               "protocol": "compact"}))
     conn = connect(cfg.hbase)
     try:
         assert len(ensure_tables(conn, cfg.hbase)) == 4

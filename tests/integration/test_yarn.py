@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -21,11 +21,21 @@ import pytest
 from leakproof.generator import GeneratorSpec
 from proctools import pids_matching
 
-from .conftest import ROOT, Env, _open, wait_for
-from .test_pipeline import finish_exact, offsets_rows
-from .test_spark_submit import spark_submit
+from .helpers import (
+    ROOT,
+    YARN_RM,
+    Background,
+    Env,
+    background,
+    finish_exact,
+    offsets_rows,
+    port_open,
+    spark_submit,
+    wait_for,
+)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.slow,
+              pytest.mark.xdist_group("cluster")]
 
 YARN_CONF = ROOT / ".services" / "yarn" / "conf"
 ARCHIVE = ROOT / ".services" / "yarn" / "leakproof-env.tar.gz"
@@ -33,14 +43,15 @@ ARCHIVE = ROOT / ".services" / "yarn" / "leakproof-env.tar.gz"
 
 @pytest.fixture(autouse=True)
 def yarn() -> None:
-    if not _open(("127.0.0.1", 8032)) or not (YARN_CONF / "yarn-site.xml").is_file():
+    if not port_open(YARN_RM) or not (YARN_CONF / "yarn-site.xml").is_file():
         pytest.fail("no YARN ResourceManager on 127.0.0.1:8032: run `make yarn-up`")
     if not ARCHIVE.is_file():
         pytest.fail(f"{ARCHIVE} is missing: run `make yarn-pack`")
 
 
 def submit_yarn(env: Env, mode: str, config: str, label: str, *args: str
-                ) -> tuple[subprocess.Popen[bytes], Path]:
+                ) -> AbstractContextManager[Background]:
+    """spark-submit to YARN in the background, for a ``with`` block."""
     cmd = [str(spark_submit()), "--master", "yarn", "--deploy-mode", mode,
            "--name", f"leakproof-{label}",
            "--archives", f"{ARCHIVE}#environment",
@@ -58,37 +69,36 @@ def submit_yarn(env: Env, mode: str, config: str, label: str, *args: str
         cmd += ["--files", config]  # the driver's container gets it in its working dir
         config_arg = Path(config).name
     cmd += [str(ROOT / "scripts" / "spark_main.py"), "run", "--config", config_arg, *args]
-    log = env.tmp / f"{label}.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "HADOOP_CONF_DIR": str(YARN_CONF)})
-    return proc, log
+    return background(cmd, env.tmp / f"{label}.log", {"HADOOP_CONF_DIR": str(YARN_CONF)})
 
 
 def test_client_mode_on_yarn_with_a_packed_venv(env: Env) -> None:
     spec = GeneratorSpec(seed=1800, events=12_000, sessions=1_200)
     env.produce(spec)
-    job, log = submit_yarn(env, "client", str(env.path), "yarn-client", "--until-idle", "5")
-    text = finish_exact(env, spec, job, log, timeout=420)
+    with submit_yarn(env, "client", str(env.path), "yarn-client", "--until-idle", "5") as job:
+        text = finish_exact(env, spec, job, timeout=420)
     assert "on yarn" in text
 
 
+@pytest.mark.faults
 def test_application_master_killed_next_attempt_resumes_exactly(env: Env) -> None:
     spec = GeneratorSpec(seed=1810, events=30_000, sessions=3_000)
     env.produce(spec)
     started = time.monotonic()
-    job, log = submit_yarn(env, "cluster", env.capped(300), "yarn-cluster", "--until-idle", "8")
-    wait_for("the first attempt's commits", lambda: len(offsets_rows(env)) >= 3, timeout=300)
-    first_commit_s = time.monotonic() - started
-    ams = pids_matching(b"org.apache.spark.deploy.yarn.ApplicationMaster", program="java")
-    assert len(ams) == 1, ams
-    rows = {k for k, _ in offsets_rows(env)}
-    killed = time.monotonic()
-    os.kill(ams[0], signal.SIGKILL)
-    wait_for("a commit by the next attempt", lambda: {k for k, _ in offsets_rows(env)} - rows,
-             timeout=300)
-    recovery = time.monotonic() - killed
-    finish_exact(env, spec, job, log, timeout=420)
+    with submit_yarn(env, "cluster", env.capped(300), "yarn-cluster", "--until-idle",
+                     "8") as job:
+        wait_for("the first attempt's commits", lambda: len(offsets_rows(env)) >= 3,
+                 timeout=300)
+        first_commit_s = time.monotonic() - started
+        ams = pids_matching(b"org.apache.spark.deploy.yarn.ApplicationMaster", program="java")
+        assert len(ams) == 1, ams
+        rows = {k for k, _ in offsets_rows(env)}
+        killed = time.monotonic()
+        os.kill(ams[0], signal.SIGKILL)
+        wait_for("a commit by the next attempt",
+                 lambda: {k for k, _ in offsets_rows(env)} - rows, timeout=300)
+        recovery = time.monotonic() - killed
+        finish_exact(env, spec, job, timeout=420)
     epochs = {cells[b"audit:epoch"] for _, cells in offsets_rows(env)}
     assert len(epochs) >= 2, epochs  # two drivers committed: the second attempt took over
     print(f"yarn cluster mode: submit -> 3 commits {first_commit_s:.1f}s; AM SIGKILL -> next "

@@ -1,0 +1,295 @@
+"""Shared helpers of the integration tests: a test's private Env, background runs that
+cannot outlive their test, the offsets-table checks, spark-submit commands, the stack.
+
+Each test gets its own topic and table prefix (conftest's ``env`` fixture). Every config a
+test uses is derived from its Env's base config with ``Env.variant``: one way, so a test
+reads as "the base, with these keys changed".
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import happybase
+import pytest
+import yaml
+from kafka import KafkaAdminClient, TopicPartition
+from kafka.admin import OffsetSpec
+
+from leakproof import config
+from leakproof.generator import GeneratorSpec, generate
+from leakproof.produce import send_events
+
+ROOT = Path(__file__).resolve().parents[2]
+KAFKA = ("127.0.0.1", 9092)
+THRIFT = ("127.0.0.1", 9090)
+SPARK_MASTER = ("127.0.0.1", 7077)
+YARN_RM = ("127.0.0.1", 8032)
+ROW_RE = re.compile(rb"^(?P<topic>[^:]+):(?P<group>[^:]+):(?P<ms>\d{13})$")  # offsets rows
+
+
+def port_open(addr: tuple[str, int]) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(addr) == 0
+
+
+def require(addr: tuple[str, int], what: str, how: str) -> None:
+    """A service the test needs is down: fail (never skip), saying how to start it."""
+    if not port_open(addr):
+        pytest.fail(f"{what} is not running on {addr[0]}:{addr[1]}: {how}", pytrace=False)
+
+
+def require_standalone() -> None:
+    require(SPARK_MASTER, "the Spark standalone master", "`make stack-up SPARK=1`")
+
+
+def base_config(name: str, **sections: dict[str, Any]) -> dict[str, Any]:
+    """A test's config: its topic, its table prefix, one-second batches, local[2]."""
+    data: dict[str, Any] = {
+        "kafka": {"bootstrap_servers": "127.0.0.1:9092", "topic": name, "group_id": "it",
+                  "max_rate_per_partition": 0, "read_timeout_s": 30},
+        "hbase": {"table_prefix": name},
+        "job": {"batch_interval_s": 1, "master": "local[2]"},
+        "sessions": {"inactivity_gap_s": 600, "grace_s": 30},
+    }
+    for key, values in sections.items():
+        data.setdefault(key, {}).update(values)
+    return data
+
+
+# --------------------------------------------------------------------------- processes
+
+
+class Background:
+    """A command in its own process group, its output in ``log``; ``kill`` ends the group
+    (a local-mode job's JVM, spark-submit's children) so nothing outlives the test."""
+
+    def __init__(self, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.log = log
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                         env={**os.environ, **(env or {})},
+                                         start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait(self, timeout: float = 240) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def send_signal(self, sig: int) -> None:
+        """To the job's own process only (``signal_group`` reaches its children too)."""
+        self.proc.send_signal(sig)
+
+    def signal_group(self, sig: int) -> None:
+        os.killpg(self.proc.pid, sig)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        with suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+@contextmanager
+def background(cmd: list[str], log: Path, env: dict[str, str] | None = None
+               ) -> Iterator[Background]:
+    """Run ``cmd`` for the length of a ``with`` block; whatever is left at its exit is killed."""
+    job = Background(cmd, log, env)
+    try:
+        yield job
+    finally:
+        job.kill()
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 240,
+            check: bool = True, log: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``leakproof ARGS`` in its own process, as users run it."""
+    proc = subprocess.run([sys.executable, "-m", "leakproof.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})},
+                          check=False)
+    if log is not None:
+        log.write_text(proc.stdout + proc.stderr)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"leakproof {args[0]} exited {proc.returncode}:\n"
+                             f"{proc.stdout}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def wait_for(what: str, check: Callable[[], object], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def stack(*args: str) -> None:
+    """``scripts/stack.py ARGS`` (start/stop/kill waits until the service answers or is gone)."""
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "stack.py"), *args], check=True,
+                   timeout=300)
+
+
+# --------------------------------------------------------------------------- a test's Env
+
+
+def records(*specs: GeneratorSpec) -> int:
+    """How many records producing ``specs`` sends (events plus the generator's duplicates)."""
+    return sum(len(generate(s)) for s in specs)
+
+
+@dataclass
+class Env:
+    """One test's private topic, tables and base config file."""
+
+    name: str
+    path: Path
+    cfg: config.Config
+    tmp: Path
+
+    def produce(self, spec: GeneratorSpec) -> None:
+        send_events(self.cfg.kafka, self.cfg.kafka.topic, generate(spec))
+
+    def variant(self, label: str, **sections: dict[str, Any]) -> str:
+        """The base config (same topic and tables) with some keys changed: a file path."""
+        path = self.tmp / f"{label}.yml"
+        data = yaml.safe_load(self.path.read_text())
+        for key, values in sections.items():
+            data.setdefault(key, {}).update(values)
+        path.write_text(yaml.safe_dump(data))
+        return str(path)
+
+    def capped(self, rate: int) -> str:
+        """A variant reading at most ``rate`` events/s per partition: a drain of many batches."""
+        return self.variant(f"capped{rate}", kafka={"max_rate_per_partition": rate})
+
+    def run(self, *args: str, config: str | None = None, env: dict[str, str] | None = None,
+            timeout: float = 240, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """``leakproof run`` with the base config (or ``config``), to its end."""
+        return run_cli("run", "--config", config or str(self.path), *args, env=env,
+                       timeout=timeout, check=check,
+                       log=self.tmp / f"run-{time.monotonic_ns()}.log")
+
+    def background(self, *args: str, config: str | None = None, name: str = "job",
+                   env: dict[str, str] | None = None) -> AbstractContextManager[Background]:
+        """``leakproof run`` in the background for a ``with`` block (see ``background``)."""
+        cmd = [sys.executable, "-m", "leakproof.cli", "run", "--config",
+               config or str(self.path), *args]
+        return background(cmd, self.tmp / f"{name}.log", env)
+
+    def verify(self, *specs: GeneratorSpec, config: str | None = None) -> str:
+        args = [a for s in specs for a in ("--spec", f"{s.seed}:{s.events}:{s.sessions}:"
+                                                     f"{s.start_ts}")]
+        out = run_cli("verify", "--config", config or str(self.path), *args, check=False)
+        assert out.returncode == 0 and "EXACT MATCH" in out.stdout, out.stdout + out.stderr
+        return out.stdout
+
+    def hbase(self) -> happybase.Connection:
+        return happybase.Connection(*THRIFT, table_prefix=self.cfg.hbase.table_prefix)
+
+
+# --------------------------------------------------------------------------- the offsets table
+
+
+def offsets_rows(env: Env) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    conn = env.hbase()
+    try:
+        if b"stream_kafka_offsets" not in conn.tables():  # the job has not created it yet
+            return []
+        return list(conn.table("stream_kafka_offsets").scan(row_prefix=f"{env.name}:it:".encode()))
+    finally:
+        conn.close()
+
+
+def log_ends(env: Env, partitions: int = 4) -> dict[int, int]:
+    admin = KafkaAdminClient(bootstrap_servers="127.0.0.1:9092")
+    try:
+        got = admin.list_partition_offsets({TopicPartition(env.name, p): OffsetSpec.LATEST
+                                            for p in range(partitions)})
+    finally:
+        admin.close()
+    return {tp.partition: o.offset for tp, o in got.items()}
+
+
+def assert_offsets_chain(env: Env, *, complete: bool = True) -> list[dict[int, int]]:
+    """Rows as docs/DESIGN.md fixes them; offsets never go back; the newest is the log end."""
+    rows = offsets_rows(env)
+    assert rows, "no offsets row committed"
+    chain = []
+    for key, cells in rows:
+        m = ROW_RE.match(key)
+        assert m and m["topic"].decode() == env.name and m["group"] == b"it", key
+        offsets = {}
+        for col, value in cells.items():
+            if col.startswith(b"offsets:"):
+                assert value.isdigit() and col[8:].isdigit(), (col, value)
+                offsets[int(col[8:])] = int(value)
+        assert sorted(offsets) == [0, 1, 2, 3]
+        chain.append(offsets)
+    for before, after in itertools.pairwise(chain):
+        assert all(after[p] >= before[p] for p in before), (before, after)
+    if complete:
+        assert chain[-1] == log_ends(env)
+    return chain
+
+
+def audit_total(env: Env, column: bytes) -> int:
+    return sum(int(cells.get(b"audit:" + column, b"0")) for _, cells in offsets_rows(env))
+
+
+def finish_exact(env: Env, spec: GeneratorSpec, job: Background, timeout: float = 300) -> str:
+    """Wait for a background job to stop by itself (exit 0), then hold it to the oracle, the
+    offsets chain and one commit per record; returns its log."""
+    rc = job.wait(timeout=timeout)
+    text = job.text()
+    assert rc == 0, text[-6000:]
+    env.verify(spec)
+    assert_offsets_chain(env)
+    assert audit_total(env, b"records") == records(spec)
+    return text
+
+
+def progress_lines(stderr: str) -> list[dict[str, Any]]:
+    """The JSON progress objects of a ``--log-format json`` run, in order."""
+    return [json.loads(line.split("leakproof.stream: ", 1)[1])
+            for line in stderr.splitlines() if "leakproof.stream: {" in line]
+
+
+# --------------------------------------------------------------------------- spark-submit
+
+
+def spark_submit() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent / "bin" / "spark-submit"
+
+
+def standalone_submit(config_path: str, *args: str, **conf: str) -> list[str]:
+    """The command that runs ``leakproof run`` under spark-submit on the project's standalone
+    cluster, driver in client mode; ``conf`` adds or overrides Spark settings."""
+    settings = {"spark.pyspark.python": sys.executable, "spark.executor.memory": "768m",
+                "spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1", **conf}
+    cmd = [str(spark_submit()), "--master", "spark://127.0.0.1:7077", "--deploy-mode", "client"]
+    for key, value in settings.items():
+        cmd += ["--conf", f"{key}={value}"]
+    return [*cmd, str(ROOT / "scripts" / "spark_main.py"), "run", "--config", config_path,
+            *args]
