@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-format", choices=["text", "json"], default="text",
                      help="the per-batch progress line as text or as one JSON object")
 
+    stop = cmd("stop", "ask the running job of this topic and group to stop after its batch "
+                       "in flight (works where no signal can: YARN cluster mode)")
+    stop.add_argument("--wait", type=float, metavar="S",
+                      help="wait up to S seconds until it has stopped, and say where")
+
     produce = cmd("produce", "produce seeded, realistic web sessions")
     produce.add_argument("--events", type=int, required=True)
     produce.add_argument("--sessions", type=int, required=True)
@@ -110,6 +115,10 @@ def _dispatch(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
         spark_context(cfg)
         return Job(cfg, RunLimits(args.until_idle, args.max_batches, args.log_format)).run()
+    if args.cmd == "stop":
+        from leakproof.stop import ask_to_stop
+
+        return ask_to_stop(cfg, args.wait)
     if args.cmd == "produce":
         from leakproof.generator import generate
         from leakproof.produce import send_events

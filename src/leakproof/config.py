@@ -90,6 +90,10 @@ class JobConfig:
     batch_interval_s: float = 2.0
     master: str = "local[2]"
     app_name: str = "leakproof"
+    # A stop (SIGTERM, SIGINT, `leakproof stop`) lets the batch in flight finish and commit for
+    # at most this long; a batch still running then is abandoned uncommitted (exit 0 all the
+    # same: a restart replays it). Keep it under the supervisor's kill timeout.
+    stop_timeout_s: float = 30.0
     metrics_port: int = 0  # > 0: Prometheus metrics at http://<metrics_host>:<port>/metrics
     metrics_host: str = "127.0.0.1"
     # extra Spark settings for `leakproof run` (spark-submit's --conf wins), e.g.
@@ -360,6 +364,7 @@ def _job(data: dict[str, Any]) -> JobConfig:
             isinstance(k, str) and k.startswith("spark.") for k in spark_conf):
         raise ConfigError(f"'job.spark_conf' must map spark.* keys to values, got {spark_conf!r}")
     return JobConfig(batch_interval_s=interval, master=s.text("master"),
+                     stop_timeout_s=s.number("stop_timeout_s", minimum=0, exclusive=True),
                      spark_conf={k: str(v).lower() if isinstance(v, bool) else str(v)
                                  for k, v in spark_conf.items()},
                      app_name=s.text("app_name"), metrics_port=port,

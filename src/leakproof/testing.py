@@ -9,11 +9,12 @@ adapters are tested against real Kafka and HBase in tests/integration.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from leakproof.errors import KafkaReadError
 from leakproof.lease import FIRST_EPOCH, Lease
 from leakproof.offsets import CommittedBatch, Gap, LogBounds
+from leakproof.runs import RUNNING, STOPPED, RunState
 
 
 @dataclass
@@ -105,3 +106,33 @@ class FakeLeaseStore:
 
     def close(self) -> None:
         pass
+
+
+@dataclass
+class FakeRunRecord:
+    """The run record in memory, as HBaseRunRecord keeps it; ``down`` makes calls fail."""
+
+    state: RunState | None = None
+    down: bool = False
+    clock_ms: int = 1_700_000_000_000
+
+    def read(self) -> RunState | None:
+        return self.state
+
+    def heartbeat(self, epoch: int, where: str) -> RunState | None:
+        if self.down:
+            raise OSError("HBase away")
+        if self.state is not None and self.state.epoch > epoch:
+            return self.state
+        kept = self.state.stop_epoch if self.state else 0
+        self.state = RunState(epoch, RUNNING, self.clock_ms, stop_epoch=kept, where=where)
+        return self.state
+
+    def request_stop(self, epoch: int) -> None:
+        assert self.state is not None
+        self.state = replace(self.state, stop_epoch=epoch, stop_requested_ms=self.clock_ms)
+
+    def stopped(self, epoch: int, detail: str) -> None:
+        if self.state is None or self.state.epoch == epoch:
+            self.state = RunState(epoch, STOPPED, self.clock_ms, stopped_ms=self.clock_ms,
+                                  detail=detail)

@@ -21,11 +21,12 @@ def test_max_batches_counts_at_plan_time_and_stops_planning() -> None:
     assert c.planning_allowed()
     c.hand_over(plan(3, 5))
     assert not c.planning_allowed() and c.stop_reason == "2 batches planned (--max-batches)"
-    assert not c.ready_to_stop()  # plans handed over have not started their output
+    assert not c.quiescent()  # plans handed over have not run their output
     for ms in (1, 2, 3):
         assert c.take(ms) is not None
         c.output_done()
-    assert c.ready_to_stop()
+    assert c.quiescent()
+    assert not c.asked_to_stop  # a run limit, not an operator
 
 
 def test_idle_only_with_nothing_in_flight() -> None:
@@ -56,7 +57,7 @@ def test_sigterm_asks_for_a_graceful_stop() -> None:
     try:
         c.install_signal_handlers()
         os.kill(os.getpid(), signal.SIGTERM)
-        assert c.stop_reason == "SIGTERM received"
+        assert c.stop_reason == "SIGTERM received" and c.asked_to_stop
     finally:
         signal.signal(signal.SIGTERM, before[0])
         signal.signal(signal.SIGINT, before[1])

@@ -36,6 +36,7 @@ class Committer:
         self._chain: dict[int, int] = {}  # until offsets of the last commit, per partition
         self._topic_id: str | None = None
         self._unmirrored: tuple[int, dict[int, int]] | None = None  # a group copy still owed
+        self.last_batch_ms: int | None = None  # the newest batch this driver committed
 
     @property
     def lease(self) -> Lease:
@@ -122,6 +123,7 @@ class Committer:
         crash_point("driver_after_commit")
         # 7. move on
         self._lease, self._chain = new_lease, new_offsets
+        self.last_batch_ms = plan.batch_ms
         self._mirror(plan.batch_ms, new_offsets)
         return Committed(totals, gaps, new_offsets, moved=True, commit_s=time.monotonic() - t0)
 

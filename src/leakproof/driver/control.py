@@ -44,6 +44,8 @@ class RunControl:
         self._planned_with_data = 0
         self._last_data = time.monotonic()
         self._rate: float | None = None
+        self._asked = False  # the stop came from an operator: a signal or `leakproof stop`
+        self._finished = threading.Event()
 
     # -- stopping --------------------------------------------------------------------------
 
@@ -64,25 +66,42 @@ class RunControl:
                 self._failure = exc
                 log.error("stopping: %s", exc)
 
-    def request_stop(self, reason: str) -> None:
-        """A graceful stop: batches already planned finish and commit, no new one is planned."""
+    def request_stop(self, reason: str, *, operator: bool = False) -> None:
+        """A graceful stop: batches already planned finish and commit, no new one is planned.
+
+        ``operator``: asked for from outside (a signal, ``leakproof stop``), so a batch that
+        cannot finish on the way out is abandoned, not a failure of the run.
+        """
         with self._lock:
             self._request_stop(reason)
+            self._asked = self._asked or operator
 
     def _request_stop(self, reason: str) -> None:
         if self._stop_reason is None:
             self._stop_reason = reason
             log.info("stopping gracefully: %s", reason)
 
+    @property
+    def asked_to_stop(self) -> bool:
+        """An operator asked the run to stop (see ``request_stop``)."""
+        with self._lock:
+            return self._asked
+
+    def quiescent(self) -> bool:
+        """No batch planned and waiting, none running: stopping now loses nothing."""
+        with self._lock:
+            return not self._pending and not self._running
+
+    def finish(self) -> None:
+        """The run is over (its last commit done or abandoned)."""
+        self._finished.set()
+
+    def wait_finished(self, timeout_s: float) -> bool:
+        return self._finished.wait(timeout_s)
+
     def planning_allowed(self) -> bool:
         with self._lock:
             return self._failure is None and self._stop_reason is None
-
-    def ready_to_stop(self) -> bool:
-        """A stop was asked and every plan handed over has started its output (the
-        StreamingContext's graceful stop then waits for the outputs that run)."""
-        with self._lock:
-            return self._stop_reason is not None and not self._pending
 
     # -- plans in flight -----------------------------------------------------------------
 
@@ -142,7 +161,7 @@ class RunControl:
     def install_signal_handlers(self) -> None:
         """SIGTERM and SIGINT ask for a graceful stop (main thread only, as Python requires)."""
         def handler(signum: int, _frame: FrameType | None) -> None:
-            self.request_stop(f"{signal.Signals(signum).name} received")
+            self.request_stop(f"{signal.Signals(signum).name} received", operator=True)
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)

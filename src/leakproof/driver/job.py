@@ -13,9 +13,11 @@ This is the only module of the driver that imports pyspark.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
+import socket
 import sys
 import time
 import uuid
@@ -32,12 +34,14 @@ from leakproof.driver.committing import Committer
 from leakproof.driver.control import RunControl, RunLimits
 from leakproof.driver.planning import Planner
 from leakproof.driver.progress import Progress, log_line
+from leakproof.driver.stopping import StopRequests
 from leakproof.errors import BatchFailed, KafkaReadError, LeakproofError
 from leakproof.hbase.connection import Connections, ensure_tables
-from leakproof.hbase.state_store import HBaseLeaseStore
+from leakproof.hbase.state_store import HBaseLeaseStore, HBaseRunRecord
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.offsets import OffsetRange
 from leakproof.reports import TaskReport
+from leakproof.runs import heartbeat_period_s
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +65,7 @@ class Job:
         self.planner: Planner | None = None
         self.committer: Committer | None = None
         self._outputs = 0  # batch outputs that succeeded (the output thread's count)
+        self._abandoned = False  # a stop's deadline passed with a batch still running
 
     # ------------------------------------------------------------------ start
 
@@ -186,14 +191,21 @@ class Job:
     # ------------------------------------------------------------------ the run
 
     def run(self) -> int:
-        """Run until stopped; 0 after a graceful stop, 1 after a failed batch."""
+        """Run until stopped: 0 after a stop (asked for, or by the run limits), 1 after a
+        failed batch that nobody asked for."""
         from pyspark import SparkContext
         from pyspark.streaming import StreamingContext
 
+        hook = None
         try:
             self.prepare()
+            assert self.committer is not None
             if self.cfg.job.metrics_port:
                 self._start_metrics()
+            stops = StopRequests(self.control, self._closes(HBaseRunRecord(
+                self.cfg.hbase, self.topic, self.group)), self.committer.lease.epoch,
+                heartbeat_period_s(self.cfg.job.batch_interval_s),
+                f"{socket.gethostname()}:{os.getpid()}")
             sc = SparkContext.getOrCreate()
             # PySpark's hints say int, but it multiplies by 1000 and takes fractions of a second.
             ssc = StreamingContext(sc, self.cfg.job.batch_interval_s)  # type: ignore[arg-type]
@@ -202,40 +214,81 @@ class Job:
             ticks.transform(lambda t, rdd: self.plan_rdd(t, rdd)).foreachRDD(
                 lambda t, rdd: self.output(t, rdd))
             self.control.install_signal_handlers()
+            hook = _JvmShutdownHook.install(sc, self.control, self.cfg.job.stop_timeout_s)
             ssc.start()
             self.control.not_idle()  # the idle clock starts with the stream
             log.info("streaming %s every %.3gs on %s", self.topic,
                      self.cfg.job.batch_interval_s, sc.master)
-            self._wait(ssc)
+            stops.poll()
+            self._wait(ssc, stops)
+            rc, detail = self._outcome()
+            stops.ended(detail)
+            return rc
         finally:
+            self.control.finish()
+            if hook is not None:
+                hook.remove()
             for client in reversed(self._closing):
                 try:
                     client.close()
                 except Exception:
                     log.debug("closing %r failed", client, exc_info=True)
-        failure = self.control.failure
-        if failure is not None:
-            log.error("job failed; offsets were not committed past the last good batch. "
-                      "Restart to resume from HBase. Cause: %s", failure)
-            return 1
-        assert self.committer is not None
-        log.info("stopped after %d batches; committed offsets %s", self._outputs,
-                 dict(sorted(self.committer.committed.items())))
-        return 0
 
-    def _wait(self, ssc: Any) -> None:
-        """The main thread: watch for a failure, idleness or a stop request."""
+    def _wait(self, ssc: Any, stops: StopRequests) -> None:
+        """The main thread: heartbeats and stop requests, a failure, idleness, a stop.
+
+        Once a stop is asked, the batch in flight may finish and commit for up to
+        ``job.stop_timeout_s``; then the StreamingContext stops without waiting for it.
+        """
         control = self.control
+        deadline: float | None = None
         while not ssc.awaitTerminationOrTimeout(0.5):
+            stops.poll()
             if control.failure is not None:
-                ssc.stop(stopSparkContext=False, stopGraceFully=False)
-                return
+                break
             if control.idle():
                 control.request_stop(f"no new records for {control.limits.until_idle_s}s "
                                      f"(--until-idle)")
-            if control.ready_to_stop():
-                ssc.stop(stopSparkContext=False, stopGraceFully=True)
-                return
+            if control.stop_reason is None:
+                continue
+            if deadline is None:
+                deadline = time.monotonic() + self.cfg.job.stop_timeout_s
+            if control.quiescent():
+                break
+            if time.monotonic() > deadline:
+                self._abandoned = True
+                log.warning("stop: the batch in flight did not finish within %.0fs "
+                            "(job.stop_timeout_s); abandoning it uncommitted",
+                            self.cfg.job.stop_timeout_s)
+                break
+        ssc.stop(stopSparkContext=False, stopGraceFully=False)
+
+    def _outcome(self) -> tuple[int, str]:
+        """The exit code and the run record's account of the end (JSON)."""
+        assert self.committer is not None
+        committed = dict(sorted(self.committer.committed.items()))
+        last = self.committer.last_batch_ms
+        failure = self.control.failure
+        where = (f"the last committed batch is {last}" if last else
+                 "this run committed no batch")
+        if failure is not None and not self.control.asked_to_stop:
+            log.error("job failed; offsets were not committed past the last good batch. "
+                      "Restart to resume from HBase. Cause: %s", failure)
+            rc, how = 1, f"failed: {failure}"
+        elif failure is not None or self._abandoned:
+            # Asked to stop, and the batch in flight could not finish: nothing after the last
+            # commit was committed, so nothing is lost -- a restart replays that batch.
+            log.warning("stopped as asked (%s); the batch in flight was abandoned without "
+                        "commit%s. Nothing is lost: %s (offsets %s) and a restart resumes "
+                        "there.", self.control.stop_reason,
+                        f" ({failure})" if failure else "", where, committed)
+            rc, how = 0, f"stopped ({self.control.stop_reason}); batch in flight abandoned"
+        else:
+            log.info("stopped after %d batches (%s); %s; committed offsets %s", self._outputs,
+                     self.control.stop_reason, where, committed)
+            rc, how = 0, f"stopped ({self.control.stop_reason})"
+        return rc, json.dumps({"exit": rc, "how": how, "last_batch_ms": last,
+                               "offsets": committed})
 
     def _start_metrics(self) -> None:
         from leakproof.metrics import JobMetrics
@@ -246,6 +299,65 @@ class Job:
         self.progress.add(lambda outcome, record: metrics.batch(
             record, outcome.plan.lag_by_partition()))
         log.info("metrics at http://%s:%d/metrics", cfg.metrics_host, cfg.metrics_port)
+
+
+class _JvmShutdownHook:
+    """Lets the batch in flight finish before the driver JVM's shutdown stops Spark.
+
+    Under spark-submit the driver JVM is this process's parent and shares its process group,
+    so a supervisor's SIGTERM to the group (systemd, a container stop) reaches it too. Its
+    shutdown hooks would stop the SparkContext, and with it the Python workers of the batch
+    in flight. Spark's hooks run as one Hadoop shutdown hook of priority 40; this one runs
+    before them (priority 100): it asks the run to stop and waits until it has, for at most
+    ``job.stop_timeout_s``. Py4J calls ``run`` on a JVM thread; the Java Thread that wraps it
+    is what Hadoop holds, so the same object can be removed when the run ends normally.
+    """
+
+    PRIORITY = 100
+
+    def __init__(self, control: RunControl, timeout_s: float) -> None:
+        self._control = control
+        self._timeout_s = timeout_s
+        self._manager: Any = None
+        self._thread: Any = None
+
+    @classmethod
+    def install(cls, sc: Any, control: RunControl, timeout_s: float) -> _JvmShutdownHook | None:
+        hook = cls(control, timeout_s)
+        try:
+            jvm = sc._jvm
+            hook._manager = jvm.org.apache.hadoop.util.ShutdownHookManager.get()
+            hook._thread = jvm.java.lang.Thread(hook)
+            hook._manager.addShutdownHook(hook._thread, cls.PRIORITY, round(timeout_s) + 5,
+                                          jvm.java.util.concurrent.TimeUnit.SECONDS)
+        except Exception:
+            log.warning("could not install the JVM shutdown hook; a SIGTERM to the driver "
+                        "JVM will not wait for the batch in flight", exc_info=True)
+            return None
+        return hook
+
+    def remove(self) -> None:
+        try:
+            self._manager.removeShutdownHook(self._thread)
+        except Exception:
+            log.debug("could not remove the JVM shutdown hook", exc_info=True)
+
+    def run(self) -> None:
+        self._control.request_stop("the driver JVM is shutting down (SIGTERM)", operator=True)
+        self._control.wait_finished(self._timeout_s)
+
+    # Py4J forwards these to Python: Hadoop keeps hooks in a set.
+    def hashCode(self) -> int:  # noqa: N802 - Java's name
+        return id(self) & 0x7FFFFFFF
+
+    def equals(self, other: object) -> bool:
+        return other is self
+
+    def toString(self) -> str:  # noqa: N802 - Java's name
+        return "leakproof: finish the batch in flight"
+
+    class Java:
+        implements = ["java.lang.Runnable"]
 
 
 _PY_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Refused|Failed)): (.+)$")
@@ -272,13 +384,24 @@ def spark_context(cfg: Config) -> Any:
     conf = SparkConf()
     # Under spark-submit the JVM already runs (it set PYSPARK_GATEWAY_PORT) and holds the
     # master and app name it was given; a SparkConf made before the context cannot see them.
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    if not submitted:
         conf.setMaster(cfg.job.master).setAppName(cfg.job.app_name)
     for key, value in cfg.job.spark_conf.items():
         conf.setIfMissing(key, value)
     conf.setIfMissing("spark.ui.showConsoleProgress", "false")
     conf.setIfMissing("spark.ui.enabled", "false")
     conf.setIfMissing("spark.streaming.concurrentJobs", "1")
-    sc = SparkContext.getOrCreate(conf)
+    if submitted:
+        sc = SparkContext.getOrCreate(conf)
+    else:
+        from pyspark.java_gateway import launch_gateway
+
+        # The JVM gets a session of its own: a signal to this run's process group (systemd,
+        # a container stop, Ctrl-C) then reaches only this process, which lets the batch in
+        # flight finish. The JVM still dies with this process: it exits when its stdin, a
+        # pipe from here, closes.
+        gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
+        sc = SparkContext(conf=conf, gateway=gateway)
     sc.setLogLevel(os.environ.get("LEAKPROOF_SPARK_LOG_LEVEL", "WARN"))
     return sc

@@ -12,8 +12,9 @@ from typing import Protocol
 from leakproof.commit_stores import CommitStore
 from leakproof.lease import Lease
 from leakproof.offsets import Gap, LogBounds
+from leakproof.runs import RunState
 
-__all__ = ["CommitStore", "GroupMirror", "LeaseStore", "Metadata"]
+__all__ = ["CommitStore", "GroupMirror", "LeaseStore", "Metadata", "RunRecord", "RunState"]
 
 
 class Metadata(Protocol):
@@ -35,6 +36,20 @@ class GroupMirror(Protocol):
                              note: str) -> None: ...
 
     def close(self) -> None: ...
+
+
+class RunRecord(Protocol):
+    """A durable record of the running driver, read and written by ``leakproof stop``."""
+
+    def read(self) -> RunState | None: ...
+
+    def heartbeat(self, epoch: int, where: str) -> RunState | None:
+        """Say this driver is alive; returns the record as it stands (with any stop request)."""
+        ...
+
+    def request_stop(self, epoch: int) -> None: ...
+
+    def stopped(self, epoch: int, detail: str) -> None: ...
 
 
 class LeaseStore(Protocol):

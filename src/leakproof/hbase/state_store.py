@@ -7,6 +7,8 @@ Rows:
   every offsets commit is a checkAndPut on it, so a second driver fences the first.
 - ``gap:<topic>:<group>:<partition>:<stored offset>`` family ``g``: data lost to retention.
 - ``last:<topic>:<group>`` family ``l``: a TTL-free copy of the newest commit (commit_stores).
+- ``run:<topic>:<group>`` family ``l``: the running driver's heartbeat, ``leakproof stop``
+  requests, and how the run ended (runs.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from leakproof.errors import CommitRefused
 from leakproof.hbase.connection import Connections, check_and_put
 from leakproof.lease import FIRST_EPOCH, Lease
 from leakproof.offsets import Gap
+from leakproof.runs import RUNNING, STOPPED, RunState
 from leakproof.sessions import NO_WATERMARK, PartitionState
 
 
@@ -149,3 +152,77 @@ class HBaseLeaseStore:
 
     def close(self) -> None:
         self._conns.reset()
+
+
+def _run_row(topic: str, group: str) -> bytes:
+    return f"run:{topic}:{group}".encode()
+
+
+class HBaseRunRecord:
+    """The run record (``run:<topic>:<group>`` in the state table, family ``l``): the
+    driver's heartbeat, ``leakproof stop`` requests and how the run ended.
+
+    Heartbeats are single attempts: the driver's main thread must not hang in an HBase
+    outage (the batches ride those out); a missed heartbeat is harmless.
+    """
+
+    def __init__(self, cfg: HBaseConfig, topic: str, group: str) -> None:
+        self._cfg = cfg
+        self._row = _run_row(topic, group)
+        self._conns = Connections(cfg)
+
+    def _table(self, conn: happybase.Connection) -> happybase.Table:
+        return conn.table(self._cfg.state_table)
+
+    def read(self) -> RunState | None:
+        cells = self._conns.call("run record", lambda c: self._table(c).row(self._row))
+        return _run_state(cells)
+
+    def heartbeat(self, epoch: int, where: str) -> RunState | None:
+        """Write this driver's heartbeat (a newer epoch takes the record over) and read the
+        record back, stop request included."""
+        now = str(int(time.time() * 1000)).encode()
+        cells = {b"l:epoch": str(epoch).encode(), b"l:state": RUNNING.encode(),
+                 b"l:heartbeat_ms": now, b"l:where": where.encode()}
+        with self._conns.get() as conn:
+            table = self._table(conn)
+            current = _run_state(table.row(self._row))
+            if current is not None and current.epoch > epoch:
+                return current  # a newer driver owns the record; the lease fences this one
+            table.put(self._row, cells)
+            return _run_state(table.row(self._row))
+
+    def request_stop(self, epoch: int) -> None:
+        now = str(int(time.time() * 1000)).encode()
+        self._conns.call("stop request", lambda c: self._table(c).put(
+            self._row, {b"l:stop_epoch": str(epoch).encode(), b"l:stop_requested_ms": now}))
+
+    def stopped(self, epoch: int, detail: str) -> None:
+        now = str(int(time.time() * 1000)).encode()
+
+        def write(conn: happybase.Connection) -> None:
+            current = _run_state(self._table(conn).row(self._row))
+            if current is None or current.epoch == epoch:
+                self._table(conn).put(self._row, {
+                    b"l:epoch": str(epoch).encode(), b"l:state": STOPPED.encode(),
+                    b"l:stopped_ms": now, b"l:detail": detail.encode()})
+
+        self._conns.call("run record", write)
+
+    def close(self) -> None:
+        self._conns.reset()
+
+
+def _run_state(cells: dict[bytes, bytes]) -> RunState | None:
+    if not cells or b"l:epoch" not in cells:
+        return None
+
+    def num(name: bytes) -> int:
+        return int(cells.get(name, b"0") or b"0")
+
+    return RunState(epoch=num(b"l:epoch"), state=cells.get(b"l:state", b"").decode(),
+                    heartbeat_ms=num(b"l:heartbeat_ms"), stop_epoch=num(b"l:stop_epoch"),
+                    stop_requested_ms=num(b"l:stop_requested_ms"),
+                    stopped_ms=num(b"l:stopped_ms"),
+                    detail=cells.get(b"l:detail", b"").decode(),
+                    where=cells.get(b"l:where", b"").decode())
