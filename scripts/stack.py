@@ -91,7 +91,7 @@ def log(msg: str) -> None:
 # --------------------------------------------------------------------------- jars
 
 
-def fetch(names: tuple[str, ...] = ("kafka", "hbase")) -> None:
+def fetch(names: tuple[str, ...] = ("kafka", "hbase", "kafka-tools")) -> None:
     """Copy each service's runtime classpath out of Maven Central, once per pom version."""
     for name in names:
         pom = SERVICES / name / "pom.xml"
@@ -119,7 +119,8 @@ def fetch(names: tuple[str, ...] = ("kafka", "hbase")) -> None:
         log(f"{name}: {len(list(lib.iterdir()))} jars, {size / 2**20:.0f} MiB, "
             f"{time.monotonic() - started:.0f}s")
         stamp.write_text(digest)
-    bad = [p.name for p in (RUN / "hbase" / "lib").iterdir()
+    hbase_lib = RUN / "hbase" / "lib"
+    bad = [p.name for p in (hbase_lib.iterdir() if hbase_lib.is_dir() else ())
            if any(k in p.name for k in ("logback", "reload4j", "slf4j-log4j12"))]
     if bad:
         raise StackError(f"a second SLF4J binding leaked into the HBase classpath: {bad}")

@@ -53,6 +53,11 @@ class KafkaReadError(LeakproofError):
     """A partition's offset range could not be read in full."""
 
 
+class CoordinatorNotReady(KafkaReadError):
+    """The consumer group's coordinator is not ready yet (normal on a new broker, and for a
+    few seconds after a broker restart); the group commit is retried later."""
+
+
 class StoreError(LeakproofError):
     """HBase did not take a read or write; the batch fails and nothing later commits."""
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from leakproof.crashpoints import crash_point
 from leakproof.driver.batch import BatchPlan, Committed, audit_cells
 from leakproof.driver.ports import CommitStore, GroupMirror, LeaseStore
-from leakproof.errors import BatchFailed, CommitRefused
+from leakproof.errors import BatchFailed, CommitRefused, CoordinatorNotReady
 from leakproof.lease import Lease
 from leakproof.offsets import CommittedBatch, Gap, StartPlan
 from leakproof.reports import BatchTotals, TaskReport
@@ -154,6 +154,9 @@ class Committer:
             self._mirror_to.mirror_group_offsets(self.group, self.topic, offsets,
                                                  f"leakproof batch {batch_ms}")
             self._unmirrored = None
+        except CoordinatorNotReady as exc:  # a new broker: normal, not a fault
+            log.info("%s; the copy of batch %d to Kafka's consumer group follows at a later "
+                     "batch (the commit itself is done)", exc, batch_ms)
         except Exception as exc:  # noqa: BLE001 - logged; the commit store holds the truth
             log.warning("could not mirror offsets of batch %d to Kafka group %s (will retry): "
                         "%s", batch_ms, self.group, exc)

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
-from kafka.errors import KafkaError
+from kafka.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    KafkaError,
+    NotCoordinatorError,
+)
 
 from leakproof.config import KafkaConfig
-from leakproof.errors import KafkaReadError
+from leakproof.errors import CoordinatorNotReady, KafkaReadError
 from leakproof.offsets import LogBounds
 
 
@@ -76,18 +82,36 @@ class KafkaMetadata:
                 for tp in tps}
 
     def mirror_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int],
-                             note: str) -> None:
+                             note: str, coordinator_wait_s: float = 3.0) -> None:
         """Commit the offsets to the Kafka consumer group, with ``note`` as the metadata:
-        the mirror for Kafka's own lag tools, or the commit of offsets.store: kafka."""
+        the mirror for Kafka's own lag tools, or the commit of offsets.store: kafka.
+
+        On a new broker the group's coordinator appears only after the first request for
+        it: such retriable answers are retried for ``coordinator_wait_s``, then raised as
+        CoordinatorNotReady.
+        """
         from kafka.structs import OffsetAndMetadata
 
-        result = self._admin.alter_group_offsets(
-            group, {TopicPartition(topic, p): OffsetAndMetadata(o, note, -1)
-                    for p, o in offsets.items()})
-        failed = {tp.partition: err for tp, err in result.items()
-                  if getattr(err, "errno", 0)}
-        if failed:
-            raise KafkaReadError(f"group {group} offsets not mirrored: {failed}")
+        commit = {TopicPartition(topic, p): OffsetAndMetadata(o, note, -1)
+                  for p, o in offsets.items()}
+        deadline = time.monotonic() + coordinator_wait_s
+        while True:
+            try:
+                result = self._admin.alter_group_offsets(group, commit)
+                failed = {tp.partition: err for tp, err in result.items()
+                          if getattr(err, "errno", 0)}
+            except KafkaError as exc:
+                if not _coordinator_busy(exc):
+                    raise
+                failed = {-1: exc}
+            if not failed:
+                return
+            if not all(_coordinator_busy(e) for e in failed.values()):
+                raise KafkaReadError(f"group {group} offsets not mirrored: {failed}")
+            if time.monotonic() > deadline:
+                raise CoordinatorNotReady(f"the coordinator of Kafka group {group} is not "
+                                          f"ready yet ({next(iter(failed.values()))})")
+            time.sleep(0.3)
 
     def group_offsets(self, group: str, topic: str) -> dict[int, tuple[int, str]]:
         """The group's committed (offset, metadata) per partition of ``topic``."""
@@ -101,6 +125,16 @@ class KafkaMetadata:
 
     def close(self) -> None:
         self._admin.close()
+
+
+_COORDINATOR_BUSY = (CoordinatorNotAvailableError, NotCoordinatorError,
+                     CoordinatorLoadInProgressError)
+
+
+def _coordinator_busy(err: object) -> bool:
+    """A group coordinator not found yet, moved, or still loading: worth waiting for."""
+    cls = err if isinstance(err, type) else type(err)
+    return issubclass(cls, _COORDINATOR_BUSY)
 
 
 class _Refusals(logging.Handler):
