@@ -9,12 +9,15 @@ offsets: the oracle must stay exact and every record must be in exactly one comm
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import time
+import urllib.request
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,10 +29,13 @@ from .helpers import (
     YARN_RM,
     Background,
     Env,
+    assert_offsets_chain,
+    audit_total,
     background,
     finish_exact,
     offsets_rows,
     port_open,
+    run_cli,
     spark_submit,
     wait_for,
 )
@@ -103,3 +109,41 @@ def test_application_master_killed_next_attempt_resumes_exactly(env: Env) -> Non
     assert len(epochs) >= 2, epochs  # two drivers committed: the second attempt took over
     print(f"yarn cluster mode: submit -> 3 commits {first_commit_s:.1f}s; AM SIGKILL -> next "
           f"attempt's first commit {recovery:.1f}s")
+
+
+def yarn_app(name: str) -> tuple[dict[str, Any], int]:
+    """The ResourceManager's view of the newest application called ``name``, and how many
+    attempts it had (its REST API: the stack has no yarn CLI)."""
+    base = "http://127.0.0.1:8088/ws/v1/cluster"
+    with urllib.request.urlopen(f"{base}/apps", timeout=10) as r:
+        apps = (json.load(r).get("apps") or {}).get("app") or []
+    mine = sorted((a for a in apps if a["name"] == name), key=lambda a: a["startedTime"])
+    assert mine, [a["name"] for a in apps]
+    with urllib.request.urlopen(f"{base}/apps/{mine[-1]['id']}/appattempts", timeout=10) as r:
+        attempts = json.load(r)["appAttempts"]["appAttempt"]
+    return dict(mine[-1]), len(attempts)
+
+
+def test_leakproof_stop_in_cluster_mode_succeeds_without_a_new_attempt(env: Env) -> None:
+    """`yarn application -kill` gives the driver 250 ms; `leakproof stop` lets it finish its
+    batch, so the application ends SUCCEEDED with one attempt, and a resubmission resumes."""
+    spec = GeneratorSpec(seed=1820, events=30_000, sessions=3_000)
+    env.produce(spec)
+    with submit_yarn(env, "cluster", env.capped(300), "yarn-stop") as job:
+        wait_for("the first commits", lambda: len(offsets_rows(env)) >= 2, timeout=300)
+        asked = time.monotonic()
+        said = run_cli("stop", "--config", str(env.path), "--wait", "120").stdout
+        stopped = time.monotonic() - asked
+        rc = job.wait(timeout=180)  # spark-submit waits for the final status
+        text = job.text()
+    assert "stopped " in said and "stopped (leakproof stop was asked)" in said, said
+    assert rc == 0, text[-5000:]
+    app, attempts = yarn_app("leakproof-yarn-stop")
+    assert (app["state"], app["finalStatus"], attempts) == ("FINISHED", "SUCCEEDED", 1), app
+    print(f"yarn cluster mode, leakproof stop: request -> stopped {stopped:.1f}s, "
+          f"-> spark-submit exit {time.monotonic() - asked:.1f}s")
+    part = assert_offsets_chain(env, complete=False)[-1]
+    assert audit_total(env, b"records") == sum(part.values())
+    with submit_yarn(env, "cluster", env.capped(300), "yarn-resubmitted", "--until-idle",
+                     "8") as again:
+        finish_exact(env, spec, again, timeout=420)

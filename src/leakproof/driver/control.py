@@ -46,6 +46,7 @@ class RunControl:
         self._rate: float | None = None
         self._asked = False  # the stop came from an operator: a signal or `leakproof stop`
         self._finished = threading.Event()
+        self.exit_code: int | None = None  # set with finish()
 
     # -- stopping --------------------------------------------------------------------------
 
@@ -92,8 +93,9 @@ class RunControl:
         with self._lock:
             return not self._pending and not self._running
 
-    def finish(self) -> None:
-        """The run is over (its last commit done or abandoned)."""
+    def finish(self, exit_code: int | None) -> None:
+        """The run is over (its last commit done or abandoned); None: it never started."""
+        self.exit_code = exit_code
         self._finished.set()
 
     def wait_finished(self, timeout_s: float) -> bool:

@@ -13,6 +13,7 @@ This is the only module of the driver that imports pyspark.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -197,6 +198,7 @@ class Job:
         from pyspark.streaming import StreamingContext
 
         hook = None
+        rc: int | None = None
         try:
             self.prepare()
             assert self.committer is not None
@@ -225,7 +227,7 @@ class Job:
             stops.ended(detail)
             return rc
         finally:
-            self.control.finish()
+            self.control.finish(rc)
             if hook is not None:
                 hook.remove()
             for client in reversed(self._closing):
@@ -315,7 +317,8 @@ class _JvmShutdownHook:
 
     PRIORITY = 100
 
-    def __init__(self, control: RunControl, timeout_s: float) -> None:
+    def __init__(self, sc: Any, control: RunControl, timeout_s: float) -> None:
+        self._sc = sc
         self._control = control
         self._timeout_s = timeout_s
         self._manager: Any = None
@@ -323,7 +326,7 @@ class _JvmShutdownHook:
 
     @classmethod
     def install(cls, sc: Any, control: RunControl, timeout_s: float) -> _JvmShutdownHook | None:
-        hook = cls(control, timeout_s)
+        hook = cls(sc, control, timeout_s)
         try:
             jvm = sc._jvm
             hook._manager = jvm.org.apache.hadoop.util.ShutdownHookManager.get()
@@ -343,8 +346,19 @@ class _JvmShutdownHook:
             log.debug("could not remove the JVM shutdown hook", exc_info=True)
 
     def run(self) -> None:
+        """Stop the run and wait for it. A JVM that got SIGTERM would exit 143 even after a
+        clean stop, which supervisors count as a failure: once the run has ended with 0,
+        stop the SparkContext here and halt the JVM with 0 (what is left, Hadoop's file
+        system caches, holds nothing of ours)."""
         self._control.request_stop("the driver JVM is shutting down (SIGTERM)", operator=True)
-        self._control.wait_finished(self._timeout_s)
+        if not self._control.wait_finished(self._timeout_s) or self._control.exit_code != 0:
+            return  # Spark's own hooks go on; the exit code says what happened
+        try:
+            self._sc._jsc.stop()
+        except Exception:
+            log.debug("stopping the SparkContext in the shutdown hook failed", exc_info=True)
+        with contextlib.suppress(Exception):  # halt never answers: the JVM is gone
+            self._sc._jvm.java.lang.Runtime.getRuntime().halt(0)
 
     # Py4J forwards these to Python: Hadoop keeps hooks in a set.
     def hashCode(self) -> int:  # noqa: N802 - Java's name
