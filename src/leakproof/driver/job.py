@@ -23,6 +23,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -204,8 +205,10 @@ class Job:
             assert self.committer is not None
             if self.cfg.job.metrics_port:
                 self._start_metrics()
+            # a short timeout: the main thread must not hang in a stalled HBase
+            quick = replace(self.cfg.hbase, timeout_ms=min(self.cfg.hbase.timeout_ms, 5000))
             stops = StopRequests(self.control, self._closes(HBaseRunRecord(
-                self.cfg.hbase, self.topic, self.group)), self.committer.lease.epoch,
+                quick, self.topic, self.group)), self.committer.lease.epoch,
                 heartbeat_period_s(self.cfg.job.batch_interval_s),
                 f"{socket.gethostname()}:{os.getpid()}")
             sc = SparkContext.getOrCreate()
