@@ -116,27 +116,18 @@ def submit(env: Env, label: str, *args: str) -> Any:
 
 @pytest.mark.cluster
 @pytest.mark.xdist_group("cluster")
-def test_sigterm_to_the_process_group_standalone_client_mode(env: Env) -> None:
-    """spark-submit's JVM is the driver's parent, in its group: its shutdown hook waits for
-    the batch in flight, then the JVM exits 0 instead of 143."""
-    spec = GeneratorSpec(seed=2130, events=30_000, sessions=3_000)
+@pytest.mark.parametrize("how", ["group SIGTERM", "leakproof stop"])
+def test_stop_standalone_client_mode(env: Env, how: str) -> None:
+    """spark-submit's JVM is the driver's parent, in its group: on SIGTERM its shutdown hook
+    waits for the batch in flight, then the JVM exits 0 instead of 143."""
+    spec = GeneratorSpec(seed=2130 + len(how), events=30_000, sessions=3_000)
     env.produce(spec)
-    with submit(env, "standalone-sigterm") as job:
+    with submit(env, how.replace(" ", "-")) as job:
         wait_for("two commits", lambda: len(offsets_rows(env)) >= 2, timeout=180)
         asked = time.monotonic()
-        job.signal_group(signal.SIGTERM)
-        stopped_cleanly(env, job, asked, "standalone client mode, group SIGTERM")
-    resume_exactly(env, spec)
-
-
-@pytest.mark.cluster
-@pytest.mark.xdist_group("cluster")
-def test_leakproof_stop_standalone_client_mode(env: Env) -> None:
-    spec = GeneratorSpec(seed=2140, events=30_000, sessions=3_000)
-    env.produce(spec)
-    with submit(env, "standalone-stop") as job:
-        wait_for("two commits", lambda: len(offsets_rows(env)) >= 2, timeout=180)
-        asked = time.monotonic()
-        leakproof_stop(env)
-        stopped_cleanly(env, job, asked, "standalone client mode, leakproof stop")
+        if how == "group SIGTERM":
+            job.signal_group(signal.SIGTERM)
+        else:
+            leakproof_stop(env)
+        stopped_cleanly(env, job, asked, f"standalone client mode, {how}")
     resume_exactly(env, spec)
