@@ -14,6 +14,7 @@ from kafka import KafkaAdminClient
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
 
 from .helpers import (
+    ROOT,
     Env,
     assert_offsets_chain,
     audit_total,
@@ -47,6 +48,16 @@ def test_end_to_end_matches_the_oracle(env: Env) -> None:
         admin.close()
     assert {tp.partition: om.offset for tp, om in group.items()
             if tp.topic == env.name} == newest
+    assert not [line for line in out.stderr.splitlines()
+                if "WARNING" in line and "mirror" in line], out.stderr[-3000:]
+    # ... which Kafka's own tool on the local stack reads: offsets, log ends, lag 0
+    tool = subprocess.run([str(ROOT / "scripts" / "kafka-consumer-groups"), "--describe",
+                           "--group", "it"], capture_output=True, text=True, timeout=120,
+                          check=True)
+    described = {int(f[2]): (int(f[3]), int(f[4]), int(f[5])) for f in
+                 (line.split() for line in tool.stdout.splitlines())
+                 if len(f) > 5 and f[1] == env.name}
+    assert described == {p: (o, o, 0) for p, o in newest.items()}, tool.stdout
     # the CLI's own views of the result
     show = subprocess.run([sys.executable, "-m", "leakproof.cli", "offsets", "show", "--config",
                            str(env.path)], capture_output=True, text=True, check=True)
