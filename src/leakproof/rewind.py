@@ -92,7 +92,10 @@ def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None) -> tupl
             if not bounds[p].log_start <= o <= bounds[p].log_end:
                 raise OffsetError(f"{topic} partition {p}: offset {o} is outside the log "
                                   f"[{bounds[p].log_start}, {bounds[p].log_end}]")
-        epoch = StateStore(conn, cfg.hbase.state_table).bump_epoch(topic, group, "rewind").epoch
+        state = StateStore(conn, cfg.hbase.state_table)
+        epoch = state.bump_epoch(topic, group, "rewind").epoch
+        if topic_id:  # a rewind accepts the topic as it is now (a recreated one, say)
+            state.write_topic_id(topic, group, topic_id)
         now = int(time.time() * 1000) if now_ms is None else now_ms
         batch_ms = max(now, (latest.batch_ms + 1) if latest else now)
         store.put(batch_ms, offsets, {

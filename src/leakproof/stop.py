@@ -23,7 +23,8 @@ def ask_to_stop(cfg: Config, wait_s: float | None, say: Callable[[str], None] = 
     name = f"{topic}:{group}"
     conn = connect(cfg.hbase)
     try:
-        exists = cfg.hbase.full_name(cfg.hbase.state_table).encode() in conn.tables()
+        # happybase lists the tables of its table_prefix without the prefix
+        exists = cfg.hbase.state_table.encode() in conn.tables()
     finally:
         conn.close()
     record = HBaseRunRecord(cfg.hbase, topic, group)

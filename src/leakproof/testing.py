@@ -84,6 +84,7 @@ class FakeLeaseStore:
     cell: Lease | None = None
     gaps: list[Gap] = field(default_factory=list)
     lose_reply: bool = False
+    recorded_topic_id: str | None = None
 
     def take(self, tag: str) -> Lease:
         self.cell = self.cell.successor(tag) if self.cell else Lease(FIRST_EPOCH, tag)
@@ -103,6 +104,12 @@ class FakeLeaseStore:
 
     def record_gap(self, gap: Gap) -> None:
         self.gaps.append(gap)
+
+    def topic_id(self) -> str | None:
+        return self.recorded_topic_id
+
+    def record_topic_id(self, topic_id: str) -> None:
+        self.recorded_topic_id = topic_id
 
     def close(self) -> None:
         pass

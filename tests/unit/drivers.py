@@ -43,16 +43,16 @@ def reports(plan: BatchPlan) -> list[TaskReport]:
 
 def rig(bounds: dict[int, tuple[int, int]], stored: dict[int, int] | None = None,
         stored_audit: dict[str, str] | None = None, mirror: bool = True,
-        **kafka: Any) -> Rig:
+        recorded_topic_id: str | None = None, **kafka: Any) -> Rig:
     """A started driver over a topic ``t`` with these [log_start, log_end) per partition."""
     meta = FakeMetadata("t", {p: LogBounds(*b) for p, b in bounds.items()})
     store = FakeCommitStore()
     if stored is not None:
         store.rows.append(CommittedBatch(500, stored, stored_audit or {}))
-    leases = FakeLeaseStore()
+    leases = FakeLeaseStore(recorded_topic_id=recorded_topic_id)
     planner = Planner(KafkaConfig("127.0.0.1:9092", "t", "g", **kafka), 1.0, meta)
     latest = store.latest()
-    start = planner.start(latest)
+    start = planner.start(latest, leases.topic_id())
     committer = Committer("t", "g", store, leases, meta if mirror else None)
     committer.begin(leases.take("start:a"), latest, start, planner.topic_id)
     return Rig(meta, store, leases, planner, committer)

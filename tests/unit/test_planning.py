@@ -24,6 +24,16 @@ def test_a_recreated_topic_is_refused_at_start() -> None:
         rig({0: (0, 10)}, stored={0: 5}, stored_audit={"topic_id": "id-0"})
 
 
+def test_a_recreated_topic_is_refused_even_when_the_store_lost_its_offsets() -> None:
+    """Deleting a topic deletes its consumer-group offsets: with offsets.store kafka the
+    store then looks like a first run. The id kept beside the lease still tells."""
+    with pytest.raises(OffsetError, match="the last run of this group read topic id id-0, "
+                                          "the topic now has id id-1"):
+        rig({0: (0, 10)}, recorded_topic_id="id-0")
+    assert [str(x) for x in rig({0: (0, 10)}, recorded_topic_id="id-1").plan().work] == [
+        "t:0[0,10)"]
+
+
 def test_a_topic_recreated_while_running_stops_planning() -> None:
     r = rig({0: (0, 10)})
     r.meta.topic_id = "id-2"

@@ -76,6 +76,13 @@ class RunControl:
         with self._lock:
             self._request_stop(reason)
             self._asked = self._asked or operator
+            if operator and self._pending:
+                # An operator's stop finishes the batch in flight, not the ones queued behind
+                # it (batches slower than the interval get planned ahead). Nothing of them
+                # was committed: the next run reads their ranges again.
+                log.info("stop asked: %d batch(es) planned but not started will not run",
+                         len(self._pending))
+                self._pending.clear()
 
     def _request_stop(self, reason: str) -> None:
         if self._stop_reason is None:
@@ -122,7 +129,7 @@ class RunControl:
                                        f"(--max-batches)")
 
     def take(self, batch_ms: int) -> BatchPlan | None:
-        """Output's side: the plan of this batch time (None: nothing was planned for it)."""
+        """Output's side: the plan of this batch time (None: nothing to run for it)."""
         with self._lock:
             plan = self._pending.pop(batch_ms, None)
             if plan is not None:

@@ -89,7 +89,9 @@ class Job:
         latest = store.latest()
         self.planner = Planner(cfg.kafka, cfg.job.batch_interval_s,
                                self._closes(KafkaMetadata(cfg.kafka)))
-        start = self.planner.start(latest)
+        start = self.planner.start(latest, leases.topic_id())
+        if self.planner.topic_id:
+            leases.record_topic_id(self.planner.topic_id)
         mirror = None
         if cfg.kafka.mirror_group_offsets and cfg.offsets.store != "kafka":
             # its own client: the planner's belongs to the generator thread
@@ -232,7 +234,7 @@ class Job:
         finally:
             self.control.finish(rc)
             if hook is not None:
-                hook.remove()
+                hook.done(rc)
             for client in reversed(self._closing):
                 try:
                     client.close()
@@ -326,6 +328,7 @@ class _JvmShutdownHook:
         self._timeout_s = timeout_s
         self._manager: Any = None
         self._thread: Any = None
+        self.triggered = False  # the JVM's shutdown began and called run()
 
     @classmethod
     def install(cls, sc: Any, control: RunControl, timeout_s: float) -> _JvmShutdownHook | None:
@@ -342,26 +345,33 @@ class _JvmShutdownHook:
             return None
         return hook
 
-    def remove(self) -> None:
-        try:
-            self._manager.removeShutdownHook(self._thread)
-        except Exception:
-            log.debug("could not remove the JVM shutdown hook", exc_info=True)
-
-    def run(self) -> None:
-        """Stop the run and wait for it. A JVM that got SIGTERM would exit 143 even after a
-        clean stop, which supervisors count as a failure: once the run has ended with 0,
-        stop the SparkContext here and halt the JVM with 0 (what is left, Hadoop's file
-        system caches, holds nothing of ours)."""
-        self._control.request_stop("the driver JVM is shutting down (SIGTERM)", operator=True)
-        if not self._control.wait_finished(self._timeout_s) or self._control.exit_code != 0:
+    def done(self, exit_code: int | None) -> None:
+        """The run is over (main thread). If the JVM is shutting down and the run ended
+        with 0, end the JVM with 0 too: after SIGTERM it would exit 143 even after a clean
+        stop, which supervisors count as a failure. So stop the SparkContext (Spark's own
+        hook would) and halt; what else is left, Hadoop's file system caches, holds nothing
+        of ours. Otherwise take the hook back, so a normal exit does not call into a Python
+        process that has gone."""
+        if not self.triggered:
+            with contextlib.suppress(Exception):  # the JVM may already be going
+                self._manager.removeShutdownHook(self._thread)
+            return
+        if exit_code != 0:
             return  # Spark's own hooks go on; the exit code says what happened
         try:
             self._sc._jsc.stop()
         except Exception:
-            log.debug("stopping the SparkContext in the shutdown hook failed", exc_info=True)
+            log.debug("stopping the SparkContext before the halt failed", exc_info=True)
+        log.info("driver JVM halted with exit code 0 after the stop")
         with contextlib.suppress(Exception):  # halt never answers: the JVM is gone
             self._sc._jvm.java.lang.Runtime.getRuntime().halt(0)
+
+    def run(self) -> None:
+        """Called by the JVM's shutdown: stop the run, and keep Spark's own hooks waiting
+        until it has stopped (``done`` then ends the JVM)."""
+        self.triggered = True
+        self._control.request_stop("the driver JVM is shutting down (SIGTERM)", operator=True)
+        self._control.wait_finished(self._timeout_s)
 
     # Py4J forwards these to Python: Hadoop keeps hooks in a set.
     def hashCode(self) -> int:  # noqa: N802 - Java's name

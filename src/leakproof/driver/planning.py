@@ -63,17 +63,26 @@ class Planner:
                               f"partitions {existing}")
         return list(wanted)
 
-    def start(self, latest: CommittedBatch | None) -> StartPlan:
-        """Where each assigned partition starts (every start case of docs/DESIGN.md)."""
+    def start(self, latest: CommittedBatch | None, recorded_id: str | None = None
+              ) -> StartPlan:
+        """Where each assigned partition starts (every start case of docs/DESIGN.md).
+
+        ``recorded_id`` is the topic id kept beside the lease: it catches a recreated topic
+        even when the commit store lost its offsets with the old topic (a Kafka group).
+        """
         partitions = self.assigned()
         stored_id = latest.audit.get("topic_id") if latest else None
-        if latest and stored_id and self.topic_id and stored_id != self.topic_id:
-            raise OffsetError(
-                f"{self.topic} was deleted and recreated: the offsets row {latest.batch_ms} "
-                f"belongs to topic id {stored_id}, the topic now has id {self.topic_id}. "
-                f"Refusing to start: its offsets mean nothing in the new topic. Rewind "
-                f"(leakproof offsets rewind --to-time/--to-offsets) once you know which data "
-                f"to process.")
+        known = [(stored_id, f"the offsets row {latest.batch_ms} belongs to topic id "
+                             f"{stored_id}" if latest else ""),
+                 (recorded_id, f"the last run of this group read topic id {recorded_id}")]
+        for known_id, said in known:
+            if known_id and self.topic_id and known_id != self.topic_id:
+                raise OffsetError(
+                    f"{self.topic} was deleted and recreated: {said}, the topic now has id "
+                    f"{self.topic_id}. Refusing to start: the "
+                    f"session fences hold offsets of the old topic, so records of the new "
+                    f"one would be skipped as replays. Rewind (leakproof offsets rewind "
+                    f"--to-time/--to-offsets) once you know which data to process.")
         bounds = self._metadata.log_bounds(self.topic, partitions)
         start = resolve_start(self.topic, partitions, latest.offsets if latest else None,
                               bounds, auto_offset_reset=self._cfg.auto_offset_reset,

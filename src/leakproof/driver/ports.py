@@ -65,4 +65,15 @@ class LeaseStore(Protocol):
 
     def record_gap(self, gap: Gap) -> None: ...
 
+    def topic_id(self) -> str | None:
+        """Kafka's id of the topic this topic and group's offsets belong to (None: unknown).
+
+        Kept beside the lease, in HBase whatever the commit store: deleting a topic also
+        deletes its consumer-group offsets, so a Kafka-group store alone cannot tell a
+        recreated topic from a first run.
+        """
+        ...
+
+    def record_topic_id(self, topic_id: str) -> None: ...
+
     def close(self) -> None: ...

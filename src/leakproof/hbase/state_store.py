@@ -35,6 +35,7 @@ def lease_row(topic: str, group: str) -> bytes:
 
 
 LEASE_COLUMN = b"l:holder"
+TOPIC_ID_COLUMN = b"l:topic_id"  # beside the lease: the topic the offsets belong to
 
 
 class StateStore:
@@ -107,6 +108,14 @@ class StateStore:
         return check_and_put(self._conn, self._name, lease_row(topic, group), LEASE_COLUMN,
                              expected.encode() if expected else None, new.encode())
 
+    def read_topic_id(self, topic: str, group: str) -> str | None:
+        cells = self._table.row(lease_row(topic, group), columns=[TOPIC_ID_COLUMN])
+        raw = cells.get(TOPIC_ID_COLUMN)
+        return raw.decode() if raw else None
+
+    def write_topic_id(self, topic: str, group: str, topic_id: str) -> None:
+        self._table.put(lease_row(topic, group), {TOPIC_ID_COLUMN: topic_id.encode()})
+
     # -- gaps ----------------------------------------------------------------------------
 
     def record_gap(self, topic: str, group: str, gap: Gap) -> None:
@@ -149,6 +158,14 @@ class HBaseLeaseStore:
     def record_gap(self, gap: Gap) -> None:
         self._conns.call("record gap", lambda c: self._state(c).record_gap(
             self._topic, self._group, gap))
+
+    def topic_id(self) -> str | None:
+        return self._conns.call("topic id", lambda c: self._state(c).read_topic_id(
+            self._topic, self._group))
+
+    def record_topic_id(self, topic_id: str) -> None:
+        self._conns.call("topic id", lambda c: self._state(c).write_topic_id(
+            self._topic, self._group, topic_id))
 
     def close(self) -> None:
         self._conns.reset()
