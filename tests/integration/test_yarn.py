@@ -9,15 +9,12 @@ offsets: the oracle must stay exact and every record must be in exactly one comm
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 import time
-import urllib.request
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -111,19 +108,6 @@ def test_application_master_killed_next_attempt_resumes_exactly(env: Env) -> Non
           f"attempt's first commit {recovery:.1f}s")
 
 
-def yarn_app(name: str) -> tuple[dict[str, Any], int]:
-    """The ResourceManager's view of the newest application called ``name``, and how many
-    attempts it had (its REST API: the stack has no yarn CLI)."""
-    base = "http://127.0.0.1:8088/ws/v1/cluster"
-    with urllib.request.urlopen(f"{base}/apps", timeout=10) as r:
-        apps = (json.load(r).get("apps") or {}).get("app") or []
-    mine = sorted((a for a in apps if a["name"] == name), key=lambda a: a["startedTime"])
-    assert mine, [a["name"] for a in apps]
-    with urllib.request.urlopen(f"{base}/apps/{mine[-1]['id']}/appattempts", timeout=10) as r:
-        attempts = json.load(r)["appAttempts"]["appAttempt"]
-    return dict(mine[-1]), len(attempts)
-
-
 def test_leakproof_stop_in_cluster_mode_succeeds_without_a_new_attempt(env: Env) -> None:
     """`yarn application -kill` gives the driver 250 ms; `leakproof stop` lets it finish its
     batch, so the application ends SUCCEEDED with one attempt, and a resubmission resumes."""
@@ -137,9 +121,10 @@ def test_leakproof_stop_in_cluster_mode_succeeds_without_a_new_attempt(env: Env)
         rc = job.wait(timeout=180)  # spark-submit waits for the final status
         text = job.text()
     assert "stopped " in said and "stopped (leakproof stop was asked)" in said, said
-    assert rc == 0, text[-5000:]
-    app, attempts = yarn_app("leakproof-yarn-stop")
-    assert (app["state"], app["finalStatus"], attempts) == ("FINISHED", "SUCCEEDED", 1), app
+    assert rc == 0, text[-5000:]  # spark-submit fails unless the final status is SUCCEEDED
+    assert "(state: FINISHED)" in text and "final status: SUCCEEDED" in text, text[-3000:]
+    # no new attempt: a second attempt's driver would have taken the lease as epoch 2
+    assert {cells[b"audit:epoch"] for _, cells in offsets_rows(env)} == {b"1"}
     print(f"yarn cluster mode, leakproof stop: request -> stopped {stopped:.1f}s, "
           f"-> spark-submit exit {time.monotonic() - asked:.1f}s")
     part = assert_offsets_chain(env, complete=False)[-1]

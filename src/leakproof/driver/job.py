@@ -352,7 +352,15 @@ class _JvmShutdownHook:
         hook would) and halt; what else is left, Hadoop's file system caches, holds nothing
         of ours. Otherwise take the hook back, so a normal exit does not call into a Python
         process that has gone."""
-        if not self.triggered:
+        # The driver may finish before the hook's call reaches it (a group SIGTERM hits both
+        # at once): ask Hadoop's manager whether the JVM's shutdown has begun.
+        shutting_down = self.triggered
+        if not shutting_down:
+            try:
+                shutting_down = bool(self._manager.isShutdownInProgress())
+            except Exception:
+                log.debug("could not ask the JVM whether it is shutting down", exc_info=True)
+        if not shutting_down:
             with contextlib.suppress(Exception):  # the JVM may already be going
                 self._manager.removeShutdownHook(self._thread)
             return
