@@ -20,6 +20,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -366,13 +367,21 @@ class _JvmShutdownHook:
             return
         if exit_code != 0:
             return  # Spark's own hooks go on; the exit code says what happened
+        # A tidy SparkContext stop when it comes quickly (during the JVM's shutdown it can
+        # block on the cluster manager), then the halt: every commit is already made.
+        log.info("the driver JVM is shutting down: stopping the SparkContext and ending the "
+                 "JVM with exit code 0")
+        stopper = threading.Thread(target=self._stop_context, daemon=True)
+        stopper.start()
+        stopper.join(5.0)
+        with contextlib.suppress(Exception):  # halt never answers: the JVM is gone
+            self._sc._jvm.java.lang.Runtime.getRuntime().halt(0)
+
+    def _stop_context(self) -> None:
         try:
             self._sc._jsc.stop()
         except Exception:
             log.debug("stopping the SparkContext before the halt failed", exc_info=True)
-        log.info("driver JVM halted with exit code 0 after the stop")
-        with contextlib.suppress(Exception):  # halt never answers: the JVM is gone
-            self._sc._jvm.java.lang.Runtime.getRuntime().halt(0)
 
     def run(self) -> None:
         """Called by the JVM's shutdown: stop the run, and keep Spark's own hooks waiting
