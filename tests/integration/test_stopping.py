@@ -60,31 +60,31 @@ def leakproof_stop(env: Env, wait_s: int = STOP_BOUND_S) -> str:
     return out.stdout
 
 
-def test_sigterm_to_the_process_group_mid_batch_local_mode(env: Env) -> None:
-    spec = GeneratorSpec(seed=2100, events=40_000, sessions=4_000)
-    env.produce(spec)
-    with env.background(config=env.capped(600), name="group-sigterm") as job:
-        wait_for("two commits", lambda: len(offsets_rows(env)) >= 2)
-        asked = time.monotonic()
+def ask(env: Env, job: Background, how: str) -> str:
+    """Stop the job the way an operator would; returns what `leakproof stop` said."""
+    if how == "group SIGTERM":
         job.signal_group(signal.SIGTERM)  # the driver, its JVM, the Python workers: all
-        text = stopped_cleanly(env, job, asked, "local, group SIGTERM")
-    assert "stopping gracefully: SIGTERM received" in text
-    assert sum(assert_offsets_chain(env, complete=False)[-1].values()) < records(spec)
-    resume_exactly(env, spec)
+        return ""
+    return leakproof_stop(env)
 
 
-def test_leakproof_stop_local_mode(env: Env) -> None:
-    spec = GeneratorSpec(seed=2110, events=40_000, sessions=4_000)
+@pytest.mark.parametrize("how", ["group SIGTERM", "leakproof stop"])
+def test_stop_mid_batch_local_mode(env: Env, how: str) -> None:
+    spec = GeneratorSpec(seed=2100 + len(how), events=40_000, sessions=4_000)
     env.produce(spec)
-    with env.background(config=env.capped(600), name="stopped") as job:
+    with env.background(config=env.capped(600), name=how.replace(" ", "-")) as job:
         wait_for("two commits", lambda: len(offsets_rows(env)) >= 2)
         asked = time.monotonic()
-        said = leakproof_stop(env)
-        text = stopped_cleanly(env, job, asked, "local, leakproof stop")
-    assert "stopping gracefully: leakproof stop was asked" in text
+        said = ask(env, job, how)
+        text = stopped_cleanly(env, job, asked, f"local, {how}")
     newest = assert_offsets_chain(env, complete=False)[-1]
-    assert json.dumps({str(p): o for p, o in sorted(newest.items())}).replace('"', "'") in \
-        said.replace('"', "'"), said  # --wait names the offsets it stopped at
+    assert sum(newest.values()) < records(spec)  # stopped part way
+    if how == "group SIGTERM":
+        assert "stopping gracefully: SIGTERM received" in text
+    else:
+        assert "stopping gracefully: leakproof stop was asked" in text
+        assert json.dumps({str(p): o for p, o in sorted(newest.items())}).replace('"', "'") \
+            in said.replace('"', "'"), said  # --wait names the offsets it stopped at
     resume_exactly(env, spec)
 
 
@@ -125,9 +125,6 @@ def test_stop_standalone_client_mode(env: Env, how: str) -> None:
     with submit(env, how.replace(" ", "-")) as job:
         wait_for("two commits", lambda: len(offsets_rows(env)) >= 2, timeout=180)
         asked = time.monotonic()
-        if how == "group SIGTERM":
-            job.signal_group(signal.SIGTERM)
-        else:
-            leakproof_stop(env)
+        ask(env, job, how)
         stopped_cleanly(env, job, asked, f"standalone client mode, {how}")
     resume_exactly(env, spec)
