@@ -152,3 +152,14 @@ def test_totals_are_summed_once_over_the_tasks() -> None:
     t = done.totals
     assert (t.records, t.applied, t.late, t.dead_letters, t.read_s) == (15, 13, 1, 2, 0.9)
     assert r.store.rows[-1].audit["dead_letters"] == "2"
+
+
+def test_the_chain_is_checked_before_any_task_runs() -> None:
+    """A plan that does not continue the last commit is refused before its tasks write:
+    they would move session fences past records the replay then skips."""
+    r = rig({0: (0, 100)}, max_rate_per_partition=10)
+    r.run()
+    r.plan()  # planned, never run (dropped by a stop, say)
+    behind_a_gap = r.plan()
+    with pytest.raises(CommitRefused, match="starts at 20 but the last commit ended at 10"):
+        r.committer.check_chain(behind_a_gap)

@@ -68,3 +68,12 @@ def test_backpressure_rate_is_shared() -> None:
     assert c.rate is None
     c.set_rate(123.0)
     assert c.rate == 123.0
+
+
+def test_after_an_operator_stop_no_plan_runs() -> None:
+    c = RunControl(RunLimits())
+    c.hand_over(plan(1, 5))
+    c.request_stop("SIGTERM received", operator=True)
+    assert c.take(1) is None  # dropped
+    c.hand_over(plan(2, 5))  # planned in the instant the stop came
+    assert c.take(2) is None and c.quiescent()

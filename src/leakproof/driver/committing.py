@@ -85,15 +85,8 @@ class Committer:
             raise BatchFailed(f"batch {plan.batch_ms}: reports for partitions {sorted(got)}, "
                               f"expected {sorted(expected)}")
         totals = BatchTotals.of(reports)
-        # 2. the chain (partitions that appeared with this plan join it where they start)
-        chain = {**plan.appeared, **self._chain}
-        skipped = {g.partition for g in plan.gaps}  # moved on past deleted data, recorded
-        for r in plan.ranges:
-            if r.partition not in skipped and chain.get(r.partition) != r.from_offset:
-                raise CommitRefused(
-                    f"batch {plan.batch_ms}: partition {r.partition} starts at {r.from_offset} "
-                    f"but the last commit ended at {chain.get(r.partition)}; "
-                    f"a batch was skipped")
+        # 2. the chain (also checked before the tasks ran: see check_chain)
+        chain = self.check_chain(plan)
         new_offsets = {**chain, **{r.partition: r.until_offset for r in plan.ranges}}
         gaps = plan.gaps + totals.gaps
         self._chain = chain
@@ -126,6 +119,24 @@ class Committer:
         self.last_batch_ms = plan.batch_ms
         self._mirror(plan.batch_ms, new_offsets)
         return Committed(totals, gaps, new_offsets, moved=True, commit_s=time.monotonic() - t0)
+
+    def check_chain(self, plan: BatchPlan) -> dict[int, int]:
+        """Each range starts where the last commit ended; returns the chain with the
+        partitions that appeared with this plan (they join where they start).
+
+        Called before a batch's tasks run, too: a task that wrote past a batch that will
+        never commit would advance session fences and the watermark over records not yet
+        applied, and the replay would then skip them.
+        """
+        chain = {**plan.appeared, **self._chain}
+        skipped = {g.partition for g in plan.gaps}  # moved on past deleted data, recorded
+        for r in plan.ranges:
+            if r.partition not in skipped and chain.get(r.partition) != r.from_offset:
+                raise CommitRefused(
+                    f"batch {plan.batch_ms}: partition {r.partition} starts at {r.from_offset} "
+                    f"but the last commit ended at {chain.get(r.partition)}; "
+                    f"a batch was skipped")
+        return chain
 
     def _check_lease(self, lease: Lease) -> None:
         holder = self._leases.holder()

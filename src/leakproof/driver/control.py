@@ -129,9 +129,16 @@ class RunControl:
                                        f"(--max-batches)")
 
     def take(self, batch_ms: int) -> BatchPlan | None:
-        """Output's side: the plan of this batch time (None: nothing to run for it)."""
+        """Output's side: the plan of this batch time (None: nothing to run for it).
+
+        After an operator's stop no plan runs, not even one handed over in the instant the
+        stop came: its tasks would write past the batches the stop dropped.
+        """
         with self._lock:
             plan = self._pending.pop(batch_ms, None)
+            if plan is not None and self._asked:
+                log.info("batch %d not run: a stop was asked", batch_ms)
+                return None
             if plan is not None:
                 self._running += 1
             return plan

@@ -157,6 +157,7 @@ class Job:
         started = time.monotonic()
         started_wall_ms = time.time() * 1000
         try:
+            self.committer.check_chain(plan)  # no task may write past an uncommitted batch
             reports = self._run_tasks(plan, rdd)
             crash_point("driver_after_tasks")
             committed = self.committer.commit(plan, reports)
