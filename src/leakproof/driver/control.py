@@ -47,6 +47,7 @@ class RunControl:
         self._asked = False  # the stop came from an operator: a signal or `leakproof stop`
         self._finished = threading.Event()
         self.exit_code: int | None = None  # set with finish()
+        self.signalled = False  # this process got SIGTERM or SIGINT
 
     # -- stopping --------------------------------------------------------------------------
 
@@ -177,6 +178,7 @@ class RunControl:
     def install_signal_handlers(self) -> None:
         """SIGTERM and SIGINT ask for a graceful stop (main thread only, as Python requires)."""
         def handler(signum: int, _frame: FrameType | None) -> None:
+            self.signalled = True
             self.request_stop(f"{signal.Signals(signum).name} received", operator=True)
 
         signal.signal(signal.SIGTERM, handler)

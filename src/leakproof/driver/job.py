@@ -326,6 +326,7 @@ class _JvmShutdownHook:
 
     def __init__(self, sc: Any, control: RunControl, timeout_s: float) -> None:
         self._sc = sc
+        self._submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # the JVM is our parent
         self._control = control
         self._timeout_s = timeout_s
         self._manager: Any = None
@@ -354,9 +355,11 @@ class _JvmShutdownHook:
         hook would) and halt; what else is left, Hadoop's file system caches, holds nothing
         of ours. Otherwise take the hook back, so a normal exit does not call into a Python
         process that has gone."""
-        # The driver may finish before the hook's call reaches it (a group SIGTERM hits both
-        # at once): ask Hadoop's manager whether the JVM's shutdown has begun.
-        shutting_down = self.triggered
+        # A group SIGTERM reaches this process and the JVM at once, and the driver may finish
+        # before the JVM has even begun its shutdown; it would then exit 143 afterwards. So
+        # under spark-submit a driver stopped by a signal ends the JVM itself, whatever the
+        # order: if the signal reached only this process, exit 0 is still the right answer.
+        shutting_down = self.triggered or (self._submitted and self._control.signalled)
         if not shutting_down:
             try:
                 shutting_down = bool(self._manager.isShutdownInProgress())
