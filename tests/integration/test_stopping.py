@@ -28,7 +28,9 @@ from .helpers import (
     wait_for,
 )
 
-pytestmark = pytest.mark.integration
+# slow: stop-and-restart scenarios of 30-45 s each; test_operations keeps the basic SIGTERM
+# case in make test-fast
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 STOP_BOUND_S = 60  # well under systemd's default TimeoutStopSec (90 s)
 
