@@ -99,7 +99,10 @@ class RunControl:
     def quiescent(self) -> bool:
         """No batch planned and waiting, none running: stopping now loses nothing."""
         with self._lock:
-            return not self._pending and not self._running
+            return self._quiescent()
+
+    def _quiescent(self) -> bool:
+        return not self._pending and not self._running
 
     def finish(self, exit_code: int | None) -> None:
         """The run is over (its last commit done or abandoned); None: it never started."""
@@ -157,7 +160,7 @@ class RunControl:
     def idle(self) -> bool:
         """``--until-idle`` is due: nothing in flight and no records planned for that long."""
         with self._lock:
-            if self.limits.until_idle_s is None or self._pending or self._running:
+            if self.limits.until_idle_s is None or not self._quiescent():
                 return False
             return time.monotonic() - self._last_data > self.limits.until_idle_s
 
