@@ -11,17 +11,24 @@ ROUNDS ?= 3
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv lock jars stack-up stack-down stack-status shell run test test-fast test-unit lint fmt bench soak chaos yarn-up yarn-down yarn-pack clean
+.PHONY: help system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-unit lint fmt bench soak chaos yarn-up yarn-down yarn-pack clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	@command -v $(PY) >/dev/null || { echo "need $(PY) on PATH"; exit 1; }
+	@command -v krb5-config >/dev/null || $(MAKE) system-deps
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
+
+system-deps: ## Debian packages: MIT Kerberos headers (to build gssapi) and its client tools
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q libkrb5-dev krb5-user \
+	  || { DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -q && \
+	       DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q libkrb5-dev krb5-user; }
 
 venv: $(BIN)/.installed ## create .venv with leakproof and its tools, at the versions in constraints.txt
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import os
 import re
@@ -33,6 +34,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICES = ROOT / "services"
@@ -57,6 +59,24 @@ SPARK_MASTER_PORT = 7077
 SPARK_MASTER_UI_PORT = 8080
 SPARK_WORKER_PORTS = ((7078, 8081), (7079, 8082))
 YARN_RM_PORT = 8032
+
+# The secured stack (``up --secure``): a KDC, a Kerberized Kafka broker and a Kerberized HBase
+# with two Thrift1 servers, all apart from the plain stack so neither disturbs the other.
+SECURE = RUN / "secure"
+REALM = "LEAKPROOF.TEST"
+KDC_PORT = 6088
+SEC_KAFKA_PORT = 9192  # SASL_PLAINTEXT, GSSAPI
+SEC_KAFKA_SSL_PORT = 9193  # SASL_SSL, GSSAPI
+SEC_KAFKA_CONTROLLER_PORT = 9194
+SEC_ZK_PORT = 2182
+SEC_MASTER_PORT = 16100
+SEC_RS_PORT = 16120
+THRIFT_SASL_PORT = 9190  # SASL/GSSAPI, qop auth-conf, buffered/binary
+THRIFT_HTTPS_PORT = 9191  # HTTPS + SPNEGO
+SEC_TLS_PASSWORD = "leakproof-secure-keystore"
+KEYTABS = SECURE / "keytabs"
+CLIENT_PRINCIPAL = f"leakproof@{REALM}"
+SECURE_FACTS = SECURE / "facts.json"  # what clients need: principals, keytabs, ports, CA
 YARN_CONF_DIR = RUN / "yarn" / "conf"  # HADOOP_CONF_DIR for spark-submit --master yarn
 
 READY_TIMEOUT_S = float(os.environ.get("LEAKPROOF_READY_TIMEOUT_S", "240"))
@@ -91,7 +111,7 @@ def log(msg: str) -> None:
 # --------------------------------------------------------------------------- jars
 
 
-def fetch(names: tuple[str, ...] = ("kafka", "hbase", "kafka-tools")) -> None:
+def fetch(names: tuple[str, ...] = ("kafka", "hbase", "kafka-tools", "kdc")) -> None:
     """Copy each service's runtime classpath out of Maven Central, once per pom version."""
     for name in names:
         pom = SERVICES / name / "pom.xml"
@@ -364,6 +384,90 @@ def yarn_up() -> None:
     log(f"yarn ready: HADOOP_CONF_DIR={YARN_CONF_DIR} ({time.monotonic() - t0:.1f}s)")
 
 
+def kdc_service() -> Service:
+    """Apache Kerby's KDC (services/kdc/Kdc.java): it makes every principal of the secured
+    stack and exports their keytabs before it answers. ``_HOST`` in a principal is the host
+    name the JVMs resolve for themselves, which HBase's Thrift server puts in its own."""
+    k = KEYTABS
+    specs = [
+        f"{k}/kafka.keytab=kafka/127.0.0.1@{REALM},kafka/localhost@{REALM}",
+        f"{k}/hbase.keytab=" + ",".join(f"hbase/{h}@{REALM}" for h in service_hosts()),
+        f"{k}/http.keytab=" + ",".join(f"HTTP/{h}@{REALM}" for h in service_hosts()),
+        f"{k}/leakproof.keytab={CLIENT_PRINCIPAL}",
+        # for the bad-credential tests: an old key of the job's principal, and a principal
+        # the KDC has since deleted
+        f"stale:{k}/leakproof-stale.keytab={CLIENT_PRINCIPAL}",
+        f"stale:{k}/deleted.keytab=deleted@{REALM}",
+    ]
+    return Service("kdc", "secure", KDC_PORT, [
+        "java", "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", f"{RUN / 'kdc' / 'lib'}/*",
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+        str(SERVICES / "kdc" / "Kdc.java"), str(SECURE / "kdc"), REALM, str(KDC_PORT),
+        str(SECURE / "kdc" / "seed"), *specs])
+
+
+def service_hosts() -> list[str]:
+    """Every name a service of the secured stack may put in its principal."""
+    names = {"localhost", "127.0.0.1", socket.gethostname().lower()}
+    with contextlib.suppress(OSError):
+        names.add(socket.gethostbyaddr(socket.gethostbyname(socket.gethostname()))[0].lower())
+    names.add("_HOST")  # Kdc.java: the JVM's own canonical host name
+    return sorted(names)
+
+
+def krb5_jvm_opts() -> list[str]:
+    return [f"-Djava.security.krb5.conf={SECURE / 'krb5.conf'}",
+            "-Djavax.security.auth.useSubjectCredsOnly=false"]
+
+
+def secure_kafka_service() -> Service:
+    run = SECURE / "kafka"
+    opts = ["-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dkafka.logs.dir={run / 'logs'}", *krb5_jvm_opts(),
+            f"-Dlog4j2.configurationFile=file:{SERVICES / 'kafka' / 'log4j2.properties'}"]
+    return Service("kafka-secure", "secure", SEC_KAFKA_PORT,
+                   ["java", *opts, "-cp", f"{RUN / 'kafka' / 'lib'}/*", "kafka.Kafka",
+                    str(run / "server.properties")])
+
+
+# Old servlet and Jetty 6 jars that Hadoop's tree brings: on the classpath of a Thrift server
+# in HTTP mode they can shadow the servlet 3.1 API its shaded Jetty needs.
+_SHADOWING = re.compile(r"^(servlet-api-2\.|jetty-(util-|sslengine-)?6\.)")
+
+
+def hbase_classpath(conf: Path) -> str:
+    jars = sorted(p for p in (RUN / "hbase" / "lib").glob("*.jar")
+                  if not _SHADOWING.match(p.name))
+    return ":".join([str(conf), *map(str, jars)])
+
+
+def secure_hbase_java(name: str, heap: str, conf: str = "conf") -> list[str]:
+    run = SECURE / "hbase"
+    return [
+        "java", f"-Dproc_{name}", f"-Xmx{heap}", "-XX:+UseG1GC", *HBASE_JDK17_OPTS,
+        *krb5_jvm_opts(), f"-Dhbase.log.dir={run / 'logs'}", f"-Dhbase.log.file={name}.log",
+        f"-Dlog4j2.configurationFile=file:{RUN / 'hbase' / 'conf' / 'log4j2.properties'}",
+        "-cp", hbase_classpath(run / conf),
+    ]
+
+
+def secure_services() -> list[Service]:
+    thrift = "org.apache.hadoop.hbase.thrift.ThriftServer"
+    return [
+        kdc_service(),
+        secure_kafka_service(),
+        Service("hbase-secure", "secure", SEC_ZK_PORT,
+                [*secure_hbase_java("master-secure", "1g"),
+                 "org.apache.hadoop.hbase.master.HMaster", "start"]),
+        Service("thrift-sasl", "secure", THRIFT_SASL_PORT,
+                [*secure_hbase_java("thrift-sasl", "256m"), thrift,
+                 "-b", HOST, "-p", str(THRIFT_SASL_PORT), "start"]),
+        Service("thrift-https", "secure", THRIFT_HTTPS_PORT,
+                [*secure_hbase_java("thrift-https", "256m", "conf-http"), thrift,
+                 "-b", HOST, "-p", str(THRIFT_HTTPS_PORT), "start"]),
+    ]
+
+
 def optional_services() -> list[Service]:
     """Started only on request (``stack.py start NAME``), e.g. by the transport tests."""
     return [thrift_service("thrift-framed-compact", THRIFT_FC_PORT, framed=True, compact=True),
@@ -371,8 +475,8 @@ def optional_services() -> list[Service]:
 
 
 def all_services() -> list[Service]:
-    return [kafka_service(), hbase_service(), thrift_service(), *spark_services(),
-            *optional_services()]
+    return [*secure_services(), kafka_service(), hbase_service(), thrift_service(),
+            *spark_services(), *optional_services()]
 
 
 def by_name(name: str) -> Service:
@@ -471,21 +575,24 @@ def ensure_hostname_resolves() -> None:
 
 
 def make_broker_certificate() -> None:
+    make_certificate(KAFKA_TLS_DIR / "broker.p12", KAFKA_CA_PEM, KAFKA_TLS_PASSWORD)
+
+
+def make_certificate(keystore: Path, pem: Path, password: str) -> None:
     """A self-signed certificate for 127.0.0.1 in a PKCS12 keystore, made once with the JDK's
-    keytool, and its PEM for clients (kafka-python's ssl_cafile) to verify the broker by."""
-    keystore = KAFKA_TLS_DIR / "broker.p12"
-    if keystore.is_file() and KAFKA_CA_PEM.is_file():
+    keytool, and its PEM for clients (kafka-python's ssl_cafile) to verify the server by."""
+    if keystore.is_file() and pem.is_file():
         return
-    KAFKA_TLS_DIR.mkdir(parents=True, exist_ok=True)
+    keystore.parent.mkdir(parents=True, exist_ok=True)
     keystore.unlink(missing_ok=True)
     java = shutil.which("java")
     keytool = str(Path(java).resolve().parent / "keytool") if java else "keytool"
     common = ["-alias", "broker", "-keystore", str(keystore), "-storetype", "PKCS12",
-              "-storepass", KAFKA_TLS_PASSWORD]
+              "-storepass", password]
     for args in (["-genkeypair", "-keyalg", "RSA", "-keysize", "2048", "-validity", "3650",
                   "-dname", "CN=127.0.0.1", "-ext", "SAN=ip:127.0.0.1,dns:localhost",
-                  "-keypass", KAFKA_TLS_PASSWORD],
-                 ["-exportcert", "-rfc", "-file", str(KAFKA_CA_PEM)]):
+                  "-keypass", password],
+                 ["-exportcert", "-rfc", "-file", str(pem)]):
         result = subprocess.run([keytool, *args, *common], capture_output=True, text=True,
                                 check=False)
         if result.returncode != 0:
@@ -503,12 +610,16 @@ def prepare_kafka(wipe: bool) -> None:
            TLS_PASSWORD=KAFKA_TLS_PASSWORD)
     if (run / "data" / "meta.properties").exists():
         return
+    format_kafka_storage(run / "server.properties")
+
+
+def format_kafka_storage(properties: Path) -> None:
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
     result = subprocess.run(
-        ["java", "-XX:TieredStopAtLevel=1", "-cp", f"{run / 'lib'}/*",
+        ["java", "-XX:TieredStopAtLevel=1", "-cp", f"{RUN / 'kafka' / 'lib'}/*",
          f"-Dlog4j2.configurationFile=file:{SERVICES / 'kafka' / 'log4j2.properties'}",
          "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
-         str(run / "server.properties"), "--ignore-formatted"],
+         str(properties), "--ignore-formatted"],
         capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise StackError(f"kafka storage format failed:\n{result.stdout}{result.stderr}")
@@ -559,6 +670,139 @@ def up(spark: bool, wipe: bool) -> None:
             f"({time.monotonic() - t0:.1f}s)")
 
 
+def secure_up(wipe: bool) -> None:
+    """The secured stack: KDC first (every keytab exists once it answers), then Kafka and
+    HBase with Kerberos, then HBase's two secured Thrift servers."""
+    import json
+
+    fetch(("kafka", "hbase", "kdc"))
+    ensure_hostname_resolves()
+    kdc, kafka, hbase, sasl, https = secure_services()
+    t0 = time.monotonic()
+    if wipe:
+        for svc in reversed(secure_services()):
+            svc.stop()
+        for sub in ("kafka/data", "hbase/root", "hbase/tmp", "hbase/zk"):
+            shutil.rmtree(SECURE / sub, ignore_errors=True)
+    for sub in ("kdc", "keytabs", "logs", "kafka", "hbase/conf", "hbase/logs", "hbase/tmp"):
+        (SECURE / sub).mkdir(parents=True, exist_ok=True)
+    os.chmod(KEYTABS, 0o700)
+    seed = SECURE / "kdc" / "seed"
+    if not seed.is_file():
+        seed.write_bytes(os.urandom(32))
+        seed.chmod(0o600)
+    render(SERVICES / "secure" / "krb5.conf", SECURE / "krb5.conf", REALM=REALM,
+           KDC_PORT=KDC_PORT, LIFETIME="24h")
+    tls = SECURE / "tls"
+    make_certificate(tls / "server.p12", tls / "server.pem", SEC_TLS_PASSWORD)
+    if kdc.pid() is None:
+        (SECURE / "kdc" / "ready").unlink(missing_ok=True)
+    kdc.start()
+
+    def kdc_ready() -> None:
+        if not (SECURE / "kdc" / "ready").is_file() or not port_open(KDC_PORT):
+            raise StackError("not yet")
+
+    wait_until(kdc, "keytabs written and port open", kdc_ready)
+    log(f"kdc ready on {HOST}:{KDC_PORT}, realm {REALM} ({time.monotonic() - t0:.1f}s)")
+    host = (SECURE / "kdc" / "host").read_text().strip()
+    run = SECURE / "kafka"
+    render(SERVICES / "secure" / "server.properties", run / "server.properties", ROOT=run,
+           PORT=SEC_KAFKA_PORT, SSL_PORT=SEC_KAFKA_SSL_PORT,
+           CONTROLLER_PORT=SEC_KAFKA_CONTROLLER_PORT, KEYTABS=KEYTABS, REALM=REALM,
+           TLS_DIR=tls, TLS_PASSWORD=SEC_TLS_PASSWORD)
+    if kafka.pid() is None and not (run / "data" / "meta.properties").exists():
+        format_kafka_storage(run / "server.properties")
+    http = "<property><name>hbase.regionserver.thrift.http</name><value>true</value></property>"
+    for conf, extra in (("conf", ""), ("conf-http", http)):
+        render(SERVICES / "secure" / "hbase-site.xml", SECURE / "hbase" / conf / "hbase-site.xml",
+               ROOT=SECURE / "hbase", ZK_PORT=SEC_ZK_PORT, MASTER_PORT=SEC_MASTER_PORT,
+               RS_PORT=SEC_RS_PORT, KEYTABS=KEYTABS, REALM=REALM, TLS_DIR=tls,
+               TLS_PASSWORD=SEC_TLS_PASSWORD, EXTRA=extra)
+        shutil.copy(SERVICES / "secure" / "core-site.xml", SECURE / "hbase" / conf)
+    facts = {
+        "realm": REALM, "kdc": f"{HOST}:{KDC_PORT}", "krb5_conf": str(SECURE / "krb5.conf"),
+        "principal": CLIENT_PRINCIPAL, "keytab": str(KEYTABS / "leakproof.keytab"),
+        "stale_keytab": str(KEYTABS / "leakproof-stale.keytab"),
+        "deleted_keytab": str(KEYTABS / "deleted.keytab"), "deleted_principal": f"deleted@{REALM}",
+        "kafka_sasl_plaintext": f"{HOST}:{SEC_KAFKA_PORT}",
+        "kafka_sasl_ssl": f"{HOST}:{SEC_KAFKA_SSL_PORT}", "ca_file": str(tls / "server.pem"),
+        "thrift_sasl_port": THRIFT_SASL_PORT, "thrift_https_port": THRIFT_HTTPS_PORT,
+        "thrift_principal": f"hbase/{host}@{REALM}", "thrift_http_principal":
+        f"HTTP/{host}@{REALM}", "zookeeper": f"{HOST}:{SEC_ZK_PORT}",
+    }
+    SECURE_FACTS.write_text(json.dumps(facts, indent=2) + "\n")
+    kafka.start()
+    hbase.start()
+    wait_until(kafka, "describe_cluster over SASL/GSSAPI", probe_secure_kafka)
+    log(f"kafka-secure ready on {HOST}:{SEC_KAFKA_PORT} (SASL_PLAINTEXT) and "
+        f"{SEC_KAFKA_SSL_PORT} (SASL_SSL), GSSAPI ({time.monotonic() - t0:.1f}s)")
+    wait_until(hbase, "zookeeper port", probe_port(SEC_ZK_PORT))
+    sasl.start()
+    https.start()
+    wait_until(sasl, "create/put/get over SASL auth-conf", lambda: probe_secure_hbase("buffered"))
+    wait_until(https, "create/put/get over HTTPS + SPNEGO", lambda: probe_secure_hbase("http"))
+    log(f"hbase-secure ready: Thrift SASL on {HOST}:{THRIFT_SASL_PORT}, HTTPS on "
+        f"{HOST}:{THRIFT_HTTPS_PORT} ({time.monotonic() - t0:.1f}s); facts in {SECURE_FACTS}")
+
+
+def secure_facts() -> dict[str, object]:
+    import json
+
+    return dict(json.loads(SECURE_FACTS.read_text()))
+
+
+def _client_kerberos() -> Any:
+    from leakproof.config import KerberosConfig
+
+    f = secure_facts()
+    return KerberosConfig(principal=str(f["principal"]), keytab=str(f["keytab"]),
+                          krb5_conf=str(f["krb5_conf"]))
+
+
+def probe_secure_kafka() -> None:
+    from kafka import KafkaAdminClient
+
+    from leakproof import kerberos
+
+    kerberos.login(_client_kerberos())
+    admin = KafkaAdminClient(bootstrap_servers=f"{HOST}:{SEC_KAFKA_PORT}",
+                             security_protocol="SASL_PLAINTEXT", sasl_mechanism="GSSAPI",
+                             sasl_kerberos_service_name="kafka", bootstrap_timeout_ms=5000,
+                             request_timeout_ms=5000)
+    try:
+        admin.describe_cluster()
+    finally:
+        admin.close()
+
+
+def probe_secure_hbase(transport: str) -> None:
+    from dataclasses import replace
+
+    from leakproof.config import HBaseConfig
+    from leakproof.hbase.connection import connect
+
+    f = secure_facts()
+    http = transport == "http"
+    cfg = replace(HBaseConfig(), host=HOST, transport=transport,  # type: ignore[arg-type]
+                  auth="kerberos",
+                  port=int(f["thrift_https_port" if http else "thrift_sasl_port"]),  # type: ignore[call-overload]
+                  service_principal=str(f["thrift_http_principal" if http else
+                                          "thrift_principal"]),
+                  tls=http, tls_ca_file=str(f["ca_file"]) if http else None,
+                  kerberos=_client_kerberos(), timeout_ms=20000)
+    conn = connect(cfg)
+    try:
+        if b"leakproof_probe" not in conn.tables():
+            conn.create_table("leakproof_probe", {"p": {}})
+        table = conn.table("leakproof_probe")
+        table.put(b"r", {b"p:c": transport.encode()})
+        if table.row(b"r").get(b"p:c") != transport.encode():
+            raise RuntimeError("probe row did not read back")
+    finally:
+        conn.close()
+
+
 def wait_spark_workers(count: int) -> None:
     """Workers listen before the master has registered them; ask the master's JSON view."""
     import json
@@ -586,13 +830,14 @@ def down(wipe: bool) -> None:
         svc.stop()
     if wipe:
         for sub in ("kafka/data", "hbase/root", "hbase/tmp", "hbase/zk", "spark", "yarn/tmp",
-                    "yarn/target"):
+                    "yarn/target", "secure/kafka/data", "secure/hbase/root",
+                    "secure/hbase/tmp", "secure/hbase/zk"):
             shutil.rmtree(RUN / sub, ignore_errors=True)
         log("data wiped")
 
 
 def status() -> int:
-    optional = {s.name for s in optional_services()}
+    optional = {s.name for s in [*optional_services(), *secure_services()]}
     for svc in all_services():
         pid = svc.pid()
         if pid is None:
@@ -614,6 +859,11 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--wipe", action="store_true", help="start from empty Kafka and HBase")
     p_up.add_argument("--yarn", action="store_true",
                       help="also a YARN MiniCluster (ResourceManager on 8032)")
+    p_up.add_argument("--secure", action="store_true",
+                      help="also the secured stack: KDC, Kerberized Kafka and HBase (Thrift "
+                           "SASL on 9190, HTTPS on 9191)")
+    p_secure = sub.add_parser("secure-up", help="the secured stack alone")
+    p_secure.add_argument("--wipe", action="store_true")
     p_down = sub.add_parser("down")
     p_down.add_argument("--wipe", action="store_true", help="also delete all data")
     sub.add_parser("status")
@@ -628,6 +878,10 @@ def main(argv: list[str] | None = None) -> int:
             up(args.spark, args.wipe)
             if args.yarn:
                 yarn_up()
+            if args.secure:
+                secure_up(args.wipe)
+        elif args.cmd == "secure-up":
+            secure_up(args.wipe)
         elif args.cmd == "down":
             down(args.wipe)
         elif args.cmd == "status":

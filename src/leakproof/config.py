@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,6 +38,20 @@ class BackpressureConfig:
 
 
 @dataclass(frozen=True)
+class KerberosConfig:
+    """The job's Kerberos identity: a principal and its keytab (never a ticket cache, so a job
+    that runs for weeks logs in again by itself whenever its tickets expire)."""
+
+    principal: str
+    keytab: str  # absolute, or a file shipped with --files (found in the working directory)
+    krb5_conf: str | None = None  # None: the system's (/etc/krb5.conf or $KRB5_CONFIG)
+
+    @property
+    def realm(self) -> str:
+        return self.principal.rpartition("@")[2]
+
+
+@dataclass(frozen=True)
 class KafkaConfig:
     """Where to read: the topic, which partitions, and what to do when offsets do not fit."""
 
@@ -53,6 +67,12 @@ class KafkaConfig:
     read_timeout_s: float = 60.0
     mirror_group_offsets: bool = True  # also commit to the Kafka group, for its lag tools
     backpressure: BackpressureConfig = field(default_factory=BackpressureConfig)
+    # From ``security.kerberos``, not a key of its own: the login for SASL/GSSAPI.
+    kerberos: KerberosConfig | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def uses_gssapi(self) -> bool:
+        return str(self.consumer.get("sasl_mechanism", "")).upper() == "GSSAPI"
 
     def client_settings(self) -> dict[str, Any]:
         """kafka-python settings every consumer, producer and admin client gets."""
@@ -65,8 +85,19 @@ class HBaseConfig:
 
     host: str = "127.0.0.1"
     port: int = 9090
-    transport: Literal["buffered", "framed"] = "buffered"
+    # ``http``: Thrift over HTTP (the server's hbase.regionserver.thrift.http), the only
+    # Thrift1 transport HBase can serve over TLS (hbase.thrift.ssl.enabled).
+    transport: Literal["buffered", "framed", "http"] = "buffered"
     protocol: Literal["binary", "compact"] = "binary"
+    # ``kerberos``: log in as security.kerberos.principal. Over ``buffered`` that is SASL/GSSAPI
+    # (the server's hbase.thrift.security.qop); over ``http`` it is SPNEGO.
+    auth: Literal["none", "kerberos"] = "none"
+    sasl_qop: Literal["auth", "auth-int", "auth-conf"] = "auth-conf"  # the least accepted
+    # The Thrift server's principal; None: hbase/<host> (buffered) or HTTP/<host> (http),
+    # in the realm of security.kerberos.principal.
+    service_principal: str | None = None
+    tls: bool = False  # https; only with transport: http
+    tls_ca_file: str | None = None  # None: the system's trusted CAs
     table_prefix: str | None = None
     timeout_ms: int = 60000
     # How long an HBase outage is ridden out (calls retried with backoff, later batches queue
@@ -77,6 +108,14 @@ class HBaseConfig:
     dead_letter_table: str = "web_events_dead_letter"
     offsets_table: str = "stream_kafka_offsets"
     state_table: str = "leakproof_state"
+    kerberos: KerberosConfig | None = field(default=None, repr=False, compare=False)
+
+    def kerberos_service(self) -> str:
+        """The Thrift server's full principal name (``service/host@REALM``)."""
+        assert self.kerberos is not None
+        name = self.service_principal or (
+            f"{'HTTP' if self.transport == 'http' else 'hbase'}/{self.host.lower()}")
+        return name if "@" in name else f"{name}@{self.kerberos.realm}"
 
     def full_name(self, table: str) -> str:
         """The name HBase knows: happybase joins prefix and name with ``_``."""
@@ -161,6 +200,7 @@ class Config:
     output: OutputConfig
     input: InputConfig = InputConfig()
     offsets: OffsetsConfig = OffsetsConfig()
+    kerberos: KerberosConfig | None = field(default=None, repr=False)
 
 
 # --------------------------------------------------------------------------- loading
@@ -185,10 +225,22 @@ def from_dict(data: Any, base: Path | None = None) -> Config:
     Relative file paths in it (``input.writer_schemas``) are read relative to ``base``.
     """
     root = _section(data, "")
-    _no_unknown(root, "", {"kafka", "hbase", "job", "sessions", "output", "input", "offsets"})
+    _no_unknown(root, "", {"kafka", "hbase", "job", "sessions", "output", "input", "offsets",
+                           "security"})
+    kerberos = _security(_section(root.get("security", {}), "security"), base or Path.cwd())
+    kafka = replace(_kafka(_section(root.get("kafka"), "kafka")), kerberos=kerberos)
+    hbase = replace(_hbase(_section(root.get("hbase", {}), "hbase")), kerberos=kerberos)
+    if kafka.uses_gssapi and kerberos is None:
+        raise ConfigError("'kafka.consumer.sasl_mechanism' GSSAPI needs 'security.kerberos' "
+                          "(principal and keytab): leakproof logs in from a keytab, never from "
+                          "a ticket cache that would expire under a long-running job")
+    if hbase.auth == "kerberos" and kerberos is None:
+        raise ConfigError("'hbase.auth' kerberos needs 'security.kerberos' (principal and "
+                          "keytab)")
     return Config(
-        kafka=_kafka(_section(root.get("kafka"), "kafka")),
-        hbase=_hbase(_section(root.get("hbase", {}), "hbase")),
+        kafka=kafka,
+        hbase=hbase,
+        kerberos=kerberos,
         job=_job(_section(root.get("job", {}), "job")),
         sessions=_sessions(_section(root.get("sessions", {}), "sessions")),
         output=_output(_section(root.get("output", {}), "output")),
@@ -218,7 +270,8 @@ class _Section:
     left out takes the default written on ``cls``'s field (the one place defaults live)."""
 
     def __init__(self, data: Mapping[str, Any], prefix: str, cls: type) -> None:
-        _no_unknown(data, prefix, {f.name for f in fields(cls)})
+        # ``kerberos`` fields are filled from security.kerberos, never from their own key
+        _no_unknown(data, prefix, {f.name for f in fields(cls)} - {"kerberos"})
         self.data = data
         self.prefix = prefix
         self._defaults = {f.name: f.default for f in fields(cls) if f.default is not MISSING}
@@ -337,11 +390,25 @@ def _hbase(data: dict[str, Any]) -> HBaseConfig:
     names = {k: s.text(k, pattern=_NAME_RE) for k in _TABLES}
     if len(set(names.values())) != len(names):
         raise ConfigError(f"'hbase.*_table' names must differ, got {names}")
+    transport = s.choice("transport", ("buffered", "framed", "http"))
+    auth = s.choice("auth", ("none", "kerberos"))
+    tls = s.flag("tls")
+    if auth == "kerberos" and transport == "framed":
+        raise ConfigError("'hbase.auth' kerberos needs 'hbase.transport' buffered (SASL) or "
+                          "http (SPNEGO): HBase's Thrift server refuses SASL over framed")
+    if tls and transport != "http":
+        raise ConfigError("'hbase.tls' needs 'hbase.transport' http: HBase's Thrift1 server "
+                          "serves TLS only in HTTP mode (hbase.thrift.ssl.enabled)")
     return HBaseConfig(
         host=s.text("host"),
         port=s.number("port", minimum=1, integer=True),
-        transport=s.choice("transport", ("buffered", "framed")),
+        transport=transport,
         protocol=s.choice("protocol", ("binary", "compact")),
+        auth=auth,
+        sasl_qop=s.choice("sasl_qop", ("auth", "auth-int", "auth-conf")),
+        service_principal=s.text("service_principal", optional=True),
+        tls=tls,
+        tls_ca_file=s.text("tls_ca_file", optional=True),
         table_prefix=s.text("table_prefix", pattern=_NAME_RE, optional=True),
         timeout_ms=s.number("timeout_ms", minimum=1, integer=True),
         outage_tolerance_s=s.number("outage_tolerance_s", minimum=0),
@@ -398,6 +465,33 @@ def _input(data: dict[str, Any], base: Path) -> InputConfig:
             raise ConfigError(f"'input.writer_schemas[{i}]': {path} is not JSON: {exc}") from exc
         texts.append(text)
     return InputConfig(writer_schemas=tuple(texts), max_ahead_s=s.number("max_ahead_s", minimum=0))
+
+
+_PRINCIPAL_RE = re.compile(r"^[^@\s]+@[^@\s]+$")
+
+
+def _security(data: dict[str, Any], base: Path) -> KerberosConfig | None:
+    _no_unknown(data, "security", {"kerberos"})
+    raw = data.get("kerberos")
+    if raw is None:
+        return None
+    s = _Section(_section(raw, "security.kerberos"), "security.kerberos", KerberosConfig)
+    principal = s.text("principal")
+    if not _PRINCIPAL_RE.match(principal):
+        raise ConfigError(f"'security.kerberos.principal' must be a full principal name "
+                          f"(name@REALM or service/host@REALM), got {principal!r}")
+
+    def path(name: str) -> str | None:
+        value = s.text(name, optional=name == "krb5_conf")
+        if value is None:
+            return None
+        found = base / value
+        # A relative path that is not there now may be a file shipped with --files.
+        return str(found.resolve()) if found.exists() else value
+
+    keytab = path("keytab")
+    assert keytab is not None
+    return KerberosConfig(principal=principal, keytab=keytab, krb5_conf=path("krb5_conf"))
 
 
 def _offsets(data: dict[str, Any]) -> OffsetsConfig:

@@ -68,3 +68,13 @@ class HBaseUnavailable(StoreError):
 
 class BatchFailed(LeakproofError):
     """A batch's output failed; the job stops so a supervisor can restart it from HBase."""
+
+
+class KerberosError(LeakproofError):
+    """A Kerberos login or authentication failed; the message names the principal, the
+    keytab and the service, and what to check. ``transient``: the KDC could not be reached
+    (worth retrying), as opposed to credentials that will never work."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient

@@ -19,6 +19,7 @@ from leakproof import codec
 from leakproof.config import KafkaConfig
 from leakproof.errors import LeakproofError
 from leakproof.events import WebEvent
+from leakproof.kafka import client_settings
 from leakproof.kafka.admin import admin_settings
 
 
@@ -34,7 +35,7 @@ class ProduceReport:
 
 def producer_settings(cfg: KafkaConfig) -> dict[str, Any]:
     allowed = set(KafkaProducer.DEFAULT_CONFIG)
-    settings = {k: v for k, v in cfg.client_settings().items() if k in allowed}
+    settings = {k: v for k, v in client_settings(cfg).items() if k in allowed}
     settings.update(enable_idempotence=True, acks="all", linger_ms=20, batch_size=512 * 1024,
                     max_request_size=2 * 1024 * 1024)
     return settings

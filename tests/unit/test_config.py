@@ -49,7 +49,7 @@ def test_defaults_fill_optional_sections() -> None:
         (minimal(consumer={"group_id": "x"}), "'kafka.consumer.group_id' is set by leakproof"),
         (minimal(colour="red"), "unknown key 'kafka.colour'"),
         ({"kafka": {"topic": "t", "group_id": "g"}}, "'kafka.bootstrap_servers' is required"),
-        ({**minimal(), "hbase": {"transport": "http"}}, "use one of: buffered | framed"),
+        ({**minimal(), "hbase": {"transport": "ftp"}}, "use one of: buffered | framed | http"),
         ({**minimal(), "hbase": {"port": "9090"}}, "'hbase.port' must be an integer"),
         ({**minimal(), "job": {"batch_interval_s": 0}}, "'job.batch_interval_s' must be > 0"),
         ({**minimal(), "sessions": {"grace_s": -1}}, "'sessions.grace_s' must be >= 0"),

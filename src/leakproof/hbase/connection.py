@@ -14,11 +14,12 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 import happybase
-from thriftpy2.thrift import TException
+from thriftpy2.thrift import TClient, TException
 from thriftpy2.transport import TTransportException
 
 from leakproof.config import HBaseConfig
-from leakproof.errors import HBaseUnavailable, StoreError
+from leakproof.errors import HBaseUnavailable, KerberosError, StoreError
+from leakproof.hbase import secure
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +44,52 @@ STATE_FAMILIES = {"w": {"max_versions": 1}, "o": {"max_versions": 1},
                   "l": {"max_versions": 1}, "g": {"max_versions": 1}}
 
 
+class _Connection(happybase.Connection):  # type: ignore[misc]
+    """happybase's API over the transport ``cfg`` asks for: its own (buffered, framed), or
+    Kerberos / HTTP(S) from ``secure``."""
+
+    def __init__(self, cfg: HBaseConfig) -> None:
+        self._cfg = cfg
+        super().__init__(
+            host=cfg.host, port=cfg.port, timeout=cfg.timeout_ms,
+            transport="buffered" if cfg.transport == "http" else cfg.transport,
+            protocol=cfg.protocol, table_prefix=cfg.table_prefix, autoconnect=True)
+
+    def _refresh_thrift_client(self) -> None:
+        transport = secure.transport(self._cfg)
+        if transport is None:
+            super()._refresh_thrift_client()
+            return
+        from Hbase_thrift import Hbase  # happybase generates this module from its Thrift IDL
+
+        self.transport = transport
+        proto = (secure.protocol(self._cfg, transport)
+                 or self._protocol_class(transport, decode_response=False))
+        self.client = TClient(Hbase, proto)
+
+
 def connect(cfg: HBaseConfig) -> happybase.Connection:
     """A new connection; table names get ``table_prefix`` the happybase way (``prefix_name``)."""
     try:
-        return happybase.Connection(
-            host=cfg.host, port=cfg.port, timeout=cfg.timeout_ms, transport=cfg.transport,
-            protocol=cfg.protocol, table_prefix=cfg.table_prefix, autoconnect=True)
+        return _Connection(cfg)
+    except KerberosError as exc:
+        if exc.transient:  # the KDC is down: an outage like any other, ridden out
+            raise HBaseUnavailable(str(exc)) from exc
+        raise
     except CONNECTION_ERRORS as exc:
         raise HBaseUnavailable(f"cannot connect to the HBase Thrift server at {cfg.host}:"
-                               f"{cfg.port} ({cfg.transport}/{cfg.protocol}): {exc}") from exc
+                               f"{cfg.port} ({describe(cfg)}): {exc}") from exc
+
+
+def describe(cfg: HBaseConfig) -> str:
+    """How the connection is made, for messages: transport/protocol and the security."""
+    parts = [f"{cfg.transport}/{cfg.protocol}"]
+    if cfg.tls:
+        parts.append("TLS")
+    if cfg.auth == "kerberos":
+        parts.append(f"Kerberos as {cfg.kerberos.principal if cfg.kerberos else '?'} to "
+                     f"{cfg.kerberos_service() if cfg.kerberos else '?'}")
+    return ", ".join(parts)
 
 
 class Connections:

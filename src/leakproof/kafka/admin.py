@@ -20,6 +20,7 @@ from kafka.errors import (
 
 from leakproof.config import KafkaConfig
 from leakproof.errors import CoordinatorNotReady, KafkaReadError
+from leakproof.kafka import client_settings
 from leakproof.offsets import LogBounds
 
 
@@ -196,5 +197,5 @@ def admin_settings(cfg: KafkaConfig) -> dict[str, Any]:
     """The consumer passthrough settings an admin client understands (security, timeouts)."""
     allowed = set(KafkaAdminClient.DEFAULT_CONFIG)
     settings = {"reconnect_backoff_max_ms": 2000}  # as the reader: notice a restart soon
-    settings.update({k: v for k, v in cfg.client_settings().items() if k in allowed})
+    settings.update({k: v for k, v in client_settings(cfg).items() if k in allowed})
     return settings

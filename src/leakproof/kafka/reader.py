@@ -17,6 +17,7 @@ from kafka.errors import KafkaError, OffsetOutOfRangeError
 
 from leakproof.config import KafkaConfig
 from leakproof.errors import DataLossError, KafkaReadError
+from leakproof.kafka import client_settings
 from leakproof.offsets import Gap, OffsetRange
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ def consumer_settings(cfg: KafkaConfig) -> dict[str, Any]:
         # kafka-python backs off up to 30 s between reconnects; after a broker restart that
         # outlasts kafka.read_timeout_s and fails the batch. Retry every 2 s at most.
         "reconnect_backoff_max_ms": 2000,
-        **cfg.client_settings(),
+        **client_settings(cfg),
     }
     settings.update(
         group_id=None,
