@@ -57,6 +57,12 @@ shell: ## the HBase shell on the local stack (reads commands from stdin)
 run: venv ## README command 1: the job on the local stack, checked against the oracle
 	scripts/demo.sh
 
+run-kerberos: venv ## the job on the secured stack (KDC, Kafka GSSAPI, HBase Thrift SASL; MODE=https) + oracle
+	scripts/demo_kerberos.sh
+
+stack-up-secure: venv ## start the secured stack: KDC, Kerberized Kafka and HBase, Thrift SASL (9190) and HTTPS (9191)
+	$(STACK) secure-up $(if $(filter 1,$(WIPE)),--wipe)
+
 test: venv ## README command 2: lint, start the stack, run every test tier, stop the stack
 	scripts/test.sh $(ARGS)
 

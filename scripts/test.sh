@@ -64,6 +64,8 @@ if [ $mode = full ]; then
   $bin/python scripts/stack.py up --yarn | grep -E "yarn|error" || fail "YARN did not start"
   # the job's Python environment for --archives, rebuilt so it holds this checkout's code
   $bin/python scripts/yarn_pack.py || fail "could not pack the environment for YARN"
+  # the secured stack beside it: KDC, Kerberized Kafka and HBase (tests/integration/test_kerberos.py)
+  $bin/python scripts/stack.py secure-up | grep -E "ready|error" || fail "the secured stack did not start"
 fi
 
 if [ $mode = fast ]; then

@@ -52,7 +52,7 @@ def find_file(path: str, key: str) -> str:
                       f"(on a cluster, ship it with spark-submit --files)")
 
 
-def login(cfg: KerberosConfig) -> Any:
+def login(cfg: KerberosConfig, service: str = "a secured service") -> Any:
     """This process's ``gssapi.Credentials`` for ``cfg.principal`` from its keytab (made once
     per process; krb5 renews them from the keytab as they run out)."""
     with _lock:
@@ -72,7 +72,7 @@ def login(cfg: KerberosConfig) -> Any:
                                        store={"client_keytab": keytab, "ccache": CCACHE})
             creds.inquire()  # makes krb5 ask the KDC now, so a bad login fails here
         except gssapi.exceptions.GSSError as exc:
-            raise explain(exc, cfg, "the KDC (initial login)") from exc
+            raise explain(exc, cfg, f"the KDC, logging in for {service}") from exc
         log.info("Kerberos: logged in as %s from keytab %s", cfg.principal, keytab)
         _logins[cfg] = creds
         return creds
@@ -83,7 +83,7 @@ def context(cfg: KerberosConfig, service: str, *, spnego: bool = False,
     """A new ``gssapi.SecurityContext`` from ``cfg``'s login to ``service`` (a full
     principal name, so no host-name canonicalisation can change it)."""
     gssapi = _gssapi()
-    creds = login(cfg)
+    creds = login(cfg, service)
     target = gssapi.Name(service, gssapi.NameType.kerberos_principal)
     mech = gssapi.Mechanism.from_sasl_name("SPNEGO") if spnego else gssapi.MechType.kerberos
     kwargs: dict[str, Any] = {"name": target, "creds": creds, "usage": "initiate", "mech": mech}
@@ -98,6 +98,8 @@ _HINTS = (
                                        "its realm, and that it was created"),
     ("preauthentication failed", "the keytab's key does not match the KDC's: the keytab is "
                                  "stale or for another principal; export it again"),
+    ("decrypt integrity check failed", "the keytab's key does not match the KDC's: the keytab "
+                                       "is stale or for another principal; export it again"),
     ("password incorrect", "the keytab's key does not match the KDC's: the keytab is stale "
                            "or for another principal; export it again"),
     ("clock skew too great", "this host's clock and the KDC's or the service's differ by more "

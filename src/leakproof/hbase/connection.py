@@ -133,6 +133,16 @@ def _brief(exc: BaseException) -> str:
     return (text[0] if text else "")[:300]
 
 
+def _plain_hint(cfg: HBaseConfig, exc: BaseException) -> str:
+    """A Thrift server that demands SASL takes a plain client's first call for a broken
+    handshake: it closes the connection or waits for bytes that never come."""
+    if cfg.auth == "none" and cfg.transport == "buffered" and isinstance(
+            exc, (TTransportException, TimeoutError)):
+        return (" -- a Thrift server that requires Kerberos (hbase.thrift.security.qop) "
+                "closes plain connections like this; if so, set hbase.auth: kerberos")
+    return ""
+
+
 RETRYABLE: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, HBaseUnavailable)
 
 
@@ -155,7 +165,8 @@ def ride_out(cfg: HBaseConfig, what: str, attempt: Callable[[], T],
             if tries > 1 and time.monotonic() + delay > deadline:
                 raise HBaseUnavailable(
                     f"HBase {what} failed {tries} times over {cfg.outage_tolerance_s:.0f}s "
-                    f"(hbase.outage_tolerance_s): {type(exc).__name__}: {_brief(exc)}") from exc
+                    f"(hbase.outage_tolerance_s) at {cfg.host}:{cfg.port}: "
+                    f"{type(exc).__name__}: {_brief(exc)}{_plain_hint(cfg, exc)}") from exc
             log.warning("HBase %s failed (%s: %s); retry %d in %.1fs", what,
                         type(exc).__name__, _brief(exc), tries, delay if tries > 1 else 0)
             if tries > 1:

@@ -12,5 +12,6 @@ def client_settings(cfg: KafkaConfig) -> dict[str, Any]:
     """The settings every kafka-python client gets; with SASL/GSSAPI this process first logs
     in from the keytab, since kafka-python takes the process's default Kerberos login."""
     if cfg.uses_gssapi and cfg.kerberos is not None:
-        kerberos.login(cfg.kerberos)
+        service = cfg.consumer.get("sasl_kerberos_service_name", "kafka")
+        kerberos.login(cfg.kerberos, f"Kafka at {cfg.bootstrap_servers} (service {service})")
     return cfg.client_settings()
