@@ -56,10 +56,14 @@ def login(cfg: KerberosConfig, service: str = "a secured service") -> Any:
     """This process's ``gssapi.Credentials`` for ``cfg.principal`` from its keytab (made once
     per process; krb5 renews them from the keytab as they run out)."""
     with _lock:
+        gssapi = _gssapi()
         creds = _logins.get(cfg)
         if creds is not None:
-            return creds
-        gssapi = _gssapi()
+            try:  # SPNEGO does not refresh expired tickets by itself: acquire again then
+                if creds.lifetime > 30:
+                    return creds
+            except gssapi.exceptions.GSSError:
+                pass
         keytab = find_file(cfg.keytab, "security.kerberos.keytab")
         if cfg.krb5_conf is not None:
             os.environ["KRB5_CONFIG"] = find_file(cfg.krb5_conf, "security.kerberos.krb5_conf")
