@@ -776,21 +776,43 @@ def probe_secure_kafka() -> None:
         admin.close()
 
 
+def secure_client_config(name: str, mode: str) -> dict[str, Any]:
+    """A job config for the secured stack (topic and table prefix ``name``): ``sasl`` =
+    Kafka SASL_PLAINTEXT + Thrift SASL at auth-conf; ``https`` = Kafka SASL_SSL + Thrift over
+    HTTPS with SPNEGO. The demo, the tests and the readiness probe all start from it."""
+    f = secure_facts()
+    https = mode == "https"
+    consumer: dict[str, Any] = {"security_protocol": "SASL_SSL" if https else "SASL_PLAINTEXT",
+                                "sasl_mechanism": "GSSAPI", "sasl_kerberos_service_name": "kafka"}
+    if https:
+        consumer["ssl_cafile"] = f["ca_file"]
+    hbase: dict[str, Any] = {"host": HOST, "table_prefix": name, "auth": "kerberos"}
+    if https:
+        hbase.update(port=f["thrift_https_port"], transport="http", tls=True,
+                     tls_ca_file=f["ca_file"], service_principal=f["thrift_http_principal"])
+    else:
+        hbase.update(port=f["thrift_sasl_port"], transport="buffered", sasl_qop="auth-conf",
+                     service_principal=f["thrift_principal"])
+    return {
+        "kafka": {"bootstrap_servers": f["kafka_sasl_ssl" if https else "kafka_sasl_plaintext"],
+                  "topic": name, "group_id": "it", "read_timeout_s": 30, "consumer": consumer},
+        "hbase": hbase,
+        "security": {"kerberos": {"principal": f["principal"], "keytab": f["keytab"],
+                                  "krb5_conf": f["krb5_conf"]}},
+        "job": {"batch_interval_s": 1, "master": "local[2]"},
+        "sessions": {"inactivity_gap_s": 600, "grace_s": 30},
+    }
+
+
 def probe_secure_hbase(transport: str) -> None:
     from dataclasses import replace
 
-    from leakproof.config import HBaseConfig
+    from leakproof import config
     from leakproof.hbase.connection import connect
 
-    f = secure_facts()
-    http = transport == "http"
-    cfg = replace(HBaseConfig(), host=HOST, transport=transport,  # type: ignore[arg-type]
-                  auth="kerberos",
-                  port=int(f["thrift_https_port" if http else "thrift_sasl_port"]),  # type: ignore[call-overload]
-                  service_principal=str(f["thrift_http_principal" if http else
-                                          "thrift_principal"]),
-                  tls=http, tls_ca_file=str(f["ca_file"]) if http else None,
-                  kerberos=_client_kerberos(), timeout_ms=20000)
+    data = secure_client_config("probe", "https" if transport == "http" else "sasl")
+    data["hbase"].pop("table_prefix")
+    cfg = replace(config.from_dict(data).hbase, timeout_ms=20000)
     conn = connect(cfg)
     try:
         if b"leakproof_probe" not in conn.tables():
@@ -864,6 +886,9 @@ def main(argv: list[str] | None = None) -> int:
                            "SASL on 9190, HTTPS on 9191)")
     p_secure = sub.add_parser("secure-up", help="the secured stack alone")
     p_secure.add_argument("--wipe", action="store_true")
+    p_sconf = sub.add_parser("secure-config", help="print a job config (YAML) for it")
+    p_sconf.add_argument("--name", required=True, help="topic and table prefix")
+    p_sconf.add_argument("--mode", choices=("sasl", "https"), default="sasl")
     p_down = sub.add_parser("down")
     p_down.add_argument("--wipe", action="store_true", help="also delete all data")
     sub.add_parser("status")
@@ -882,6 +907,11 @@ def main(argv: list[str] | None = None) -> int:
                 secure_up(args.wipe)
         elif args.cmd == "secure-up":
             secure_up(args.wipe)
+        elif args.cmd == "secure-config":
+            import yaml
+
+            print(yaml.safe_dump(secure_client_config(args.name, args.mode), sort_keys=False),
+                  end="")
         elif args.cmd == "down":
             down(args.wipe)
         elif args.cmd == "status":

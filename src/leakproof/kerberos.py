@@ -96,16 +96,16 @@ def context(cfg: KerberosConfig, service: str, *, spnego: bool = False,
     return gssapi.SecurityContext(**kwargs)
 
 
-# What krb5 says -> what the operator should check. Matched on krb5's own words.
+_STALE = ("the keytab's key does not match the KDC's: the keytab is stale or for another "
+          "principal; export it again")
+# What krb5 says -> what the operator should check. Matched on krb5's own words (MIT's and,
+# for a wrong key, what Kerby and Active Directory answer instead of "preauthentication").
 _HINTS = (
     ("not found in kerberos database", "the principal is unknown to the KDC: check the name, "
                                        "its realm, and that it was created"),
-    ("preauthentication failed", "the keytab's key does not match the KDC's: the keytab is "
-                                 "stale or for another principal; export it again"),
-    ("decrypt integrity check failed", "the keytab's key does not match the KDC's: the keytab "
-                                       "is stale or for another principal; export it again"),
-    ("password incorrect", "the keytab's key does not match the KDC's: the keytab is stale "
-                           "or for another principal; export it again"),
+    ("preauthentication failed", _STALE),
+    ("decrypt integrity check failed", _STALE),
+    ("password incorrect", _STALE),
     ("clock skew too great", "this host's clock and the KDC's or the service's differ by more "
                              "than the allowed skew: synchronise the clocks (NTP)"),
     ("cannot contact any kdc", "no KDC answered: check the kdc lines for the realm in "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,38 +39,20 @@ def facts() -> dict[str, Any]:
     return dict(json.loads(FACTS.read_text()))
 
 
-def secure_config(name: str, mode: str, f: dict[str, Any], **kerberos: str) -> dict[str, Any]:
-    """The job's config for the secured stack: ``sasl`` = SASL_PLAINTEXT Kafka + SASL Thrift
-    at auth-conf; ``https`` = SASL_SSL Kafka + Thrift over HTTPS with SPNEGO."""
-    https = mode == "https"
-    consumer: dict[str, Any] = {"security_protocol": "SASL_SSL" if https else "SASL_PLAINTEXT",
-                                "sasl_mechanism": "GSSAPI", "sasl_kerberos_service_name": "kafka"}
-    if https:
-        consumer["ssl_cafile"] = f["ca_file"]
-    hbase: dict[str, Any] = {"host": "127.0.0.1", "table_prefix": name, "auth": "kerberos"}
-    if https:
-        hbase.update(port=f["thrift_https_port"], transport="http", tls=True,
-                     tls_ca_file=f["ca_file"], service_principal=f["thrift_http_principal"])
-    else:
-        hbase.update(port=f["thrift_sasl_port"], transport="buffered", sasl_qop="auth-conf",
-                     service_principal=f["thrift_principal"])
-    return {
-        "kafka": {"bootstrap_servers": f["kafka_sasl_ssl" if https else "kafka_sasl_plaintext"],
-                  "topic": name, "group_id": "it", "read_timeout_s": 30, "consumer": consumer},
-        "hbase": hbase,
-        "security": {"kerberos": {"principal": f["principal"], "keytab": f["keytab"],
-                                  "krb5_conf": f["krb5_conf"], **kerberos}},
-        "job": {"batch_interval_s": 1, "master": "local[2]"},
-        "sessions": {"inactivity_gap_s": 600, "grace_s": 30},
-    }
+def secure_config(name: str, mode: str) -> dict[str, Any]:
+    """The job's config for the secured stack, as `stack.py secure-config` writes it."""
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "stack.py"), "secure-config",
+                          "--name", name, "--mode", mode], capture_output=True, text=True,
+                         check=True)
+    return dict(yaml.safe_load(out.stdout))
 
 
 @pytest.fixture(params=MODES)
 def secure_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
-    f = facts()
+    facts()
     name = f"krb{request.param}{uuid.uuid4().hex[:6]}"
     path = tmp_path / "config.yml"
-    path.write_text(yaml.safe_dump(secure_config(name, request.param, f)))
+    path.write_text(yaml.safe_dump(secure_config(name, request.param)))
     cfg = config.load(path)
     create_topic(cfg.kafka, name, 4)
     yield Env(name, path, cfg, tmp_path)
@@ -159,7 +142,7 @@ def test_bad_credentials_stop_the_job_at_start_with_a_clear_message(
         tmp_path: Path, case: str) -> None:
     f = facts()
     name = f"krbbad{uuid.uuid4().hex[:6]}"
-    data = secure_config(name, "sasl", f)
+    data = secure_config(name, "sasl")
     if case == "stale-keytab":
         data["security"]["kerberos"]["keytab"] = f["stale_keytab"]
         expect = ["leakproof@LEAKPROOF.TEST", "keytab", "export it again", "logging in for"]
