@@ -323,6 +323,7 @@ class _JvmShutdownHook:
     """
 
     PRIORITY = 100
+    RELEASE_S = 15.0  # done(): a SparkContext stop of at most 5 s, then the halt
 
     def __init__(self, sc: Any, control: RunControl, timeout_s: float) -> None:
         self._sc = sc
@@ -332,6 +333,10 @@ class _JvmShutdownHook:
         self._manager: Any = None
         self._thread: Any = None
         self.triggered = False  # the JVM's shutdown began and called run()
+        # Set once done() has decided not to halt: only then may Spark's hooks go on. Were
+        # run() to return when the run finishes, the JVM could end (with 143) while done()
+        # is still stopping the SparkContext before its halt(0).
+        self._released = threading.Event()
 
     @classmethod
     def install(cls, sc: Any, control: RunControl, timeout_s: float) -> _JvmShutdownHook | None:
@@ -340,7 +345,8 @@ class _JvmShutdownHook:
             jvm = sc._jvm
             hook._manager = jvm.org.apache.hadoop.util.ShutdownHookManager.get()
             hook._thread = jvm.java.lang.Thread(hook)
-            hook._manager.addShutdownHook(hook._thread, cls.PRIORITY, round(timeout_s) + 5,
+            hook._manager.addShutdownHook(hook._thread, cls.PRIORITY,
+                                          round(timeout_s + cls.RELEASE_S) + 5,
                                           jvm.java.util.concurrent.TimeUnit.SECONDS)
         except Exception:
             log.warning("could not install the JVM shutdown hook; a SIGTERM to the driver "
@@ -366,10 +372,12 @@ class _JvmShutdownHook:
             except Exception:
                 log.debug("could not ask the JVM whether it is shutting down", exc_info=True)
         if not shutting_down:
+            self._released.set()
             with contextlib.suppress(Exception):  # the JVM may already be going
                 self._manager.removeShutdownHook(self._thread)
             return
         if exit_code != 0:
+            self._released.set()
             return  # Spark's own hooks go on; the exit code says what happened
         # A tidy SparkContext stop when it comes quickly (during the JVM's shutdown it can
         # block on the cluster manager), then the halt: every commit is already made.
@@ -380,6 +388,7 @@ class _JvmShutdownHook:
         stopper.join(5.0)
         with contextlib.suppress(Exception):  # halt never answers: the JVM is gone
             self._sc._jvm.java.lang.Runtime.getRuntime().halt(0)
+        self._released.set()  # only if the halt could not be made
 
     def _stop_context(self) -> None:
         try:
@@ -392,7 +401,8 @@ class _JvmShutdownHook:
         until it has stopped (``done`` then ends the JVM)."""
         self.triggered = True
         self._control.request_stop("the driver JVM is shutting down (SIGTERM)", operator=True)
-        self._control.wait_finished(self._timeout_s)
+        if self._control.wait_finished(self._timeout_s):
+            self._released.wait(self.RELEASE_S)  # done() halts the JVM or releases it
 
     # Py4J forwards these to Python: Hadoop keeps hooks in a set.
     def hashCode(self) -> int:  # noqa: N802 - Java's name
