@@ -9,6 +9,8 @@ WIPE ?= 0
 MINUTES ?= 30
 ROUNDS ?= 3
 ARGS ?=
+# faketime: the clock-skew test runs a client whose clock is ahead of the KDC's
+SYSTEM_PACKAGES := libkrb5-dev krb5-user faketime
 
 .DEFAULT_GOAL := help
 .PHONY: help system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-unit lint fmt bench soak chaos yarn-up yarn-down yarn-pack clean
@@ -18,17 +20,17 @@ help: ## list the targets
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	@command -v $(PY) >/dev/null || { echo "need $(PY) on PATH"; exit 1; }
-	@command -v krb5-config >/dev/null || $(MAKE) system-deps
+	@command -v krb5-config >/dev/null && command -v faketime >/dev/null || $(MAKE) system-deps
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
 
-system-deps: ## Debian packages: MIT Kerberos headers (to build gssapi) and its client tools
+system-deps: ## Debian packages: MIT Kerberos headers (to build gssapi), its client tools; faketime (tests)
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q libkrb5-dev krb5-user \
+	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $(SYSTEM_PACKAGES) \
 	  || { DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -q && \
-	       DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q libkrb5-dev krb5-user; }
+	       DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $(SYSTEM_PACKAGES); }
 
 venv: $(BIN)/.installed ## create .venv with leakproof and its tools, at the versions in constraints.txt
 

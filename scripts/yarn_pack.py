@@ -5,9 +5,10 @@ Executors on YARN run on machines where leakproof is not installed, so its Pytho
 environment travels with the application, the way Spark's docs show for venvs: a virtualenv
 packed with venv-pack, unpacked by YARN into each container as ``./environment``.
 
-The environment holds leakproof (not editable: an editable install points back into this
-checkout) and its dependencies except pyspark itself: Spark ships its own ``pyspark.zip`` to
-every container, and leaving pyspark out keeps the archive near 30 MiB instead of 450.
+The environment holds leakproof with its ``kerberos`` extra (not editable: an editable
+install points back into this checkout) and its dependencies, at the versions in
+constraints.txt, except pyspark itself: Spark ships its own ``pyspark.zip`` to every
+container, and leaving pyspark out keeps the archive near 30 MiB instead of 450.
 
 A packed venv keeps a link to the interpreter it was made from, so the cluster's nodes need
 that Python at the same path (here: the same machine). On a real cluster, build it on a
@@ -35,8 +36,11 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
     pip = [str(env / "bin" / "python"), "-m", "pip", "install", "-q"]
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    subprocess.run([*pip, *[d for d in deps if not d.startswith("pyspark")]], check=True)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    # the kerberos extra too: a job on a secured cluster logs in from every executor
+    deps = [*project["dependencies"], *project["optional-dependencies"]["kerberos"]]
+    subprocess.run([*pip, "-c", str(ROOT / "constraints.txt"),
+                    *[d for d in deps if not d.startswith("pyspark")]], check=True)
     subprocess.run([*pip, "--no-deps", str(ROOT)], check=True)
     ARCHIVE.unlink(missing_ok=True)
     subprocess.run([str(Path(sys.executable).parent / "venv-pack"), "-p", str(env), "-o",

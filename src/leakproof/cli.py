@@ -109,10 +109,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def _secured_services(cfg: config_mod.Config) -> str:
+    """What the job logs in for, as an error at start names it."""
+    names = [cfg.hbase.kerberos_service()] if cfg.hbase.auth == "kerberos" else []
+    if cfg.kafka.uses_gssapi:
+        names.append(f"Kafka at {cfg.kafka.bootstrap_servers}")
+    return " and ".join(names) or "a secured service"
+
+
 def _dispatch(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     if args.cmd == "run":
         from leakproof.driver.job import Job, RunLimits, spark_context
 
+        if cfg.kerberos is not None:  # a bad login stops the run before any JVM starts
+            from leakproof.kerberos import login
+
+            login(cfg.kerberos, _secured_services(cfg))
         spark_context(cfg)
         return Job(cfg, RunLimits(args.until_idle, args.max_batches, args.log_format)).run()
     if args.cmd == "stop":

@@ -26,6 +26,9 @@ from leakproof.errors import ConfigError, KerberosError
 log = logging.getLogger(__name__)
 
 CCACHE = "MEMORY:leakproof"
+# Credentials with less left than this are acquired again (krb5 then takes new tickets from
+# the keytab: its client-keytab refresh starts at half their lifetime).
+RENEW_WITHIN_S = 5
 _lock = threading.Lock()
 _logins: dict[KerberosConfig, Any] = {}
 
@@ -60,7 +63,7 @@ def login(cfg: KerberosConfig, service: str = "a secured service") -> Any:
         creds = _logins.get(cfg)
         if creds is not None:
             try:  # SPNEGO does not refresh expired tickets by itself: acquire again then
-                if creds.lifetime > 30:
+                if creds.lifetime > RENEW_WITHIN_S:
                     return creds
             except gssapi.exceptions.GSSError:
                 pass
@@ -77,7 +80,9 @@ def login(cfg: KerberosConfig, service: str = "a secured service") -> Any:
             creds.inquire()  # makes krb5 ask the KDC now, so a bad login fails here
         except gssapi.exceptions.GSSError as exc:
             raise explain(exc, cfg, f"the KDC, logging in for {service}") from exc
-        log.info("Kerberos: logged in as %s from keytab %s", cfg.principal, keytab)
+        # once per process at INFO; the renewals (as often as the tickets' lifetime) quietly
+        log.log(logging.DEBUG if cfg in _logins else logging.INFO,
+                "Kerberos: logged in as %s from keytab %s", cfg.principal, keytab)
         _logins[cfg] = creds
         return creds
 

@@ -38,6 +38,8 @@ KAFKA = ("127.0.0.1", 9092)
 THRIFT = ("127.0.0.1", 9090)
 SPARK_MASTER = ("127.0.0.1", 7077)
 YARN_RM = ("127.0.0.1", 8032)
+YARN_CONF = ROOT / ".services" / "yarn" / "conf"
+YARN_ARCHIVE = ROOT / ".services" / "yarn" / "leakproof-env.tar.gz"  # make yarn-pack
 ROW_RE = re.compile(rb"^(?P<topic>[^:]+):(?P<group>[^:]+):(?P<ms>\d{13})$")  # offsets rows
 
 
@@ -55,6 +57,14 @@ def require(addr: tuple[str, int], what: str, how: str) -> None:
 
 def require_standalone() -> None:
     require(SPARK_MASTER, "the Spark standalone master", "`make stack-up SPARK=1`")
+
+
+def require_yarn() -> None:
+    require(YARN_RM, "the YARN ResourceManager", "`make yarn-up`")
+    if not (YARN_CONF / "yarn-site.xml").is_file():
+        pytest.fail(f"{YARN_CONF} has no yarn-site.xml: run `make yarn-up`", pytrace=False)
+    if not YARN_ARCHIVE.is_file():
+        pytest.fail(f"{YARN_ARCHIVE} is missing: run `make yarn-pack`", pytrace=False)
 
 
 def base_config(name: str, **sections: dict[str, Any]) -> dict[str, Any]:
@@ -281,6 +291,31 @@ def spark_submit() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent / "bin" / "spark-submit"
+
+
+def submit_yarn(env: Env, mode: str, config: str, label: str, *args: str,
+                files: tuple[str, ...] = ()) -> AbstractContextManager[Background]:
+    """spark-submit to YARN in the background, for a ``with`` block: the packed environment
+    with --archives; in cluster mode the config (and ``files``) with --files, named by file
+    name, as the driver's container finds them in its working directory."""
+    cmd = [str(spark_submit()), "--master", "yarn", "--deploy-mode", mode,
+           "--name", f"leakproof-{label}",
+           "--archives", f"{YARN_ARCHIVE}#environment",
+           "--conf", "spark.pyspark.python=./environment/bin/python",
+           "--conf", "spark.yarn.maxAppAttempts=2",
+           "--conf", "spark.yarn.am.attemptFailuresValidityInterval=1h",
+           "--conf", "spark.task.maxFailures=8",
+           "--driver-memory", "768m", "--executor-memory", "640m", "--num-executors", "1",
+           "--conf", "spark.ui.enabled=false"]
+    if mode == "client":
+        cmd += ["--conf", f"spark.pyspark.driver.python={sys.executable}",
+                "--conf", "spark.driver.host=127.0.0.1"]
+        config_arg = config
+    else:
+        cmd += ["--files", ",".join((*files, config))]
+        config_arg = Path(config).name
+    cmd += [str(ROOT / "scripts" / "spark_main.py"), "run", "--config", config_arg, *args]
+    return background(cmd, env.tmp / f"{label}.log", {"HADOOP_CONF_DIR": str(YARN_CONF)})
 
 
 def standalone_submit(config_path: str, *args: str, **conf: str) -> list[str]:

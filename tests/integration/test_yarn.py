@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
-from contextlib import AbstractContextManager
-from pathlib import Path
 
 import pytest
 
@@ -22,57 +19,23 @@ from leakproof.generator import GeneratorSpec
 from proctools import pids_matching
 
 from .helpers import (
-    ROOT,
-    YARN_RM,
-    Background,
     Env,
     assert_offsets_chain,
     audit_total,
-    background,
     finish_exact,
     offsets_rows,
-    port_open,
+    require_yarn,
     run_cli,
-    spark_submit,
+    submit_yarn,
     wait_for,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.slow,
               pytest.mark.xdist_group("cluster")]
 
-YARN_CONF = ROOT / ".services" / "yarn" / "conf"
-ARCHIVE = ROOT / ".services" / "yarn" / "leakproof-env.tar.gz"
-
-
 @pytest.fixture(autouse=True)
 def yarn() -> None:
-    if not port_open(YARN_RM) or not (YARN_CONF / "yarn-site.xml").is_file():
-        pytest.fail("no YARN ResourceManager on 127.0.0.1:8032: run `make yarn-up`")
-    if not ARCHIVE.is_file():
-        pytest.fail(f"{ARCHIVE} is missing: run `make yarn-pack`")
-
-
-def submit_yarn(env: Env, mode: str, config: str, label: str, *args: str
-                ) -> AbstractContextManager[Background]:
-    """spark-submit to YARN in the background, for a ``with`` block."""
-    cmd = [str(spark_submit()), "--master", "yarn", "--deploy-mode", mode,
-           "--name", f"leakproof-{label}",
-           "--archives", f"{ARCHIVE}#environment",
-           "--conf", "spark.pyspark.python=./environment/bin/python",
-           "--conf", "spark.yarn.maxAppAttempts=2",
-           "--conf", "spark.yarn.am.attemptFailuresValidityInterval=1h",
-           "--conf", "spark.task.maxFailures=8",
-           "--driver-memory", "768m", "--executor-memory", "640m", "--num-executors", "1",
-           "--conf", "spark.ui.enabled=false"]
-    if mode == "client":
-        cmd += ["--conf", f"spark.pyspark.driver.python={sys.executable}",
-                "--conf", "spark.driver.host=127.0.0.1"]
-        config_arg = config
-    else:
-        cmd += ["--files", config]  # the driver's container gets it in its working dir
-        config_arg = Path(config).name
-    cmd += [str(ROOT / "scripts" / "spark_main.py"), "run", "--config", config_arg, *args]
-    return background(cmd, env.tmp / f"{label}.log", {"HADOOP_CONF_DIR": str(YARN_CONF)})
+    require_yarn()
 
 
 def test_client_mode_on_yarn_with_a_packed_venv(env: Env) -> None:
