@@ -19,8 +19,9 @@ batch boundaries fall (a replay gives the same answer as the first run):
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -183,6 +184,69 @@ def apply_event(s: SessionState, e: WebEvent) -> None:
         s.out_of_order += 1  # not greater than the highest seq applied before it
 
 
+class OpenSessions:
+    """A partition's open sessions -> their last_ts, kept in expiry order too, so closing
+    what expired costs what closes, not how many sessions are open.
+
+    The order is a heap of (last_ts, session) entries; an entry whose session has moved on
+    (a newer last_ts, or closed) is stale and dropped when it reaches the top.
+    """
+
+    __slots__ = ("_heap", "_last")
+
+    def __init__(self, items: Mapping[str, int] | None = None) -> None:
+        self._last: dict[str, int] = dict(items or {})
+        self._heap = [(ts, sid) for sid, ts in self._last.items()]
+        heapq.heapify(self._heap)
+
+    def put(self, session_id: str, last_ts: int) -> None:
+        if self._last.get(session_id) != last_ts:
+            self._last[session_id] = last_ts
+            heapq.heappush(self._heap, (last_ts, session_id))
+            if len(self._heap) > 2 * len(self._last) + 1024:  # mostly stale: rebuild
+                self._heap = [(ts, sid) for sid, ts in self._last.items()]
+                heapq.heapify(self._heap)
+
+    def discard(self, session_id: str) -> None:
+        self._last.pop(session_id, None)
+
+    def pop_expired(self, watermark: int, close_after_ms: int) -> list[str]:
+        """Remove and return every session with ``watermark > last_ts + close_after_ms``."""
+        gone: list[str] = []
+        heap, last = self._heap, self._last
+        while heap and watermark > heap[0][0] + close_after_ms:
+            ts, sid = heapq.heappop(heap)
+            if last.get(sid) == ts:
+                del last[sid]
+                gone.append(sid)
+        return gone
+
+    def get(self, session_id: str) -> int | None:
+        return self._last.get(session_id)
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self._last)
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._last
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._last)
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, OpenSessions):
+            return self._last == other._last
+        return isinstance(other, Mapping) and self._last == dict(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"OpenSessions({len(self._last)} open)"
+
+
 @dataclass
 class PartitionState:
     """What a partition's fold carries between batches (kept in HBase's state table).
@@ -193,7 +257,11 @@ class PartitionState:
 
     watermark: int = NO_WATERMARK
     watermark_offset: int = -1
-    open_sessions: dict[str, int] = field(default_factory=dict)
+    open_sessions: OpenSessions = field(default_factory=OpenSessions)
+
+    def copy(self) -> PartitionState:
+        return PartitionState(self.watermark, self.watermark_offset,
+                              OpenSessions(self.open_sessions.as_dict()))
 
 
 @dataclass
@@ -213,13 +281,18 @@ class FoldResult:
 
 
 class PartitionFolder:
-    """Folds one partition's events, in offset order, over the session rows read for them."""
+    """Folds one partition's events, in offset order, over the session rows read for them.
+
+    The folder takes ``state`` over: ``finish`` updates it in place into the state after the
+    range (``FoldResult.partition``), so a partition with many open sessions is never
+    copied. A caller that may retry must not reuse ``state`` after a failed range.
+    """
 
     def __init__(self, fence_key: str, close_after_ms: int, state: PartitionState,
                  sessions: Mapping[str, SessionState]) -> None:
         self._fence_key = fence_key
         self._close_after_ms = close_after_ms
-        self._start = state
+        self._state = state
         self._watermark = state.watermark
         self._last_offset = state.watermark_offset
         self._sessions = {sid: replace(s, fences=dict(s.fences), seqs=s.seqs.copy())
@@ -267,7 +340,7 @@ class PartitionFolder:
     def finish(self) -> FoldResult:
         """Close what expired and say what to write; the folder is not fed after this."""
         w, after = self._watermark, self._close_after_ms
-        open_sessions = dict(self._start.open_sessions)
+        open_sessions = self._state.open_sessions
         closed_now: list[str] = []
         open_changed: dict[str, int] = {}
         for sid, s in self._seen.items():
@@ -276,17 +349,17 @@ class PartitionFolder:
                 closed_now.append(sid)
                 self._touched[sid] = s
             if s.closed:
-                open_sessions.pop(sid, None)
+                open_sessions.discard(sid)
             else:
-                open_sessions[sid] = open_changed[sid] = s.last_ts
-        closed_untouched = [sid for sid, last_ts in open_sessions.items()
-                            if sid not in self._seen and w > last_ts + after]
-        for sid in closed_untouched:
-            del open_sessions[sid]
+                open_sessions.put(sid, s.last_ts)
+                open_changed[sid] = s.last_ts
+        # every seen session still open has not expired: what expires now was not seen
+        closed_untouched = open_sessions.pop_expired(w, after)
+        self._state.watermark, self._state.watermark_offset = w, self._last_offset
         return FoldResult(
             touched=self._touched,
             closed_untouched=closed_untouched,
-            partition=PartitionState(w, self._last_offset, open_sessions),
+            partition=self._state,
             closed_now=closed_now + closed_untouched,
             open_changed=open_changed,
             applied=self._counts[Outcome.APPLIED],

@@ -42,7 +42,9 @@ def fold_in_batches(events: list[WebEvent], cut_every: int,
     """Fold like the job does: batches, rows through the HBase cell encoding in between.
 
     With ``crash_every`` = n, every n-th batch "crashes" after writing half its session rows
-    (no partition state, no commit) and is replayed from the same start, as after a restart.
+    (no partition state, no commit) and is replayed from the same start, as after a restart:
+    each range then starts from a copy, as read from the state table. Without crashes the
+    state object goes on from range to range, as a worker's cache keeps it.
     """
     state = PartitionState()
     stored: dict[str, dict[bytes, bytes]] = {}
@@ -53,7 +55,7 @@ def fold_in_batches(events: list[WebEvent], cut_every: int,
         chunk = indexed[i:i + cut_every]
         touched_ids = {e.session_id for _, e in chunk}
         rows = {sid: from_cells(sid, stored[sid]) for sid in touched_ids if sid in stored}
-        r = fold_range("t:0", CLOSE_MS, state, rows, chunk)
+        r = fold_range("t:0", CLOSE_MS, state.copy() if crash_every else state, rows, chunk)
         batch += 1
         if crash_every and batch % crash_every == 0:
             for s in list(r.touched.values())[::2]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 from leakproof.events import WebEvent
 from leakproof.sessions import (
+    OpenSessions,
     Outcome,
     PartitionFolder,
     PartitionState,
@@ -152,3 +155,36 @@ def test_folder_does_not_mutate_rows_it_was_given() -> None:
     row = SessionState("a", "u", events=1, last_ts=100, fences={K: 1})
     fold_range(K, GAP, PartitionState(), {"a": row}, [(2, ev("a", 1, 110))])
     assert row.events == 1 and row.fences == {K: 1}
+
+
+def test_open_sessions_pops_exactly_what_a_full_walk_would_close() -> None:
+    """Random puts (last_ts moving on), discards and expiry walks against a plain dict."""
+    rng = random.Random(5)
+    heap_kept, plain = OpenSessions(), dict[str, int]()
+    watermark = 0
+    for step in range(20_000):
+        sid = f"s{rng.randrange(500)}"
+        roll = rng.random()
+        if roll < 0.6:
+            ts = watermark + rng.randrange(-50, 200)
+            heap_kept.put(sid, ts)
+            plain[sid] = ts
+        elif roll < 0.7:
+            heap_kept.discard(sid)
+            plain.pop(sid, None)
+        else:
+            watermark += rng.randrange(0, 40)
+            expect = sorted(s for s, ts in plain.items() if watermark > ts + GAP)
+            assert sorted(heap_kept.pop_expired(watermark, GAP)) == expect, step
+            for s in expect:
+                del plain[s]
+        assert heap_kept == plain
+
+
+def test_finish_closes_untouched_sessions_in_place_without_copying_the_open_set() -> None:
+    state = PartitionState(100, 9, OpenSessions({"old": 10, "recent": 500}))
+    r = fold_range(K, GAP, state, {}, [(10, ev("new", 0, 100 + GAP))])
+    assert r.partition is state  # carried on, not copied
+    assert r.closed_untouched == ["old"] and r.closed_now == ["old"]
+    assert state.open_sessions == {"recent": 500, "new": 100 + GAP}
+    assert (state.watermark, state.watermark_offset) == (100 + GAP, 10)

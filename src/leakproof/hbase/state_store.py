@@ -1,8 +1,10 @@
 """The job's own state table: partition watermarks and open sessions, driver leases, gaps.
 
 Rows:
-- ``wm:<topic>:<partition>`` family ``w`` (watermark, offset), family ``o`` (open session ->
-  its last_ts): written after the partition's session rows, so it never runs ahead of them.
+- ``wm:<topic>:<partition>`` family ``w`` (watermark, offset, version), family ``o`` (open
+  session -> its last_ts): written after the partition's session rows, so it never runs
+  ahead of them. ``w:version`` is a fresh token at every write: a worker that wrote it last
+  may use the state it kept instead of reading the whole open set again.
 - ``lease:<topic>:<group>`` family ``l``, cell ``holder`` = a Lease (``<epoch>:<tag>``):
   every offsets commit is a checkAndPut on it, so a second driver fences the first.
 - ``gap:<topic>:<group>:<partition>:<stored offset>`` family ``g``: data lost to retention.
@@ -14,6 +16,8 @@ Rows:
 from __future__ import annotations
 
 import time
+import uuid
+from dataclasses import dataclass
 
 import happybase
 
@@ -23,7 +27,7 @@ from leakproof.hbase.connection import Connections, check_and_put
 from leakproof.lease import FIRST_EPOCH, Lease
 from leakproof.offsets import Gap
 from leakproof.runs import RUNNING, STOPPED, RunState
-from leakproof.sessions import NO_WATERMARK, PartitionState
+from leakproof.sessions import NO_WATERMARK, OpenSessions, PartitionState
 
 
 def _wm_row(topic: str, partition: int) -> bytes:
@@ -34,8 +38,18 @@ def lease_row(topic: str, group: str) -> bytes:
     return f"lease:{topic}:{group}".encode()
 
 
+VERSION_COLUMN = b"w:version"
 LEASE_COLUMN = b"l:holder"
 TOPIC_ID_COLUMN = b"l:topic_id"  # beside the lease: the topic the offsets belong to
+
+
+@dataclass(frozen=True)
+class KeptState:
+    """A partition's state and the ``w:version`` of the row it was read from or written as
+    (empty: a row written before versions, or none)."""
+
+    version: bytes
+    state: PartitionState
 
 
 class StateStore:
@@ -46,33 +60,43 @@ class StateStore:
         self._name = table_name
         self._table = conn.table(table_name)
 
-    def read_partition(self, topic: str, partition: int) -> PartitionState:
-        cells = self._table.row(_wm_row(topic, partition))
+    def read_partition(self, topic: str, partition: int,
+                       kept: KeptState | None = None) -> KeptState:
+        """The partition's state. ``kept`` (what this worker wrote last) is used as it is if
+        the row's version is still its version: then only family ``w`` is read, not the open
+        set, whose size grows with the number of open sessions, not with the batch."""
+        row = _wm_row(topic, partition)
+        if kept is not None and kept.version == self._table.row(
+                row, columns=[VERSION_COLUMN]).get(VERSION_COLUMN):
+            return kept
+        cells = self._table.row(row)
         if not cells:
-            return PartitionState()
-        return PartitionState(
+            return KeptState(b"", PartitionState())
+        return KeptState(cells.get(VERSION_COLUMN, b""), PartitionState(
             watermark=int(cells.get(b"w:watermark", str(NO_WATERMARK).encode())),
             watermark_offset=int(cells.get(b"w:offset", b"-1")),
-            open_sessions={k[2:].decode("utf-8"): int(v) for k, v in cells.items()
-                           if k.startswith(b"o:")},
-        )
+            open_sessions=OpenSessions({k[2:].decode("utf-8"): int(v)
+                                        for k, v in cells.items() if k.startswith(b"o:")}),
+        ))
 
     def write_partition(self, topic: str, partition: int, state: PartitionState,
                         opened: dict[str, int], closed: list[str],
-                        batch_size: int = 5000) -> None:
+                        batch_size: int = 5000) -> KeptState:
         """Store the watermark; ``opened`` sessions (re)enter the open set, ``closed`` leave it.
 
         Only what changed is written: the open set of a busy partition holds thousands of
-        sessions that most batches do not touch.
+        sessions that most batches do not touch. Returns the state with its new version.
         """
         row = _wm_row(topic, partition)
+        version = uuid.uuid4().hex.encode()
         cells = {b"w:watermark": str(state.watermark).encode(),
-                 b"w:offset": str(state.watermark_offset).encode()}
+                 b"w:offset": str(state.watermark_offset).encode(), VERSION_COLUMN: version}
         cells.update({f"o:{sid}".encode(): str(ts).encode() for sid, ts in opened.items()})
         with self._table.batch(batch_size=batch_size) as batch:
             if closed:
                 batch.delete(row, columns=[f"o:{sid}".encode() for sid in closed])
             batch.put(row, cells)
+        return KeptState(version, state)
 
     # -- leases --------------------------------------------------------------------------
 
