@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -221,20 +221,11 @@ class OpenSessions:
                 gone.append(sid)
         return gone
 
-    def get(self, session_id: str) -> int | None:
-        return self._last.get(session_id)
-
     def as_dict(self) -> dict[str, int]:
         return dict(self._last)
 
     def __contains__(self, session_id: object) -> bool:
         return session_id in self._last
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._last)
-
-    def __len__(self) -> int:
-        return len(self._last)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, OpenSessions):
