@@ -36,7 +36,7 @@ venv: $(BIN)/.installed ## create .venv with leakproof and its tools, at the ver
 
 lock: ## re-resolve the newest versions pyproject.toml allows into constraints.txt (then make test)
 	rm -rf .venv-lock && $(PY) -m venv .venv-lock
-	.venv-lock/bin/pip install -q --upgrade pip && .venv-lock/bin/pip install -q -e '.[dev]'
+	.venv-lock/bin/pip install -q --upgrade pip && .venv-lock/bin/pip install -q -e '.[dev,bench]'
 	{ echo "# The versions make venv installs: the set CI last passed with. make lock renews it."; \
 	  .venv-lock/bin/pip freeze --exclude-editable; } > constraints.txt
 	rm -rf .venv-lock
@@ -81,7 +81,8 @@ lint: venv ## ruff and mypy
 fmt: venv ## ruff's fixes and formatting of imports
 	$(BIN)/ruff check --fix src tests scripts
 
-bench: venv ## throughput: the job against the raw kafka-python + Avro ceiling
+bench: venv ## throughput: the raw read + decode ceiling, the job, its Structured Streaming peer
+	$(BIN)/pip install -q -c constraints.txt -e '.[bench]'
 	$(STACK) up
 	$(BIN)/python scripts/bench.py
 

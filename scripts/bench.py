@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""make bench: the job's drain rate against the raw ceiling, measured in one run.
+"""make bench: the job's drain rate against the raw ceiling and a Structured Streaming peer.
 
 1. pre-fill a fresh topic (EVENTS, default 1 000 000, over PARTITIONS, default 4);
 2. ceiling: kafka-python read + Avro decode of the same ranges, with the job's parallelism
    (one process per core, as local[2] runs two tasks), no Spark, no HBase;
 3. the job: ``leakproof run`` draining the topic into HBase (config.yml's settings), then
-   ``leakproof verify`` against the oracle: a fast wrong answer is no answer;
-4. print both rates, their ratio, the peak resident memory of each side, the CPU seconds
-   per million events of the whole machine (every process: Kafka, HBase, Thrift, the JVMs,
-   the Python workers; from /proc/stat), and whether a task's time stays flat from the
-   second batch to the last ones.
+   ``leakproof verify`` against the oracle: a fast wrong answer is no answer; a py-spy
+   profile of its Python workers is kept beside the log;
+4. the peer (scripts/bench_peer.py) on the same topic, same master, same records per batch:
+   ``from_avro`` in the JVM; the same with the whole backlog in one batch; fastavro in
+   ``mapInPandas``. Each is checked against a fold of its own semantics (PEERS= limits them);
+5. for each: events/s from the first batch to the last commit, steady-state events/s (first
+   batch excluded), the spread of per-batch times, the peak resident memory, and the CPU
+   seconds per million events of the whole machine (every process: Kafka, HBase, Thrift, the
+   JVMs, the Python workers; from /proc/stat) split by process; then the ratios.
 
-Figures, not assertions: the point is the ratio on the same machine in the same run.
+Figures, not assertions: the point is the ratios on the same machine in the same run.
 """
 
 from __future__ import annotations
@@ -20,10 +24,13 @@ import contextlib
 import json
 import multiprocessing as mp
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -31,31 +38,42 @@ import yaml
 from leakproof import codec, config
 from leakproof.commit_stores.hbase import OffsetStore
 from leakproof.errors import DecodeError
+from leakproof.events import WebEvent
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import connect
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
 from leakproof.produce import create_topic, send_events
-from proctools import tree_rss_mib
+from leakproof.verify import read_topic
+from proctools import CpuByRole, pids_matching, tree_rss_mib
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = int(os.environ.get("EVENTS", "1000000"))
 PARTITIONS = int(os.environ.get("PARTITIONS", "4"))
 WORKERS = int(os.environ.get("WORKERS", "2"))
+PROFILE_S = int(os.environ.get("PROFILE_S", "12"))  # py-spy window on the job's workers
+# the peer's variants: decode in the JVM / in mapInPandas; capped batches / one batch
+PEERS = os.environ.get("PEERS", "jvm,jvm-one-batch,pandas").split(",")
 
 
 class PeakSampler:
-    """Samples a process tree's RSS every 0.2 s in a thread; ``peak`` is the maximum seen."""
+    """Samples a process tree's RSS every 0.2 s in a thread; ``peak`` is the maximum seen.
+    With ``cpu``, also samples every process's CPU time once a second."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, cpu: CpuByRole | None = None) -> None:
         self.pid, self.peak, self._stop = pid, 0.0, threading.Event()
+        self._cpu = cpu
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        n = 0
         while not self._stop.is_set():
             self.peak = max(self.peak, tree_rss_mib(self.pid))
+            if self._cpu is not None and n % 5 == 0:
+                self._cpu.sample()
+            n += 1
             time.sleep(0.2)
 
     def stop(self) -> float:
@@ -69,6 +87,85 @@ def machine_cpu_s() -> float:
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     busy = sum(fields) - fields[3] - fields[4]
     return busy / os.sysconf("SC_CLK_TCK")
+
+
+class WorkerProfile:
+    """py-spy on the job's Python workers for a window of the drain, as collapsed stacks.
+
+    It waits for PySpark's worker daemon to appear under the job, lets the first batch pass
+    (start-up is not the steady state), then samples the daemon and the workers it forks,
+    without pausing them (``--nonblocking``), so the drain it watches is barely slowed.
+    """
+
+    def __init__(self, job_pid: int, out: Path, seconds: int, delay_s: float = 6.0) -> None:
+        self.out, self.ok = out, False
+        self._thread = threading.Thread(target=self._run, args=(job_pid, seconds, delay_s),
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, job_pid: int, seconds: int, delay_s: float) -> None:
+        spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which(
+            "py-spy")
+        if spy is None:
+            print("   (no py-spy: pip install py-spy to keep a profile)", flush=True)
+            return
+        deadline = time.monotonic() + 120
+        daemons: list[int] = []
+        while not daemons and time.monotonic() < deadline:
+            daemons = [p for p in pids_matching(b"pyspark.daemon") if in_tree(p, job_pid)]
+            time.sleep(0.2)
+        if not daemons:
+            return
+        time.sleep(delay_s)
+        done = subprocess.run([spy, "record", "--pid", str(min(daemons)), "--subprocesses",
+                               "--nonblocking", "--rate", "50", "--duration", str(seconds),
+                               "--format", "raw", "--output", str(self.out)],
+                              capture_output=True, check=False)
+        self.ok = done.returncode == 0 and self.out.exists()
+
+    def summary(self, top: int = 22) -> str:
+        """Where the workers' time went: per function, the share of samples it was on the
+        stack (inclusive) and on top of it (self), for the busiest functions."""
+        self._thread.join()
+        if not self.ok:
+            return "   no profile taken"
+        inclusive: dict[str, int] = {}
+        own: dict[str, int] = {}
+        total = 0
+        for line in self.out.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            # "func (file:line)" -> "func (file)"; the process frames and PySpark's worker
+            # loop are on every stack and say nothing
+            frames = [f.rsplit(":", 1)[0] + ")" for f in stack.split(";")
+                      if " (" in f and not f.startswith("process ")]
+            frames = frames[next((i + 1 for i, f in enumerate(frames)
+                                  if f.startswith("AutoBatchedSerializer.dump_stream")), 0):]
+            n = int(count)
+            total += n
+            for frame in set(frames):
+                inclusive[frame] = inclusive.get(frame, 0) + n
+            if frames:
+                own[frames[-1]] = own.get(frames[-1], 0) + n
+        busy = sorted(inclusive.items(), key=lambda kv: -kv[1])
+        lines = [f"   worker profile ({total} samples, {self.out}): inclusive / self"]
+        for frame, n in busy:
+            lines.append(f"   {100 * n / total:5.1f}% {100 * own.get(frame, 0) / total:5.1f}%"
+                         f"  {frame}")
+            if len(lines) > top:
+                break
+        return "\n".join(lines)
+
+
+def in_tree(pid: int, root: int) -> bool:
+    """Whether ``pid`` descends from ``root`` (PySpark's daemon forks under the JVM)."""
+    while pid > 1:
+        if pid == root:
+            return True
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            return False
+    return False
 
 
 def task_times(log: Path) -> list[float]:
@@ -95,6 +192,179 @@ def read_ranges(cfg_path: str, ranges: list[OffsetRange]) -> int:
                                offset=offset, timestamp=timestamp)
             n += 1
     return n
+
+
+@dataclass
+class Drain:
+    """One program's drain of the topic, as the figures need it."""
+
+    name: str
+    records: int
+    first_start_ms: float  # when the first batch began
+    commits: list[tuple[float, int]]  # per batch in order: (commit time ms, records)
+    cpu_s: float = 0.0  # the whole machine's, over the program's life
+    peak_mib: float = 0.0
+    by_role: dict[str, float] = field(default_factory=dict)
+    verdict: str = "not checked"
+
+    @property
+    def rate(self) -> float:
+        return self.records / ((self.commits[-1][0] - self.first_start_ms) / 1000)
+
+    @property
+    def steady(self) -> float:
+        """Events/s after the first batch's commit: start-up (JIT, first connections,
+        worker fork) is paid once per run, not per event."""
+        span = (self.commits[-1][0] - self.commits[0][0]) / 1000
+        return (self.records - self.commits[0][1]) / span if span > 0 else float("nan")
+
+    @property
+    def cpu_per_m(self) -> float:
+        return self.cpu_s / self.records * 1e6
+
+    def batch_times(self) -> list[float]:
+        """Seconds between consecutive commits, first batch excluded."""
+        return [(b[0] - a[0]) / 1000 for a, b in zip(self.commits, self.commits[1:],
+                                                       strict=False)]
+
+    def describe(self) -> str:
+        times = sorted(self.batch_times())
+        spread = (f"batch time min {times[0]:.1f}s / median {times[len(times) // 2]:.1f}s / "
+                  f"max {times[-1]:.1f}s" if times else "one batch")
+        roles = ", ".join(f"{role} {s / self.records * 1e6:.1f}" for role, s in
+                          sorted(self.by_role.items(), key=lambda kv: -kv[1])
+                          if s / self.records * 1e6 >= 0.1)
+        return (f"   {self.records} records in {len(self.commits)} batches: {self.rate:.0f} "
+                f"ev/s first batch to last commit, steady {self.steady:.0f} ev/s; {spread}; "
+                f"peak RSS {self.peak_mib:.0f} MiB; machine CPU {self.cpu_per_m:.1f} s per M "
+                f"events\n   by process, s per M events: {roles}\n   check: {self.verdict}")
+
+
+def measured(cmd: list[str], log: Path, profile: Path | None = None
+             ) -> tuple[int, float, float, dict[str, float], WorkerProfile | None]:
+    """Run ``cmd`` to its end: exit code, machine CPU s, peak RSS of its tree, CPU by role."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        by_role = CpuByRole()
+        by_role.start()
+        sampler = PeakSampler(proc.pid, by_role)
+        spy = WorkerProfile(proc.pid, profile, PROFILE_S) if profile else None
+        cpu0 = machine_cpu_s()
+        rc = proc.wait()
+        cpu_s = machine_cpu_s() - cpu0  # includes start-up and the stop: a little high
+        peak = sampler.stop()
+        spent = by_role.stop()
+    spent["unattributed (kernel, short-lived)"] = cpu_s - sum(spent.values())
+    return rc, cpu_s, peak, spent, spy
+
+
+def peer_fold(partitions: Mapping[int, Sequence[WebEvent]]) -> dict[str, dict[str, str]]:
+    """What the peer's semantics give, folded in plain Python: the first of each repeated
+    (session_id, seq) counts, every other event is summed; no late rule, no state."""
+    kept: dict[str, dict[int, WebEvent]] = {}
+    for events in partitions.values():
+        for e in events:
+            kept.setdefault(e.session_id, {}).setdefault(e.seq, e)
+    rows = {}
+    for sid, by_seq in kept.items():
+        evs = [by_seq[k] for k in sorted(by_seq)]
+        rows[sid] = {
+            "user_id": evs[0].user_id, "events": str(len(evs)),
+            "pageviews": str(sum(e.event_type == "pageview" for e in evs)),
+            "clicks": str(sum(e.event_type == "click" for e in evs)),
+            "purchases": str(sum(e.event_type == "purchase" for e in evs)),
+            "errors": str(sum(e.status >= 500 for e in evs)),
+            "bytes": str(sum(e.bytes for e in evs)),
+            "first_ts": str(min(e.ts for e in evs)), "last_ts": str(max(e.ts for e in evs)),
+            "entry_url": evs[0].url, "exit_url": evs[-1].url,
+        }
+    return rows
+
+
+def check_peer(cfg: config.Config, table: str,
+               expected: Mapping[str, Mapping[str, str]]) -> str:
+    conn = connect(cfg.hbase)
+    try:
+        got = {k.decode(): {c[2:].decode(): v.decode() for c, v in cells.items()}
+               for k, cells in conn.table(table).scan(batch_size=5000)}
+    finally:
+        conn.close()
+    wrong = [sid for sid in expected.keys() | got.keys() if expected.get(sid) != got.get(sid)]
+    if not wrong:
+        return f"EXACT MATCH ({len(got)} sessions against the independent fold)"
+    sid = sorted(wrong)[0]
+    return (f"MISMATCH in {len(wrong)} sessions, e.g. {sid}: expected {expected.get(sid)}, "
+            f"HBase has {got.get(sid)}")
+
+
+def run_job(cfg_path: Path, cfg: config.Config, work: Path) -> Drain | None:
+    print("== the job: leakproof run --until-idle 5 (config.yml settings)", flush=True)
+    log = work / "job.log"
+    rc, cpu_s, peak, spent, spy = measured(
+        [sys.executable, "-m", "leakproof.cli", "run", "--config", str(cfg_path),
+         "--until-idle", "5", "--log-format", "json"], log, work / "worker-profile.txt")
+    if rc != 0:
+        print(f"job failed (exit {rc}); see {log}")
+        return None
+    conn = connect(cfg.hbase)
+    try:
+        rows = OffsetStore(conn.table(cfg.hbase.offsets_table), cfg.kafka.topic,
+                           cfg.kafka.group_id).history(limit=100_000)
+    finally:
+        conn.close()
+    rows.reverse()
+    commits, before = [], 0
+    for row in rows:
+        total = sum(row.offsets.values())
+        commits.append((float(row.audit["committed_ms"]), total - before))
+        before = total
+    # from the first batch's time (when it was planned) to the last commit
+    drain = Drain("leakproof", before, float(rows[0].batch_ms), commits, cpu_s, peak, spent)
+    # a reused topic is taken to be one make bench filled with the same EVENTS
+    spec = GeneratorSpec(7, EVENTS, EVENTS // 10)
+    checked = subprocess.run([sys.executable, "-m", "leakproof.cli", "verify", "--config",
+                              str(cfg_path), "--spec", f"{spec.seed}:{spec.events}:"
+                              f"{spec.sessions}:{spec.start_ts}"],
+                             capture_output=True, text=True, check=False)
+    drain.verdict = ("EXACT MATCH (the oracle)" if checked.returncode == 0 and "EXACT MATCH"
+                     in checked.stdout else
+                     "MISMATCH: " + (checked.stdout + checked.stderr)[-500:])
+    print(drain.describe(), flush=True)
+    assert spy is not None
+    print(spy.summary(), flush=True)
+    tasks = task_times(log)
+    if len(tasks) >= 5:
+        print(f"   slowest task per batch (read+fold+write): 2nd {tasks[1]:.2f}s, last three "
+              f"{', '.join(f'{t:.2f}' for t in tasks[-4:-1])}s, min {min(tasks):.2f}s, max "
+              f"{max(tasks):.2f}s; last three / 2nd "
+              f"{sum(tasks[-4:-1]) / 3 / tasks[1]:.2f} (target <= 1.20)", flush=True)
+    return drain
+
+
+def run_peer(variant: str, cfg_path: Path, cfg: config.Config, work: Path,
+             expected: Mapping[str, Mapping[str, str]]) -> Drain | None:
+    decode = "pandas" if variant.startswith("pandas") else "jvm"
+    table = f"peer_{variant.replace('-', '_')}"
+    print(f"== the peer, {variant}: Structured Streaming, RocksDB state, foreachBatch to HBase",
+          flush=True)
+    log = work / f"peer-{variant}.log"
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench_peer.py"), "--config", str(cfg_path),
+           "--table", table, "--checkpoint", str(work / f"checkpoint-{variant}"),
+           "--decode", decode, *(["--one-batch"] if "one-batch" in variant else [])]
+    rc, cpu_s, peak, spent, _ = measured(cmd, log)
+    line = next((ln for ln in log.read_text(errors="replace").splitlines()
+                 if ln.startswith("PEER ")), None)
+    if rc != 0 or line is None:
+        print(f"   the peer failed (exit {rc}); see {log}", flush=True)
+        return None
+    result = json.loads(line[5:])
+    batches = result["batches"]
+    commits = [(b["start_ms"] + b["took_ms"], b["rows"]) for b in batches]
+    drain = Drain(f"peer {variant}", result["done"], batches[0]["start_ms"], commits, cpu_s,
+                  peak, spent)
+    drain.verdict = check_peer(cfg, table, expected)
+    print(drain.describe(), flush=True)
+    return drain
 
 
 def main() -> int:
@@ -139,58 +409,35 @@ def main() -> int:
           f"peak RSS {ceiling_peak:.0f} MiB, machine CPU {ceiling_cpu:.1f} s per M events",
           flush=True)
 
-    print("== the job: leakproof run --until-idle 5 (config.yml settings)", flush=True)
-    log = work / "job.log"
-    with open(log, "wb") as out:
-        job = subprocess.Popen([sys.executable, "-m", "leakproof.cli", "run", "--config",
-                                str(cfg_path), "--until-idle", "5", "--log-format", "json"],
-                               stdout=out, stderr=subprocess.STDOUT)
-        sampler = PeakSampler(job.pid)
-        cpu0 = machine_cpu_s()
-        rc = job.wait()
-        job_cpu_s = machine_cpu_s() - cpu0  # includes the idle wait at the end: a little high
-        job_peak = sampler.stop()
-    if rc != 0:
-        print(f"job failed (exit {rc}); see {log}")
+    job = run_job(cfg_path, cfg, work)
+    peers: dict[str, Drain] = {}
+    if any(PEERS):
+        partitions, _ = read_topic(cfg)
+        expected = peer_fold(partitions)
+        for variant in filter(None, PEERS):
+            drain = run_peer(variant, cfg_path, cfg, work, expected)
+            if drain is not None:
+                peers[variant] = drain
+    if job is None:
         return 1
-    conn = connect(cfg.hbase)
-    try:
-        rows = OffsetStore(conn.table(cfg.hbase.offsets_table), cfg.kafka.topic,
-                           cfg.kafka.group_id).history(limit=100_000)
-    finally:
-        conn.close()
-    first, last = rows[-1], rows[0]
-    drained = sum(last.offsets.values())
-    # from the first batch's time (when it was planned) to the last commit
-    job_s = (int(last.audit["committed_ms"]) - first.batch_ms) / 1000
-    job_rate = drained / job_s
-    job_cpu = job_cpu_s / drained * 1e6
-    print(f"   {drained} records in {len(rows)} batches, {job_s:.1f}s from first batch to last "
-          f"commit: {job_rate:.0f} ev/s, peak RSS (driver JVM + Python workers) "
-          f"{job_peak:.0f} MiB, machine CPU {job_cpu:.1f} s per M events", flush=True)
-    tasks = task_times(log)
-    flat = "n/a"
-    if len(tasks) >= 5:
-        tail = sum(tasks[-4:-1]) / 3  # the very last batch is often a short remainder
-        flat = f"{tail / tasks[1]:.2f}"
-        print(f"   slowest task per batch (read+fold+write): 2nd {tasks[1]:.2f}s, last three "
-              f"{', '.join(f'{t:.2f}' for t in tasks[-4:-1])}s, min {min(tasks):.2f}s, max "
-              f"{max(tasks):.2f}s", flush=True)
-    # a reused topic is taken to be one make bench filled with the same EVENTS
-    spec = GeneratorSpec(7, EVENTS, EVENTS // 10)
-    checked = subprocess.run([sys.executable, "-m", "leakproof.cli", "verify", "--config",
-                              str(cfg_path), "--spec", f"{spec.seed}:{spec.events}:"
-                              f"{spec.sessions}:{spec.start_ts}"],
-                             capture_output=True, text=True, check=False)
-    exact = checked.returncode == 0 and "EXACT MATCH" in checked.stdout
-    verdict = "EXACT MATCH" if exact else "MISMATCH: " + (checked.stdout + checked.stderr)[-500:]
-    print(f"   oracle: {verdict}", flush=True)
-    print(f"\nRESULT ceiling {ceiling_rate:.0f} ev/s | job {job_rate:.0f} ev/s | "
-          f"ratio {job_rate / ceiling_rate:.2f} (target >= 0.60) | machine CPU per M events "
-          f"ceiling {ceiling_cpu:.0f} s, job {job_cpu:.0f} s | task time last/2nd {flat} "
-          f"(target <= 1.20) | peak RSS ceiling {ceiling_peak:.0f} MiB, job {job_peak:.0f} "
-          f"MiB | oracle {verdict}")
-    return 0 if exact else 1
+
+    print("\nRESULT (same topic, same machine, one run)")
+    print(f"  {'':24} {'ev/s':>7} {'steady':>7} {'CPU s/M':>8} {'peak MiB':>9}  check")
+    print(f"  {'ceiling (read+decode)':24} {ceiling_rate:7.0f} {'':>7} {ceiling_cpu:8.1f} "
+          f"{ceiling_peak:9.0f}")
+    for d in (job, *peers.values()):
+        print(f"  {d.name:24} {d.rate:7.0f} {d.steady:7.0f} {d.cpu_per_m:8.1f} "
+              f"{d.peak_mib:9.0f}  {d.verdict[:40]}")
+    print(f"  leakproof / ceiling: {job.rate / ceiling_rate:.2f} (target >= 0.60)")
+    targets = {"jvm": 1.5, "jvm-one-batch": 1.0}
+    for variant, d in peers.items():
+        want = f" (target >= {targets[variant]})" if variant in targets else ""
+        print(f"  leakproof / peer {variant}: {job.rate / d.rate:.2f} overall, "
+              f"{job.steady / d.steady:.2f} steady{want}; CPU per M events "
+              f"{job.cpu_per_m / d.cpu_per_m:.2f} (target < 1)")
+    ok = job.verdict.startswith("EXACT") and all(d.verdict.startswith("EXACT")
+                                                 for d in peers.values())
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -76,3 +76,67 @@ def listening_sockets(pid: int) -> list[tuple[str, int]]:
                     addr = addr.ipv4_mapped
                 found.append((str(addr), int(port_hex, 16)))
     return found
+
+
+# what a process is, by a word of its command line; the first that matches wins
+ROLES: tuple[tuple[bytes, str], ...] = (
+    (b"kafka.Kafka", "kafka"),
+    (b"ThriftServer", "hbase thrift"),
+    (b"org.apache.hadoop.hbase", "hbase"),
+    (b"pyspark.daemon", "python workers"),
+    (b"leakproof.cli", "python driver"),
+    (b"org.apache.spark", "spark JVMs"),
+)
+
+
+def _role(pid: int) -> str:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "other"
+    return next((role for marker, role in ROLES if marker in cmdline), "other")
+
+
+class CpuByRole:
+    """CPU seconds each kind of process spends between ``start`` and ``stop``.
+
+    Processes come and go during a run (Python workers, executors), so ``sample`` must be
+    called every second or so: a process is counted up to its last sample. What no process
+    accounts for (kernel threads, interrupts, processes too short to be sampled) is the
+    whole machine's figure minus the sum, left to the caller.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._roles: dict[int, str] = {}
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def _cpu(self) -> dict[int, float]:
+        found = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / self._tick
+        return found
+
+    def start(self) -> None:
+        self._first = self._cpu()
+        self._last = dict(self._first)
+
+    def sample(self) -> None:
+        for pid, cpu in self._cpu().items():
+            if pid not in self._roles:
+                self._roles[pid] = _role(pid)
+            self._last[pid] = cpu
+
+    def stop(self) -> dict[str, float]:
+        self.sample()
+        spent: dict[str, float] = {}
+        for pid, cpu in self._last.items():
+            role = self._roles.get(pid, "other")
+            spent[role] = spent.get(role, 0.0) + cpu - self._first.get(pid, 0.0)
+        return spent
