@@ -259,7 +259,7 @@ class PartitionState:
 class FoldResult:
     """What one range's fold leaves to write, and its counts for the progress line."""
 
-    touched: dict[str, SessionState]  # rows to write in full (aggregate + fence in one put)
+    touched: dict[str, SessionState]  # rows to write (aggregate + fence in one put)
     closed_untouched: list[str]  # open sessions that expired without new events: close them
     partition: PartitionState  # the state to store after every session row is written
     closed_now: list[str]  # every session closed by this range (touched or not)
