@@ -40,7 +40,7 @@ def event(seq: int, kind: str = "click", url: str = "/a") -> WebEvent:
 
 
 def fold(table: MemoryTable, offset: int, *events: WebEvent) -> None:
-    store = SessionStore(table)  # type: ignore[arg-type]
+    store = SessionStore(table)
     rows = store.read(["s1"])
     folder = PartitionFolder(fence_key("t", 0), 1_800_000, PartitionState(), rows)
     for i, e in enumerate(events):
