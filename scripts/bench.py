@@ -32,6 +32,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -104,6 +105,8 @@ class WorkerProfile:
         self._thread.start()
 
     def _run(self, job_pid: int, seconds: int, delay_s: float) -> None:
+        if seconds <= 0:
+            return
         spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which(
             "py-spy")
         if spy is None:
@@ -168,16 +171,36 @@ def in_tree(pid: int, root: int) -> bool:
     return False
 
 
+def cache_hits(log: Path) -> str:
+    """The share of tasks after the first batch whose worker still had the partition's
+    Kafka consumer and state (the JSON lines' ``cache``)."""
+    tasks = consumer = state = 0
+    for record in _batch_records(log)[1:]:
+        tasks += record["cache"]["tasks"]
+        consumer += record["cache"]["consumer"]
+        state += record["cache"]["state"]
+    if not tasks:
+        return "no tasks after the first batch"
+    return (f"after the first batch, {consumer}/{tasks} tasks found their consumer cached, "
+            f"{state}/{tasks} their partition state kept")
+
+
+def _batch_records(log: Path) -> list[dict[str, Any]]:
+    records = []
+    for line in log.read_text(errors="replace").splitlines():
+        start = line.find('{"')
+        if start >= 0 and '"fold_s"' in line:
+            record = json.loads(line[start:])
+            if record.get("records"):
+                records.append(record)
+    return records
+
+
 def task_times(log: Path) -> list[float]:
     """Per batch with records, its slowest task's read + fold + write (the JSON lines)."""
     times = []
-    for line in log.read_text(errors="replace").splitlines():
-        start = line.find('{"')
-        if start < 0 or '"fold_s"' not in line:
-            continue
-        record = json.loads(line[start:])
-        if record.get("records"):
-            times.append(record["read_s"] + record["fold_s"] + record["write_s"])
+    for record in _batch_records(log):
+        times.append(record["read_s"] + record["fold_s"] + record["write_s"])
     return times
 
 
@@ -332,6 +355,7 @@ def run_job(cfg_path: Path, cfg: config.Config, work: Path) -> Drain | None:
     print(drain.describe(), flush=True)
     assert spy is not None
     print(spy.summary(), flush=True)
+    print(f"   cache: {cache_hits(log)}", flush=True)
     tasks = task_times(log)
     if len(tasks) >= 5:
         print(f"   slowest task per batch (read+fold+write): 2nd {tasks[1]:.2f}s, last three "

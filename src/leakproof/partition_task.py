@@ -28,7 +28,7 @@ from leakproof.hbase.connection import Connections, ride_out
 from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.session_store import SessionStore
 from leakproof.hbase.state_store import KeptState, StateStore
-from leakproof.kafka.reader import read_range
+from leakproof.kafka.reader import consumer_cached, read_range
 from leakproof.offsets import Gap, OffsetRange
 from leakproof.reports import TaskReport
 from leakproof.sessions import PartitionFolder, fence_key
@@ -74,6 +74,7 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
     dead: list[DecodeError] = []
     decoder = _decoder(cfg.input)
     gaps: list[Gap] = []
+    report.consumer_cached = consumer_cached(cfg.kafka, rng.topic, rng.partition)
     for rec in read_range(cfg.kafka, rng, gaps):
         report.records += 1
         try:
@@ -92,7 +93,9 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
         state_store = StateStore(conn, cfg.hbase.state_table)
         # 2. read state and touched rows
         key = (cfg.hbase, rng.topic, rng.partition)
-        kept = state_store.read_partition(rng.topic, rng.partition, _kept.pop(key, None))
+        held = _kept.pop(key, None)
+        kept = state_store.read_partition(rng.topic, rng.partition, held)
+        report.state_kept = held is not None and kept is held
         touched_ids = {e.session_id for _, e in events}
         rows = sessions_table.read(touched_ids)
         # 3. fold

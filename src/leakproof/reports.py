@@ -34,6 +34,11 @@ class TaskReport:
     read_s: float = 0.0
     fold_s: float = 0.0
     write_s: float = 0.0
+    # whether the worker's Kafka consumer for the partition, and the partition state it
+    # wrote last, were still there: they are, batch after batch, only if the partition's
+    # ranges keep running in the same Python worker
+    consumer_cached: bool = False
+    state_kept: bool = False
 
     @property
     def dead_letters(self) -> int:
@@ -63,6 +68,9 @@ class BatchTotals:
     read_s: float = 0.0
     fold_s: float = 0.0
     write_s: float = 0.0
+    tasks: int = 0
+    consumers_cached: int = 0  # tasks whose worker still had the partition's consumer
+    states_kept: int = 0  # tasks whose worker still held the partition's state
 
     @classmethod
     def of(cls, reports: Iterable[TaskReport]) -> BatchTotals:
@@ -75,7 +83,10 @@ class BatchTotals:
                    gaps=tuple(g for r in reports for g in r.gaps),
                    read_s=max((r.read_s for r in reports), default=0.0),
                    fold_s=max((r.fold_s for r in reports), default=0.0),
-                   write_s=max((r.write_s for r in reports), default=0.0))
+                   write_s=max((r.write_s for r in reports), default=0.0),
+                   tasks=len(reports),
+                   consumers_cached=sum(r.consumer_cached for r in reports),
+                   states_kept=sum(r.state_kept for r in reports))
 
     def counts(self) -> dict[str, int]:
         return {c: getattr(self, c) for c in COUNTS}

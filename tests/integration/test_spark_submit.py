@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -23,5 +24,31 @@ def test_job_under_spark_submit_on_the_standalone_cluster(env: Env) -> None:
     assert out.returncode == 0, out.stderr[-5000:]
     # spark-submit merges the Python driver's stderr into its own stdout
     assert "on spark://127.0.0.1:7077" in out.stdout + out.stderr
+    env.verify(spec)
+    assert_offsets_chain(env)
+
+
+def test_each_partition_keeps_its_executor_so_its_worker_caches_hit(env: Env) -> None:
+    """Ranges prefer the executor their partition ran on: from the second batch on, each
+    task finds its partition's Kafka consumer and state in the worker (two 1-core executors,
+    so one Python worker each). A long locality wait makes the preference binding here; at
+    Spark's default of 3 s an idle executor may take a range it was not meant for (make bench
+    reports the rate then)."""
+    require_standalone()
+    spec = GeneratorSpec(seed=902, events=24_000, sessions=2_400)
+    env.produce(spec)
+    cmd = standalone_submit(env.capped(1_000), "--until-idle", "5", "--log-format", "json",
+                            **{"spark.locality.wait": "60s"})
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    (env.tmp / "spark-submit.log").write_text(out.stdout + out.stderr)
+    assert out.returncode == 0, out.stderr[-5000:]
+    batches = [json.loads(line[line.index('{"'):]) for line in
+               (out.stdout + out.stderr).splitlines() if '"cache"' in line and '{"' in line]
+    batches = [b for b in batches if b["records"]]
+    assert len(batches) >= 4, f"want a drain of several batches, got {len(batches)}"
+    later = [b["cache"] for b in batches[1:]]
+    tasks = sum(c["tasks"] for c in later)
+    assert sum(c["consumer"] for c in later) == tasks, later
+    assert sum(c["state"] for c in later) == tasks, later
     env.verify(spec)
     assert_offsets_chain(env)

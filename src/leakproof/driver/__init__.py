@@ -6,6 +6,7 @@ Floors inside the package, each importing only from those below it:
 - ``planning`` (start positions, partitions, ranges, budgets), ``committing`` (the numbered
   commit steps and the lease), ``progress`` (the per-batch line, JSON line and metrics) and
   ``control`` (stop reasons, idle clock, signals: the one object threads share);
+  ``placement`` (which executor each partition's range should run on);
 - ``ports`` (what the parts need from Kafka and HBase, as protocols) and ``batch`` (the
   types that travel with a batch).
 

@@ -35,6 +35,7 @@ from leakproof.crashpoints import crash_point
 from leakproof.driver.batch import BatchOutcome, BatchPlan, batch_millis
 from leakproof.driver.committing import Committer
 from leakproof.driver.control import RunControl, RunLimits
+from leakproof.driver.placement import place
 from leakproof.driver.planning import Planner
 from leakproof.driver.progress import Progress, log_line
 from leakproof.driver.stopping import StopRequests
@@ -67,6 +68,8 @@ class Job:
         self._closing: list[Any] = []  # clients to close when the run ends
         self.planner: Planner | None = None
         self.committer: Committer | None = None
+        # partition -> preferred executor; written and read by the planning (transform) thread
+        self._placement: dict[int, str] = {}
         self._outputs = 0  # batch outputs that succeeded (the output thread's count)
         self._abandoned = False  # a stop's deadline passed with a batch still running
 
@@ -135,7 +138,11 @@ class Job:
         work = plan.work
         if not work:
             return sc.emptyRDD()
-        return sc.parallelize(work, len(work))
+        executors = executor_locations(sc)
+        if not executors:  # local mode: one executor, nothing to prefer
+            return sc.parallelize(work, len(work))
+        self._placement = place((r.partition for r in work), executors, self._placement)
+        return rdd_with_locations(sc, [(r, self._placement[r.partition]) for r in work])
 
     # ------------------------------------------------------------------ per batch: output
 
@@ -419,6 +426,46 @@ class _JvmShutdownHook:
 
 
 _PY_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Refused|Failed)): (.+)$")
+
+
+def executor_locations(sc: Any) -> list[str]:
+    """The live executors as Spark location strings (``executor_<host>_<id>``): the hosts
+    from the status tracker, each host's executor ids from the task scheduler (Py4J cannot
+    reflect on the block manager's classes without protobuf on the driver's class path)."""
+    try:
+        scheduler = sc._jsc.sc().taskScheduler()
+        to_java = sc._jvm.scala.jdk.javaapi.CollectionConverters.asJava
+        found = []
+        for host in {i.host() for i in sc._jsc.sc().statusTracker().getExecutorInfos()}:
+            ids = scheduler.getExecutorsAliveOnHost(host)
+            if ids.isDefined():
+                found += [f"executor_{host}_{e}" for e in to_java(ids.get()) if e != "driver"]
+        return sorted(found)
+    except Exception:  # placement is a preference: run without it
+        log.warning("cannot list the executors; ranges run without a preferred executor",
+                    exc_info=True)
+        return []
+
+
+def rdd_with_locations(sc: Any, items: list[tuple[Any, str]]) -> Any:
+    """A Python RDD with one partition per item, each preferring its location.
+
+    ``parallelize`` cannot take preferred locations; ``SparkContext.makeRDD`` can. Each
+    element is what ``parallelize`` would send in a batch of one: a pickled one-item list.
+    """
+    from pyspark.rdd import RDD
+    from pyspark.serializers import BatchedSerializer, CPickleSerializer
+
+    jvm, pickler = sc._jvm, CPickleSerializer()
+    scala = jvm.scala.jdk.javaapi.CollectionConverters
+    pairs = jvm.java.util.ArrayList()
+    for item, location in items:
+        where = scala.asScala(jvm.java.util.Collections.singletonList(location)).toSeq()
+        pairs.add(jvm.scala.Tuple2(pickler.dumps([item]), where))  # type: ignore[no-untyped-call]
+    tag = jvm.scala.reflect.ClassTag.AnyRef()
+    jrdd = sc._jsc.sc().makeRDD(scala.asScala(pairs).toSeq(), tag)
+    return RDD(jvm.org.apache.spark.api.java.JavaRDD.fromRDD(jrdd, tag), sc,
+               BatchedSerializer(pickler, 1))  # type: ignore[no-untyped-call]
 
 
 def describe(exc: BaseException) -> str:

@@ -67,6 +67,11 @@ def _consumer(cfg: KafkaConfig, topic: str, partition: int) -> KafkaConsumer:
     return consumer
 
 
+def consumer_cached(cfg: KafkaConfig, topic: str, partition: int) -> bool:
+    """Whether this worker already holds a consumer for the partition (a cache hit)."""
+    return (cfg.bootstrap_servers, topic, partition) in _consumers
+
+
 def _log_start(consumer: KafkaConsumer, tp: TopicPartition) -> int | None:
     try:
         start = consumer.beginning_offsets([tp]).get(tp)
