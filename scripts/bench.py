@@ -20,6 +20,7 @@ Figures, not assertions: the point is the ratios on the same machine in the same
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import multiprocessing as mp
@@ -45,7 +46,7 @@ from leakproof.hbase.connection import connect
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
-from leakproof.produce import create_topic, send_events
+from leakproof.produce import create_topic, send_events, send_raw
 from leakproof.verify import read_topic
 from proctools import CpuByRole, pids_matching, tree_rss_mib
 
@@ -391,6 +392,130 @@ def run_peer(variant: str, cfg_path: Path, cfg: config.Config, work: Path,
     return drain
 
 
+# ---------------------------------------------------------------------- latency mode
+
+
+def commit_times(batches: Sequence[tuple[float, Mapping[int, int]]]
+                 ) -> dict[int, tuple[list[int], list[float]]]:
+    """Per partition, the batches' end offsets (ascending) and commit times: a record at
+    offset o was committed by the first batch whose end offset is above o."""
+    per: dict[int, tuple[list[int], list[float]]] = {}
+    for committed_ms, ends in sorted(batches, key=lambda b: b[0]):
+        for partition, end in ends.items():
+            until, when = per.setdefault(partition, ([], []))
+            if not until or end > until[-1]:
+                until.append(end)
+                when.append(committed_ms)
+    return per
+
+
+def latencies(cfg: config.Config, topic: str,
+              batches: Sequence[tuple[float, Mapping[int, int]]]) -> list[float]:
+    """Seconds from each record's Kafka timestamp to the commit of the batch that holds it."""
+    per = commit_times(batches)
+    meta = KafkaMetadata(cfg.kafka)
+    bounds = meta.log_bounds(topic, meta.partitions(topic))
+    meta.close()
+    out = []
+    for partition, b in bounds.items():
+        until, when = per.get(partition, ([], []))
+        for rec in read_range(cfg.kafka, OffsetRange(topic, partition, b.log_start, b.log_end)):
+            i = bisect.bisect_right(until, rec.offset)
+            if i < len(until):
+                out.append((when[i] - rec.timestamp) / 1000)
+    return out
+
+
+def percentiles(values: list[float]) -> str:
+    values = sorted(values)
+    pick = [values[min(len(values) - 1, int(q * len(values)))] for q in (0.5, 0.95, 0.99)]
+    return (f"p50 {pick[0]:.2f}s, p95 {pick[1]:.2f}s, p99 {pick[2]:.2f}s, max "
+            f"{values[-1]:.2f}s over {len(values)} records")
+
+
+class PacedProducer:
+    """Sends pre-encoded records at a steady rate in a thread (encoding is done up front, so
+    the producer's own CPU is as small as it can be)."""
+
+    def __init__(self, cfg: config.Config, topic: str, pairs: list[tuple[bytes, bytes]],
+                 rate: float) -> None:
+        self._thread = threading.Thread(
+            target=send_raw, args=(cfg.kafka, topic, pairs, rate), daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+
+
+def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
+    """Steady load at half the measured maximum: p50/p95/p99 from Kafka timestamp to commit,
+    for leakproof and the JVM-native peer, each on a topic of its own with the same load."""
+    last = ROOT / ".services" / "bench" / "last.json"
+    measured_max = json.loads(last.read_text())["leakproof_steady"] if last.exists() else 0
+    if os.environ.get("RATE"):
+        rate, source = float(os.environ["RATE"]), "RATE"
+    elif measured_max:
+        rate, source = measured_max / 2, f"half the last make bench's {measured_max:.0f} ev/s"
+    else:
+        rate, source = 12_000.0, "no make bench figure yet: a default"
+    seconds = int(os.environ.get("LATENCY_S", "150"))
+    count = int(rate * seconds)
+    print(f"== latency: {rate:.0f} ev/s for {seconds}s ({count} events; {source})", flush=True)
+    spec = GeneratorSpec(11, count, max(1, count // 10))
+    pairs = [(codec.encode_key(e), codec.encode_value(e)) for e in generate(spec)]
+    interval = float(data["job"]["batch_interval_s"])
+    results = {}
+    for program in ("leakproof", "peer jvm"):
+        topic = f"{name}-{'job' if program == 'leakproof' else 'peer'}"
+        data["kafka"]["topic"] = topic
+        cfg_path = work / f"config-{topic}.yml"
+        cfg_path.write_text(yaml.safe_dump(data))
+        cfg = config.load(cfg_path)
+        create_topic(cfg.kafka, topic, PARTITIONS)
+        log = work / f"latency-{topic}.log"
+        if program == "leakproof":
+            cmd = [sys.executable, "-m", "leakproof.cli", "run", "--config", str(cfg_path),
+                   "--until-idle", "15"]
+        else:
+            cmd = [sys.executable, str(ROOT / "scripts" / "bench_peer.py"), "--config",
+                   str(cfg_path), "--table", "peer_latency", "--checkpoint",
+                   str(work / "checkpoint-latency"), "--expect", str(len(pairs))]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+            marker = "streaming " if program == "leakproof" else "peer: engine"
+            deadline = time.monotonic() + 180
+            while marker not in log.read_text(errors="replace") and proc.poll() is None:
+                assert time.monotonic() < deadline, f"{program} did not start; see {log}"
+                time.sleep(0.5)
+            time.sleep(10 if program != "leakproof" else 2)  # the peer resolves, then starts
+            print(f"   {program}: producing", flush=True)
+            producer = PacedProducer(cfg, topic, pairs, rate)
+            producer.join()
+            rc = proc.wait(timeout=seconds + 300)
+        if rc != 0:
+            print(f"   {program} failed (exit {rc}); see {log}", flush=True)
+            return 1
+        if program == "leakproof":
+            conn = connect(cfg.hbase)
+            try:
+                rows = OffsetStore(conn.table(cfg.hbase.offsets_table), topic,
+                                   cfg.kafka.group_id).history(limit=100_000)
+            finally:
+                conn.close()
+            batches = [(float(r.audit["committed_ms"]), dict(r.offsets)) for r in rows]
+        else:
+            line = next(ln for ln in log.read_text(errors="replace").splitlines()
+                        if ln.startswith("PEER "))
+            batches = [(b["start_ms"] + b["took_ms"], {int(k): v for k, v in b["ends"].items()})
+                       for b in json.loads(line[5:])["batches"]]
+        results[program] = latencies(cfg, topic, batches)
+        print(f"   {program}: {percentiles(results[program])}", flush=True)
+    print(f"\nRESULT latency at {rate:.0f} ev/s, batch interval {interval:.0f}s: "
+          + " | ".join(f"{k} {percentiles(v)}" for k, v in results.items())
+          + f" | target: leakproof p99 <= {interval + 1:.0f}s")
+    return 0
+
+
 def main() -> int:
     reuse = os.environ.get("TOPIC")  # an earlier run's topic: skip the pre-fill
     name = f"bench{int(time.time())}"
@@ -401,6 +526,8 @@ def main() -> int:
     data["hbase"]["table_prefix"] = name
     if os.environ.get("MASTER"):
         data["job"]["master"] = os.environ["MASTER"]
+    if os.environ.get("LATENCY"):
+        return latency_mode(data, work, name)
     cfg_path = work / "config.yml"
     cfg_path.write_text(yaml.safe_dump(data))
     cfg = config.load(cfg_path)
@@ -459,6 +586,8 @@ def main() -> int:
         print(f"  leakproof / peer {variant}: {job.rate / d.rate:.2f} overall, "
               f"{job.steady / d.steady:.2f} steady{want}; CPU per M events "
               f"{job.cpu_per_m / d.cpu_per_m:.2f} (target < 1)")
+    (ROOT / ".services" / "bench" / "last.json").write_text(json.dumps(
+        {"leakproof_steady": job.steady, "leakproof_rate": job.rate, "ceiling": ceiling_rate}))
     ok = job.verdict.startswith("EXACT") and all(d.verdict.startswith("EXACT")
                                                  for d in peers.values())
     return 0 if ok else 1

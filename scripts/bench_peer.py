@@ -20,7 +20,7 @@ The Kafka and Avro connectors come from Maven Central through ``spark.jars.packa
 each, the newest release not newer than the engine (``PEER_KAFKA_CONNECTOR`` and
 ``PEER_AVRO_CONNECTOR`` override the versions).
 
-Prints one ``PEER {json}`` line: per-batch progress (start, duration, rows) for the caller.
+Prints one ``PEER {json}`` line: per batch, its start, duration, rows and end offsets.
 """
 
 from __future__ import annotations
@@ -127,6 +127,8 @@ def main() -> int:
     parser.add_argument("--table", required=True, help="the HBase table to write (family s)")
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--decode", choices=("jvm", "pandas"), default="jvm")
+    parser.add_argument("--expect", type=int, default=0,
+                        help="stop after this many records (default: what the topic holds now)")
     parser.add_argument("--one-batch", action="store_true",
                         help="no maxOffsetsPerTrigger: the whole backlog in one batch")
     args = parser.parse_args()
@@ -136,7 +138,7 @@ def main() -> int:
     meta = KafkaMetadata(cfg.kafka)
     bounds = meta.log_bounds(topic, meta.partitions(topic))
     meta.close()
-    total = sum(b.log_end - b.log_start for b in bounds.values())
+    total = args.expect or sum(b.log_end - b.log_start for b in bounds.values())
     from leakproof.hbase.connection import connect
 
     conn = connect(cfg.hbase)
@@ -165,6 +167,7 @@ def main() -> int:
              .config("spark.jars.ivySettings", str(ivy_settings(ROOT / ".services" / "ivy")))
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
              .config("spark.sql.shuffle.partitions", str(len(bounds)))
              .config("spark.sql.streaming.stateStore.providerClass",
                      "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
@@ -222,7 +225,10 @@ def main() -> int:
     for p in query.recentProgress:
         if p["numInputRows"]:
             started = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00"))
+            ends = p["sources"][0]["endOffset"]
+            ends = json.loads(ends) if isinstance(ends, str) else ends
             batches.append({"batch": p["batchId"], "rows": p["numInputRows"],
+                            "ends": {int(k): int(v) for k, v in ends[topic].items()},
                             "start_ms": started.timestamp() * 1000,
                             "took_ms": p["durationMs"].get("triggerExecution", 0)})
     spark.stop()
