@@ -52,6 +52,14 @@ from proctools import CpuByRole, pids_matching, tree_rss_mib
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = int(os.environ.get("EVENTS", "1000000"))
+# MANY=1: the many-concurrent-sessions topic (494 000 events, 130 000 sessions all starting
+# within one hour of event time); SESSIONS and SPAN_S set them one by one
+_MANY = os.environ.get("MANY") == "1"
+if _MANY:
+    EVENTS = int(os.environ.get("EVENTS", "494000"))
+SESSIONS = int(os.environ.get("SESSIONS") or (130_000 if _MANY else EVENTS // 10))
+SPAN_S = int(os.environ.get("SPAN_S") or (3600 if _MANY else 0)) or None
+SPEC = GeneratorSpec(7, EVENTS, SESSIONS, span_s=SPAN_S)
 PARTITIONS = int(os.environ.get("PARTITIONS", "4"))
 WORKERS = int(os.environ.get("WORKERS", "2"))
 PROFILE_S = int(os.environ.get("PROFILE_S", "12"))  # py-spy window on the job's workers
@@ -345,10 +353,10 @@ def run_job(cfg_path: Path, cfg: config.Config, work: Path) -> Drain | None:
     # from the first batch's time (when it was planned) to the last commit
     drain = Drain("leakproof", before, float(rows[0].batch_ms), commits, cpu_s, peak, spent)
     # a reused topic is taken to be one make bench filled with the same EVENTS
-    spec = GeneratorSpec(7, EVENTS, EVENTS // 10)
+    spec = SPEC
     checked = subprocess.run([sys.executable, "-m", "leakproof.cli", "verify", "--config",
                               str(cfg_path), "--spec", f"{spec.seed}:{spec.events}:"
-                              f"{spec.sessions}:{spec.start_ts}"],
+                              f"{spec.sessions}:{spec.start_ts}:{spec.span_s or ''}".rstrip(":")],
                              capture_output=True, text=True, check=False)
     drain.verdict = ("EXACT MATCH (the oracle)" if checked.returncode == 0 and "EXACT MATCH"
                      in checked.stdout else
@@ -536,9 +544,11 @@ def main() -> int:
         print(f"== reusing topic {reuse}", flush=True)
         name = reuse
     else:
-        print(f"== pre-fill {EVENTS} events into {name} ({PARTITIONS} partitions)", flush=True)
+        print(f"== pre-fill {EVENTS} events, {SESSIONS} sessions"
+              f"{f' starting within {SPAN_S} s' if SPAN_S else ''} into {name} "
+              f"({PARTITIONS} partitions)", flush=True)
         create_topic(cfg.kafka, name, PARTITIONS)
-        report = send_events(cfg.kafka, name, generate(GeneratorSpec(7, EVENTS, EVENTS // 10)))
+        report = send_events(cfg.kafka, name, generate(SPEC))
         print(f"   produced in {report.seconds:.1f}s ({report.rate:.0f} ev/s)", flush=True)
 
     meta = KafkaMetadata(cfg.kafka)

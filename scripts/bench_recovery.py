@@ -4,7 +4,8 @@
 Under a steady load (RATE ev/s, default 5 000), ``leakproof run`` runs under spark-submit on
 the standalone cluster (client mode). After a few commits the driver's whole process group
 (the spark-submit JVM and the Python driver) gets SIGKILL, as a node or container loss would
-do, and the same command starts again at once, as a supervisor would. Printed, for ROUNDS
+do, and the same command starts again at once, as a supervisor would (INITIAL_RATE=N: with
+backpressure on and its first batch capped at N ev/s per partition). Printed, for ROUNDS
 kills: seconds from the kill to the restarted driver's start line, to its streaming line, and
 to its first commit; then the oracle's verdict over everything produced.
 """
@@ -69,6 +70,16 @@ def line_time(log: Path, marker: str) -> float | None:
     return None
 
 
+def drained(cfg: config.Config, total: int) -> bool:
+    conn = connect(cfg.hbase)
+    try:
+        rows = OffsetStore(conn.table(cfg.hbase.offsets_table), cfg.kafka.topic,
+                           cfg.kafka.group_id).history(limit=1)
+    finally:
+        conn.close()
+    return bool(rows) and sum(rows[0].offsets.values()) >= total
+
+
 def three_after(cfg: config.Config, since_ms: float) -> bool:
     return len(commits_after(cfg, since_ms)) >= 3
 
@@ -100,6 +111,9 @@ def rounds(drivers: list[subprocess.Popen[bytes]]) -> int:
     data = yaml.safe_load((ROOT / "config.yml").read_text())
     data["kafka"]["topic"] = name
     data["hbase"]["table_prefix"] = name
+    if os.environ.get("INITIAL_RATE"):  # backpressure's first-batch cap, per partition
+        data["kafka"]["backpressure"].update(enabled=True,
+                                             initial_rate=int(os.environ["INITIAL_RATE"]))
     cfg_path = work / "config.yml"
     cfg_path.write_text(yaml.safe_dump(data))
     cfg = config.load(cfg_path)
@@ -145,6 +159,8 @@ def rounds(drivers: list[subprocess.Popen[bytes]]) -> int:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     producer.join()
+    # every record in a committed batch before the stop, or the oracle sees a short count
+    wait_for(partial(drained, cfg, len(pairs)), 180, "the last records to be committed")
     stop = subprocess.run([sys.executable, "-m", "leakproof.cli", "stop", "--config",
                            str(cfg_path)], capture_output=True, text=True, check=False)
     try:

@@ -17,10 +17,14 @@ from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
 def _spec(text: str) -> GeneratorSpec:
     try:
         seed, events, sessions, *rest = (int(x) for x in text.split(":"))
+        if len(rest) > 2:
+            raise ValueError
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not SEED:EVENTS:SESSIONS[:START_TS]") from None
-    return GeneratorSpec(seed, events, sessions, *(rest[:1] or [DEFAULT_START_TS]))
+            f"{text!r} is not SEED:EVENTS:SESSIONS[:START_TS[:SPAN_S]]") from None
+    start_ts = rest[0] if rest else DEFAULT_START_TS
+    return GeneratorSpec(seed, events, sessions, start_ts,
+                         span_s=rest[1] if len(rest) > 1 else None)
 
 
 def _iso_ms(text: str) -> int:
@@ -60,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--sessions", type=int, required=True)
     produce.add_argument("--seed", type=int, required=True)
     produce.add_argument("--rate", type=float, help="events per second (default: unthrottled)")
+    produce.add_argument("--span-s", type=int,
+                         help="event time over which sessions start (default: 2 s per session)")
     produce.add_argument("--start-ts", type=int, default=DEFAULT_START_TS,
                          help="event time of the first session, epoch ms")
 
@@ -88,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     verify = cmd("verify", "compare HBase with the oracle for the given production runs")
     verify.add_argument("--spec", type=_spec, action="append", default=[],
-                        metavar="SEED:EVENTS:SESSIONS", help="one per `produce` run")
+                        metavar="SEED:EVENTS:SESSIONS[:START_TS[:SPAN_S]]",
+                        help="one per `produce` run")
     return parser
 
 
@@ -135,7 +142,8 @@ def _dispatch(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         from leakproof.generator import generate
         from leakproof.produce import send_events
 
-        spec = GeneratorSpec(args.seed, args.events, args.sessions, args.start_ts)
+        spec = GeneratorSpec(args.seed, args.events, args.sessions, args.start_ts,
+                             span_s=args.span_s)
         report = send_events(cfg.kafka, cfg.kafka.topic, generate(spec), args.rate)
         print(f"produced {report.records} events ({spec.sessions} sessions, seed {spec.seed}) "
               f"to {cfg.kafka.topic} in {report.seconds:.1f}s ({report.rate:.0f} ev/s)")

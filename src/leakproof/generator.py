@@ -35,6 +35,9 @@ class GeneratorSpec:
     late_fraction: float = 0.01
     duplicate_fraction: float = 0.002
     mean_think_s: float = 20.0
+    # event time over which sessions start; None = about one new session every 2 s. A short
+    # span puts many sessions open at once, as on a busy site.
+    span_s: int | None = None
 
 
 def generate(spec: GeneratorSpec) -> list[WebEvent]:
@@ -47,7 +50,7 @@ def generate(spec: GeneratorSpec) -> list[WebEvent]:
     weights = [rng.paretovariate(1.3) for _ in range(spec.sessions)]
     extra = Counter(rng.choices(range(spec.sessions), weights=weights,
                                 k=spec.events - spec.sessions))
-    span_ms = spec.sessions * 2000  # about one new session every 2 s of event time
+    span_ms = spec.span_s * 1000 if spec.span_s else spec.sessions * 2000
     keyed: list[tuple[int, int, WebEvent]] = []  # (emission time, tiebreak, event)
     seen_ids: set[str] = set()
     for i in range(spec.sessions):

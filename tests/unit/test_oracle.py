@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import random
 from dataclasses import replace
+
+import pytest
 
 from leakproof.events import WebEvent
 from leakproof.generator import GeneratorSpec, generate
@@ -108,3 +111,26 @@ def test_cells_round_trip() -> None:
                      fences={"t:0": 7, "t:3": 9})
     assert from_cells("a", to_cells(s)) == s
     assert readable(to_cells(s))["user_id"] == "ü-user"
+
+
+def test_a_short_span_puts_many_sessions_open_at_once() -> None:
+    wide = generate(GeneratorSpec(seed=9, events=6000, sessions=2000))
+    busy = generate(GeneratorSpec(seed=9, events=6000, sessions=2000, span_s=600))
+
+    def starts(events: list[WebEvent]) -> list[int]:
+        first: dict[str, int] = {}
+        for e in events:
+            first[e.session_id] = min(first.get(e.session_id, e.ts), e.ts)
+        return sorted(first.values())
+
+    assert starts(busy)[-1] - starts(busy)[0] < 600_000
+    assert starts(wide)[-1] - starts(wide)[0] > 3_000_000  # 2 s per session: about 67 min
+
+
+def test_verify_specs_take_an_optional_start_and_span() -> None:
+    from leakproof.cli import _spec
+
+    assert _spec("7:100:10") == GeneratorSpec(7, 100, 10)
+    assert _spec("7:100:10:5:3600") == GeneratorSpec(7, 100, 10, 5, span_s=3600)
+    with pytest.raises(argparse.ArgumentTypeError, match="SPAN_S"):
+        _spec("7:100:10:5:3600:1")
