@@ -248,7 +248,7 @@ class Drain:
         """Events/s after the first batch's commit: start-up (JIT, first connections,
         worker fork) is paid once per run, not per event."""
         span = (self.commits[-1][0] - self.commits[0][0]) / 1000
-        return (self.records - self.commits[0][1]) / span if span > 0 else float("nan")
+        return (self.records - self.commits[0][1]) / span if span > 0 else 0.0
 
     @property
     def cpu_per_m(self) -> float:
@@ -593,9 +593,9 @@ def main() -> int:
     targets = {"jvm": 1.5, "jvm-one-batch": 1.0}
     for variant, d in peers.items():
         want = f" (target >= {targets[variant]})" if variant in targets else ""
+        steady = f"{job.steady / d.steady:.2f} steady" if d.steady else "no steady state"
         print(f"  leakproof / peer {variant}: {job.rate / d.rate:.2f} overall, "
-              f"{job.steady / d.steady:.2f} steady{want}; CPU per M events "
-              f"{job.cpu_per_m / d.cpu_per_m:.2f} (target < 1)")
+              f"{steady}{want}; CPU per M events {job.cpu_per_m / d.cpu_per_m:.2f} (target < 1)")
     (ROOT / ".services" / "bench" / "last.json").write_text(json.dumps(
         {"leakproof_steady": job.steady, "leakproof_rate": job.rate, "ceiling": ceiling_rate}))
     ok = job.verdict.startswith("EXACT") and all(d.verdict.startswith("EXACT")
