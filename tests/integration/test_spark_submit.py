@@ -29,11 +29,12 @@ def test_job_under_spark_submit_on_the_standalone_cluster(env: Env) -> None:
 
 
 def test_each_partition_keeps_its_executor_so_its_worker_caches_hit(env: Env) -> None:
-    """Ranges prefer the executor their partition ran on: from the second batch on, each
-    task finds its partition's Kafka consumer and state in the worker (two 1-core executors,
-    so one Python worker each). A long locality wait makes the preference binding here; at
-    Spark's default of 3 s an idle executor may take a range it was not meant for (make bench
-    reports the rate then)."""
+    """Ranges prefer the executor their partition ran on, so from the second batch on a
+    task finds its partition's Kafka consumer and kept state in its worker. A long locality
+    wait makes the preference binding here. Not every time: an executor forks a second Python
+    worker when a task starts before the last one's worker is back in the pool (seen: 2 of
+    22 tasks), and a worker's caches are its own. Without placement, half the tasks land on
+    the other executor (make bench: 12 of 23 states kept); with it, at least 3 in 4 must hit."""
     require_standalone()
     spec = GeneratorSpec(seed=902, events=24_000, sessions=2_400)
     env.produce(spec)
@@ -48,7 +49,7 @@ def test_each_partition_keeps_its_executor_so_its_worker_caches_hit(env: Env) ->
     assert len(batches) >= 4, f"want a drain of several batches, got {len(batches)}"
     later = [b["cache"] for b in batches[1:]]
     tasks = sum(c["tasks"] for c in later)
-    assert sum(c["consumer"] for c in later) == tasks, later
-    assert sum(c["state"] for c in later) == tasks, later
+    assert sum(c["consumer"] for c in later) >= 0.75 * tasks, later
+    assert sum(c["state"] for c in later) >= 0.75 * tasks, later
     env.verify(spec)
     assert_offsets_chain(env)
