@@ -141,7 +141,13 @@ class Job:
         executors = executor_locations(sc)
         if not executors:  # local mode: one executor, nothing to prefer
             return sc.parallelize(work, len(work))
-        self._placement = place((r.partition for r in work), executors, self._placement)
+        # partitions with nothing to read this batch keep their place for the next one
+        placed = place({*self._placement, *(r.partition for r in work)}, executors,
+                       self._placement)
+        if placed != self._placement:
+            log.info("ranges prefer executors: %s", ", ".join(
+                f"p{p}@{where.rsplit('_', 1)[-1]}" for p, where in sorted(placed.items())))
+        self._placement = placed
         return rdd_with_locations(sc, [(r, self._placement[r.partition]) for r in work])
 
     # ------------------------------------------------------------------ per batch: output
