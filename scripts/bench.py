@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from leakproof import codec, config
-from leakproof.commit_stores.hbase import OffsetStore
+from leakproof.commit_stores import open_store
 from leakproof.errors import DecodeError
 from leakproof.events import WebEvent
 from leakproof.generator import GeneratorSpec, generate
@@ -338,12 +338,8 @@ def run_job(cfg_path: Path, cfg: config.Config, work: Path) -> Drain | None:
     if rc != 0:
         print(f"job failed (exit {rc}); see {log}")
         return None
-    conn = connect(cfg.hbase)
-    try:
-        rows = OffsetStore(conn.table(cfg.hbase.offsets_table), cfg.kafka.topic,
-                           cfg.kafka.group_id).history(limit=100_000)
-    finally:
-        conn.close()
+    with contextlib.closing(open_store(cfg)) as store:
+        rows = store.history(100_000)
     rows.reverse()
     commits, before = [], 0
     for row in rows:
@@ -504,12 +500,8 @@ def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
             print(f"   {program} failed (exit {rc}); see {log}", flush=True)
             return 1
         if program == "leakproof":
-            conn = connect(cfg.hbase)
-            try:
-                rows = OffsetStore(conn.table(cfg.hbase.offsets_table), topic,
-                                   cfg.kafka.group_id).history(limit=100_000)
-            finally:
-                conn.close()
+            with contextlib.closing(open_store(cfg)) as store:
+                rows = store.history(100_000)
             batches = [(float(r.audit["committed_ms"]), dict(r.offsets)) for r in rows]
         else:
             line = next(ln for ln in log.read_text(errors="replace").splitlines()

@@ -12,6 +12,7 @@ to its first commit; then the oracle's verdict over everything produced.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -27,9 +28,10 @@ from typing import TypeVar
 import yaml
 
 from leakproof import codec, config
-from leakproof.commit_stores.hbase import OffsetStore
+from leakproof.commit_stores import open_store
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import connect, ensure_tables
+from leakproof.offsets import CommittedBatch
 from leakproof.produce import create_topic, send_raw
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,13 +52,14 @@ def submit_cmd(cfg_path: Path) -> list[str]:
     return [*cmd, str(ROOT / "scripts" / "spark_main.py"), "run", "--config", str(cfg_path)]
 
 
+def history(cfg: config.Config, limit: int) -> list[CommittedBatch]:
+    """The newest offsets rows first, from the store the config names."""
+    with contextlib.closing(open_store(cfg)) as store:
+        return store.history(limit)
+
+
 def commits_after(cfg: config.Config, since_ms: float) -> list[float]:
-    conn = connect(cfg.hbase)
-    try:
-        rows = OffsetStore(conn.table(cfg.hbase.offsets_table), cfg.kafka.topic,
-                           cfg.kafka.group_id).history(limit=50)
-    finally:
-        conn.close()
+    rows = history(cfg, 50)
     return sorted(float(r.audit["committed_ms"]) for r in rows
                   if float(r.audit["committed_ms"]) > since_ms)
 
@@ -71,12 +74,7 @@ def line_time(log: Path, marker: str) -> float | None:
 
 
 def drained(cfg: config.Config, total: int) -> bool:
-    conn = connect(cfg.hbase)
-    try:
-        rows = OffsetStore(conn.table(cfg.hbase.offsets_table), cfg.kafka.topic,
-                           cfg.kafka.group_id).history(limit=1)
-    finally:
-        conn.close()
+    rows = history(cfg, 1)
     return bool(rows) and sum(rows[0].offsets.values()) >= total
 
 
