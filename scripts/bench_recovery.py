@@ -33,23 +33,13 @@ from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import connect, ensure_tables
 from leakproof.offsets import CommittedBatch
 from leakproof.produce import create_topic, send_raw
+from submit import standalone_submit
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = float(os.environ.get("RATE", "5000"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 T = TypeVar("T")
-
-
-def submit_cmd(cfg_path: Path) -> list[str]:
-    import pyspark
-
-    spark_submit = Path(pyspark.__file__).resolve().parent / "bin" / "spark-submit"
-    conf = {"spark.pyspark.python": sys.executable, "spark.executor.memory": "640m",
-            "spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1"}
-    cmd = [str(spark_submit), "--master", "spark://127.0.0.1:7077", "--deploy-mode", "client"]
-    for key, value in conf.items():
-        cmd += ["--conf", f"{key}={value}"]
-    return [*cmd, str(ROOT / "scripts" / "spark_main.py"), "run", "--config", str(cfg_path)]
+EXECUTOR = {"spark.executor.memory": "640m"}
 
 
 def history(cfg: config.Config, limit: int) -> list[CommittedBatch]:
@@ -135,8 +125,8 @@ def rounds(drivers: list[subprocess.Popen[bytes]]) -> int:
         log = work / f"driver-{round_}.log"
         started = time.time()
         with open(log, "wb") as out:
-            proc = subprocess.Popen(submit_cmd(cfg_path), stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(standalone_submit(str(cfg_path), **EXECUTOR), stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
         drivers.append(proc)
         if round_:
             first = wait_for(partial(commits_after, cfg, killed_at * 1000), 120,

@@ -32,6 +32,8 @@ from kafka.admin import OffsetSpec
 from leakproof import config
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.produce import send_events
+from submit import spark_submit as spark_submit  # the tests take these from here
+from submit import standalone_submit as standalone_submit
 
 ROOT = Path(__file__).resolve().parents[2]
 KAFKA = ("127.0.0.1", 9092)
@@ -287,12 +289,6 @@ def progress_lines(stderr: str) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- spark-submit
 
 
-def spark_submit() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent / "bin" / "spark-submit"
-
-
 def submit_yarn(env: Env, mode: str, config: str, label: str, *args: str,
                 files: tuple[str, ...] = ()) -> AbstractContextManager[Background]:
     """spark-submit to YARN in the background, for a ``with`` block: the packed environment
@@ -316,15 +312,3 @@ def submit_yarn(env: Env, mode: str, config: str, label: str, *args: str,
         config_arg = Path(config).name
     cmd += [str(ROOT / "scripts" / "spark_main.py"), "run", "--config", config_arg, *args]
     return background(cmd, env.tmp / f"{label}.log", {"HADOOP_CONF_DIR": str(YARN_CONF)})
-
-
-def standalone_submit(config_path: str, *args: str, **conf: str) -> list[str]:
-    """The command that runs ``leakproof run`` under spark-submit on the project's standalone
-    cluster, driver in client mode; ``conf`` adds or overrides Spark settings."""
-    settings = {"spark.pyspark.python": sys.executable, "spark.executor.memory": "768m",
-                "spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1", **conf}
-    cmd = [str(spark_submit()), "--master", "spark://127.0.0.1:7077", "--deploy-mode", "client"]
-    for key, value in settings.items():
-        cmd += ["--conf", f"{key}={value}"]
-    return [*cmd, str(ROOT / "scripts" / "spark_main.py"), "run", "--config", config_path,
-            *args]
