@@ -43,6 +43,7 @@ from leakproof.errors import DecodeError
 from leakproof.events import WebEvent
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import connect
+from leakproof.hbase.session_store import SessionStore
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
@@ -317,8 +318,7 @@ def check_peer(cfg: config.Config, table: str,
                expected: Mapping[str, Mapping[str, str]]) -> str:
     conn = connect(cfg.hbase)
     try:
-        got = {k.decode(): {c[2:].decode(): v.decode() for c, v in cells.items()}
-               for k, cells in conn.table(table).scan(batch_size=5000)}
+        got = SessionStore(conn.table(table)).scan_readable()
     finally:
         conn.close()
     wrong = [sid for sid in expected.keys() | got.keys() if expected.get(sid) != got.get(sid)]

@@ -36,7 +36,7 @@ from leakproof.sessions import PartitionFolder, fence_key
 _connections: dict[Any, Connections] = {}
 _decoders: dict[InputConfig, codec.Decoder] = {}
 # The state each partition's last range in this worker left, with its row version: the next
-# range of the partition here reads three cells instead of the whole open set. Taken out
+# range of the partition here reads one cell (w:version) instead of the whole open set. Taken out
 # while a range runs, so a range that fails leaves nothing behind to trust.
 _kept: dict[tuple[HBaseConfig, str, int], KeptState] = {}
 
