@@ -15,8 +15,10 @@ offers are built here and handed to happybase as its transport:
 from __future__ import annotations
 
 import base64
+import http.client
 import ssl
 import struct
+from io import BytesIO
 from typing import Any
 
 from thriftpy2.http import THttpClient, THttpHeaderFactory
@@ -154,7 +156,7 @@ class HttpTransport(THttpClient):
         scheme = "https" if cfg.tls else "http"
         headers = (_Negotiate(cfg.kerberos, cfg.kerberos_service())
                    if cfg.auth == "kerberos" and cfg.kerberos is not None else None)
-        super().__init__(f"{scheme}://{cfg.host}:{cfg.port}/", timeout=cfg.timeout_ms,
+        super().__init__(f"{scheme}://{cfg.host}:{cfg.port}/",  # timeout: see open
                          ssl_context_factory=(lambda: tls_context(cfg)) if cfg.tls else None,
                          http_header_factory=headers, keep_alive=True)
         self._cfg = cfg
@@ -166,7 +168,29 @@ class HttpTransport(THttpClient):
         conn.connect()  # fail here, not at the first call, if the port or TLS is wrong
 
     def flush(self) -> None:
-        super().flush()
+        """Send the buffered call and read its reply on this connection's own timeout.
+
+        thriftpy2's ``flush`` sets the process-wide default socket timeout while it runs.
+        In the driver that leaks into sockets other threads open meanwhile: a Py4J
+        connection made then times out a Spark job that runs longer than the HBase timeout.
+        So the request goes out here, through thriftpy2's undecorated sender; the
+        connection's timeout is set in ``open``.
+        """
+        data = self._THttpClient__wbuf.getvalue()  # type: ignore[attr-defined]
+        self._THttpClient__wbuf = BytesIO()
+        if not data:
+            return
+        if not self.isOpen():
+            self.open()
+        send = self._THttpClient__send_request  # type: ignore[attr-defined]
+        try:
+            send(data)
+        except (http.client.CannotSendRequest, http.client.RemoteDisconnected,
+                BrokenPipeError, ConnectionResetError):
+            # the server closed the kept-alive connection while it was idle: once more
+            self.close()
+            self.open()
+            send(data)
         if self.code == 401 or self.code == 403:
             who = self._cfg.kerberos.principal if self._cfg.kerberos else "an anonymous client"
             raise KerberosError(
