@@ -176,7 +176,7 @@ class HttpTransport(THttpClient):
         So the request goes out here, through thriftpy2's undecorated sender; the
         connection's timeout is set in ``open``.
         """
-        data = self._THttpClient__wbuf.getvalue()  # type: ignore[attr-defined]
+        data = self._THttpClient__wbuf.getvalue()  # type: ignore[has-type]
         self._THttpClient__wbuf = BytesIO()
         if not data:
             return
