@@ -70,6 +70,7 @@ class Job:
         self.committer: Committer | None = None
         # partition -> preferred executor; written and read by the planning (transform) thread
         self._placement: dict[int, str] = {}
+        self._placement_warned = False
         self._outputs = 0  # batch outputs that succeeded (the output thread's count)
         self._abandoned = False  # a stop's deadline passed with a batch still running
 
@@ -139,11 +140,14 @@ class Job:
         if not work:
             return sc.emptyRDD()
         executors = executor_locations(sc)
-        if not executors:  # local mode: one executor, nothing to prefer
+        if executors is None and not self._placement_warned:
+            self._placement_warned = True
+            log.warning("cannot list the executors; ranges run without a preferred executor")
+        if not executors:  # local mode (one executor, nothing to prefer), or none listed yet
             return sc.parallelize(work, len(work))
-        # partitions with nothing to read this batch keep their place for the next one
-        placed = place({*self._placement, *(r.partition for r in work)}, executors,
-                       self._placement)
+        # every assigned partition, with records or not, so a quiet one keeps its executor
+        # and the first placement does not depend on which partitions had records
+        placed = place((r.partition for r in plan.ranges), executors, self._placement)
         if placed != self._placement:
             log.info("ranges prefer executors: %s", ", ".join(
                 f"p{p}@{where.rsplit('_', 1)[-1]}" for p, where in sorted(placed.items())))
@@ -434,10 +438,11 @@ class _JvmShutdownHook:
 _PY_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Refused|Failed)): (.+)$")
 
 
-def executor_locations(sc: Any) -> list[str]:
+def executor_locations(sc: Any) -> list[str] | None:
     """The live executors as Spark location strings (``executor_<host>_<id>``): the hosts
     from the status tracker, each host's executor ids from the task scheduler (Py4J cannot
-    reflect on the block manager's classes without protobuf on the driver's class path)."""
+    reflect on the block manager's classes without protobuf on the driver's class path).
+    None: this Spark would not say (the caller warns once and runs without preferences)."""
     try:
         scheduler = sc._jsc.sc().taskScheduler()
         to_java = sc._jvm.scala.jdk.javaapi.CollectionConverters.asJava
@@ -448,9 +453,8 @@ def executor_locations(sc: Any) -> list[str]:
                 found += [f"executor_{host}_{e}" for e in to_java(ids.get()) if e != "driver"]
         return sorted(found)
     except Exception:  # placement is a preference: run without it
-        log.warning("cannot list the executors; ranges run without a preferred executor",
-                    exc_info=True)
-        return []
+        log.debug("cannot list the executors", exc_info=True)
+        return None
 
 
 def rdd_with_locations(sc: Any, items: list[tuple[Any, str]]) -> Any:
