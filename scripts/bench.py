@@ -183,16 +183,16 @@ def in_tree(pid: int, root: int) -> bool:
 
 def cache_hits(log: Path) -> str:
     """The share of tasks after the first batch whose worker still had the partition's
-    Kafka consumer and state (the JSON lines' ``cache``)."""
-    tasks = consumer = state = 0
+    Kafka consumer (the JSON lines' ``cache``), and the open-session entries read."""
+    tasks = consumer = expiring = 0
     for record in _batch_records(log)[1:]:
         tasks += record["cache"]["tasks"]
         consumer += record["cache"]["consumer"]
-        state += record["cache"]["state"]
+        expiring += record["expiring"]
     if not tasks:
         return "no tasks after the first batch"
-    return (f"after the first batch, {consumer}/{tasks} tasks found their consumer cached, "
-            f"{state}/{tasks} their partition state kept")
+    return (f"after the first batch, {consumer}/{tasks} tasks found their consumer cached; "
+            f"{expiring} open-session entries read for expiry")
 
 
 def _batch_records(log: Path) -> list[dict[str, Any]]:

@@ -1,11 +1,12 @@
 """What one Spark task does with one offset range (runs in an executor's Python worker).
 
 1. read the range from Kafka, in offset order, and decode each record;
-2. read the partition's state row and the rows of every session the range touches;
+2. read the partition's watermark, the open sessions that may expire in the range, and the
+   rows of those and of every session the range touches;
 3. fold the events into the sessions (fences skip what an earlier attempt applied);
 4. write the session rows, aggregate and fence in one put per row;
 5. write the dead letters;
-6. write the partition's state row (watermark, open sessions) -- last, so it never runs
+6. write the partition's open-session index, then its watermark -- last, so neither runs
    ahead of the session rows;
 7. produce the summaries of sessions closed by this range, if configured.
 
@@ -19,26 +20,22 @@ import json
 import time
 from typing import Any
 
-from leakproof import codec
-from leakproof.config import Config, HBaseConfig, InputConfig
+from leakproof import codec, open_index
+from leakproof.config import Config, InputConfig
 from leakproof.crashpoints import crash_point
 from leakproof.errors import CommitRefused, DecodeError
 from leakproof.events import WebEvent
 from leakproof.hbase.connection import Connections, ride_out
 from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.session_store import SessionStore
-from leakproof.hbase.state_store import KeptState, StateStore
+from leakproof.hbase.state_store import StateStore
 from leakproof.kafka.reader import consumer_cached, read_range
 from leakproof.offsets import Gap, OffsetRange
 from leakproof.reports import TaskReport
-from leakproof.sessions import PartitionFolder, fence_key
+from leakproof.sessions import OpenSessions, PartitionFolder, fence_key
 
 _connections: dict[Any, Connections] = {}
 _decoders: dict[InputConfig, codec.Decoder] = {}
-# The state each partition's last range in this worker left, with its row version: the next
-# range of the partition here reads one cell (w:version) instead of the whole open set. Taken out
-# while a range runs, so a range that fails leaves nothing behind to trust.
-_kept: dict[tuple[HBaseConfig, str, int], KeptState] = {}
 
 
 def _decoder(cfg: InputConfig) -> codec.Decoder:
@@ -91,16 +88,22 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
     with conns.get() as conn:
         sessions_table = SessionStore(conn.table(cfg.hbase.sessions_table))
         state_store = StateStore(conn, cfg.hbase.state_table)
-        # 2. read state and touched rows
-        key = (cfg.hbase, rng.topic, rng.partition)
-        held = _kept.pop(key, None)
-        kept = state_store.read_partition(rng.topic, rng.partition, held)
-        report.state_kept = held is not None and kept is held
-        touched_ids = {e.session_id for _, e in events}
-        rows = sessions_table.read(touched_ids)
+        # 2. read the watermark, the open sessions that may expire in this range (from the
+        # index buckets its watermark passes) and the rows of those and of touched sessions
+        after_ms = cfg.sessions.close_after_ms
+        width = open_index.bucket_width(after_ms)
+        state = state_store.read_partition(rng.topic, rng.partition, width)
+        watermark = max([state.watermark, *(e.ts for _, e in events)])
+        found = open_index.expiring(
+            state_store.scan_open(rng.topic, rng.partition,
+                                  open_index.cutoff(watermark, after_ms)),
+            open_index.cutoff(watermark, after_ms))
+        rows = sessions_table.read({e.session_id for _, e in events}
+                                   | {e.session_id for e in found})
+        state.open_sessions = OpenSessions(open_index.open_set(found, rows))
+        report.expiring = len(found)
         # 3. fold
-        folder = PartitionFolder(fence_key(rng.topic, rng.partition),
-                                 cfg.sessions.close_after_ms, kept.state, rows)
+        folder = PartitionFolder(fence_key(rng.topic, rng.partition), after_ms, state, rows)
         for offset, event in events:
             folder.feed(offset, event)
         result = folder.finish()
@@ -118,9 +121,8 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
         # 5. dead letters
         DeadLetterStore(conn.table(cfg.hbase.dead_letter_table)).write(dead, batch_ms)
         # 6. partition state, last
-        _kept[key] = state_store.write_partition(
-            rng.topic, rng.partition, result.partition, opened=result.open_changed,
-            closed=result.closed_now)
+        state_store.write_partition(rng.topic, rng.partition, result.partition,
+                                    open_index.changes(width, found, rows, result))
         # 7. closed summaries
         if cfg.output.closed_sessions_topic and result.closed_now:
             closed_rows = {sid: s for sid, s in result.touched.items() if s.closed}

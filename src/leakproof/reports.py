@@ -34,11 +34,10 @@ class TaskReport:
     read_s: float = 0.0
     fold_s: float = 0.0
     write_s: float = 0.0
-    # whether the worker's Kafka consumer for the partition, and the partition state it
-    # wrote last, were still there: they are, batch after batch, only if the partition's
-    # ranges keep running in the same Python worker
+    # whether the worker's Kafka consumer for the partition was still there: it is, batch
+    # after batch, only if the partition's ranges keep running in the same Python worker
     consumer_cached: bool = False
-    state_kept: bool = False
+    expiring: int = 0  # open-session index entries read: sessions that may expire here
 
     @property
     def dead_letters(self) -> int:
@@ -70,7 +69,7 @@ class BatchTotals:
     write_s: float = 0.0
     tasks: int = 0
     consumers_cached: int = 0  # tasks whose worker still had the partition's consumer
-    states_kept: int = 0  # tasks whose worker still held the partition's state
+    expiring: int = 0
 
     @classmethod
     def of(cls, reports: Iterable[TaskReport]) -> BatchTotals:
@@ -86,7 +85,7 @@ class BatchTotals:
                    write_s=max((r.write_s for r in reports), default=0.0),
                    tasks=len(reports),
                    consumers_cached=sum(r.consumer_cached for r in reports),
-                   states_kept=sum(r.state_kept for r in reports))
+                   expiring=sum(r.expiring for r in reports))
 
     def counts(self) -> dict[str, int]:
         return {c: getattr(self, c) for c in COUNTS}

@@ -53,8 +53,8 @@ def test_each_partition_prefers_one_executor_and_the_run_reports_cache_hits(env:
     batches = [b for b in batches if b["records"]]
     assert len(batches) >= 4, f"want a drain of several batches, got {len(batches)}"
     assert all(b["cache"]["tasks"] == len(b["ranges"]) for b in batches)
-    hits = sum(b["cache"]["state"] for b in batches[1:])
-    print(f"state kept in {hits} of {sum(b['cache']['tasks'] for b in batches[1:])} later "
+    hits = sum(b["cache"]["consumer"] for b in batches[1:])
+    print(f"consumer cached in {hits} of {sum(b['cache']['tasks'] for b in batches[1:])} later "
           f"tasks; placements logged: {len(placements)}")
     env.verify(spec)
     assert_offsets_chain(env)

@@ -8,11 +8,12 @@ from dataclasses import replace
 
 import pytest
 
+from leakproof import open_index
 from leakproof.events import WebEvent
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.session_store import from_cells, readable, to_cells
 from leakproof.oracle import compare, expected_rows
-from leakproof.sessions import PartitionState, SeqSet, SessionState, fold_range
+from leakproof.sessions import OpenSessions, PartitionState, SeqSet, SessionState, fold_range
 
 CLOSE_MS = 600_000
 
@@ -42,34 +43,61 @@ def test_generator_sessions_are_realistic() -> None:
 
 def fold_in_batches(events: list[WebEvent], cut_every: int,
                     crash_every: int = 0) -> dict[str, dict[str, str]]:
-    """Fold like the job does: batches, rows through the HBase cell encoding in between.
+    """Fold like the job does: batches, rows through the HBase cell encoding, the watermark
+    and the open-session index (``open_index``) kept in between as the state table keeps them.
 
-    With ``crash_every`` = n, every n-th batch "crashes" after writing half its session rows
-    (no partition state, no commit) and is replayed from the same start, as after a restart:
-    each range then starts from a copy, as read from the state table. Without crashes the
-    state object goes on from range to range, as a worker's cache keeps it.
+    With ``crash_every`` = n, every n-th batch "crashes" and is replayed from the same start,
+    as after a restart. Crashes rotate over the task's write steps: after half its session
+    rows; after every session row and the index puts, before the index deletes; after the
+    whole index, before the watermark.
     """
-    state = PartitionState()
+    width = open_index.bucket_width(CLOSE_MS)
+    watermark = PartitionState()
+    index: dict[int, dict[str, int]] = {}
     stored: dict[str, dict[bytes, bytes]] = {}
     indexed = list(enumerate(events))
-    batch = 0
+    batch = crashes = 0
     i = 0
     while i < len(indexed):
         chunk = indexed[i:i + cut_every]
-        touched_ids = {e.session_id for _, e in chunk}
-        rows = {sid: from_cells(sid, stored[sid]) for sid in touched_ids if sid in stored}
-        r = fold_range("t:0", CLOSE_MS, state.copy() if crash_every else state, rows, chunk)
+        before = open_index.cutoff(max([watermark.watermark, *(e.ts for _, e in chunk)]),
+                                   CLOSE_MS)
+        found = open_index.expiring([open_index.Entry(b, sid, ts) for b, row in index.items()
+                                     if b < before for sid, ts in row.items()], before)
+        ids = {e.session_id for _, e in chunk} | {e.session_id for e in found}
+        rows = {sid: from_cells(sid, stored[sid]) for sid in ids if sid in stored}
+        state = PartitionState(watermark.watermark, watermark.watermark_offset,
+                               OpenSessions(open_index.open_set(found, rows)))
+        r = fold_range("t:0", CLOSE_MS, state, rows, chunk)
+        changes = open_index.changes(width, found, rows, r)
         batch += 1
         if crash_every and batch % crash_every == 0:
-            for s in list(r.touched.values())[::2]:
+            crashes += 1
+            kind = crashes % 3
+            for s in list(r.touched.values())[::2] if kind == 1 else r.touched.values():
                 stored[s.session_id] = to_cells(s)
+            if kind == 2:
+                open_index.IndexChanges(puts=changes.puts).apply_to(index)
+            elif kind == 0:
+                for sid in r.closed_untouched:
+                    stored[sid][b"s:state"] = b"closed"
+                changes.apply_to(index)
             continue  # replay the same range
         for s in r.touched.values():
             stored[s.session_id] = to_cells(s)
         for sid in r.closed_untouched:
             stored[sid][b"s:state"] = b"closed"
-        state = r.partition
+        changes.apply_to(index)
+        watermark = PartitionState(r.partition.watermark, r.partition.watermark_offset)
         i += cut_every
+    # the index holds exactly the sessions left open, each in its own last_ts's bucket
+    # (stale entries only until their bucket expires)
+    live = {sid for row in index.values() for sid in row}
+    still_open = {sid for sid, c in stored.items() if c[b"s:state"] == b"open"}
+    assert still_open <= live
+    for sid in still_open:
+        ts = int(stored[sid][b"s:last_ts"])
+        assert index[open_index.bucket_of(ts, width)][sid] == ts
     return {sid: readable(c) for sid, c in stored.items()}
 
 
@@ -91,7 +119,7 @@ def test_replays_after_partial_writes_match_the_oracle() -> None:
     events = generate(GeneratorSpec(seed=12, events=4000, sessions=400, mean_think_s=120,
                                     late_fraction=0.05, duplicate_fraction=0.03))
     expected = expected_rows({0: events}, CLOSE_MS)
-    for cut, crash_every in ((50, 2), (333, 3), (700, 1 + 1)):
+    for cut, crash_every in ((50, 2), (333, 3), (700, 2), (17, 2), (120, 1 + 1)):
         assert compare(expected, fold_in_batches(events, cut, crash_every)) == [], cut
 
 

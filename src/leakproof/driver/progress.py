@@ -37,7 +37,8 @@ def progress_record(outcome: BatchOutcome) -> dict[str, Any]:
         "gaps": [{"partition": g.partition, "from": g.stored, "to": g.resumed_at}
                  for g in done.gaps],
         "rate_limit": None if outcome.rate_limit is None else round(outcome.rate_limit, 1),
-        "cache": {"tasks": t.tasks, "consumer": t.consumers_cached, "state": t.states_kept},
+        "cache": {"tasks": t.tasks, "consumer": t.consumers_cached},
+        "expiring": t.expiring,
     }
 
 
@@ -53,8 +54,7 @@ def text_line(p: dict[str, Any]) -> str:
         f"sessions {p['sessions']} closed {p['closed']} | lag {p['lag']} | "
         f"{p['events_per_s']:.0f} ev/s | read {p['read_s']:.2f}s fold {p['fold_s']:.2f}s "
         f"write {p['write_s']:.2f}s commit {p['commit_s']:.2f}s total {p['total_s']:.2f}s"
-        f" | cached consumer {p['cache']['consumer']}/{p['cache']['tasks']} state "
-        f"{p['cache']['state']}/{p['cache']['tasks']}"
+        f" | cached consumer {p['cache']['consumer']}/{p['cache']['tasks']}"
         + ("" if p["rate_limit"] is None else f" | rate limit {p['rate_limit']:.0f} ev/s"))
 
 

@@ -1,10 +1,10 @@
 """The job's own state table: partition watermarks and open sessions, driver leases, gaps.
 
 Rows:
-- ``wm:<topic>:<partition>`` family ``w`` (watermark, offset, version), family ``o`` (open
-  session -> its last_ts): written after the partition's session rows, so it never runs
-  ahead of them. ``w:version`` is a fresh token at every write: a worker that wrote it last
-  may use the state it kept instead of reading the whole open set again.
+- ``wm:<topic>:<partition>`` family ``w`` (watermark, offset): written after the partition's
+  session rows and open-session index, so it never runs ahead of them.
+- ``op:<topic>:<partition>:<bucket>`` family ``o`` (open session -> its last_ts): the open
+  sessions by bucket of last_ts (``open_index``), so a range reads only what may expire.
 - ``lease:<topic>:<group>`` family ``l``, cell ``holder`` = a Lease (``<epoch>:<tag>``):
   every offsets commit is a checkAndPut on it, so a second driver fences the first.
 - ``gap:<topic>:<group>:<partition>:<stored offset>`` family ``g``: data lost to retention.
@@ -16,8 +16,6 @@ Rows:
 from __future__ import annotations
 
 import time
-import uuid
-from dataclasses import dataclass
 
 import happybase
 
@@ -26,30 +24,29 @@ from leakproof.errors import CommitRefused
 from leakproof.hbase.connection import Connections, check_and_put
 from leakproof.lease import FIRST_EPOCH, Lease
 from leakproof.offsets import Gap
+from leakproof.open_index import Entry, IndexChanges, bucket_of
 from leakproof.runs import RUNNING, STOPPED, RunState
-from leakproof.sessions import NO_WATERMARK, OpenSessions, PartitionState
+from leakproof.sessions import NO_WATERMARK, PartitionState
 
 
 def _wm_row(topic: str, partition: int) -> bytes:
     return f"wm:{topic}:{partition}".encode()
 
 
+def _open_prefix(topic: str, partition: int) -> bytes:
+    return f"op:{topic}:{partition}:".encode()
+
+
+def _open_row(topic: str, partition: int, bucket: int) -> bytes:
+    return _open_prefix(topic, partition) + b"%013d" % bucket
+
+
 def lease_row(topic: str, group: str) -> bytes:
     return f"lease:{topic}:{group}".encode()
 
 
-VERSION_COLUMN = b"w:version"
 LEASE_COLUMN = b"l:holder"
 TOPIC_ID_COLUMN = b"l:topic_id"  # beside the lease: the topic the offsets belong to
-
-
-@dataclass(frozen=True)
-class KeptState:
-    """A partition's state and the ``w:version`` of the row it was read from or written as
-    (empty: a row written before versions, or none)."""
-
-    version: bytes
-    state: PartitionState
 
 
 class StateStore:
@@ -60,43 +57,62 @@ class StateStore:
         self._name = table_name
         self._table = conn.table(table_name)
 
-    def read_partition(self, topic: str, partition: int,
-                       kept: KeptState | None = None) -> KeptState:
-        """The partition's state. ``kept`` (what this worker wrote last) is used as it is if
-        the row's version is still its version: then only family ``w`` is read, not the open
-        set, whose size grows with the number of open sessions, not with the batch."""
-        row = _wm_row(topic, partition)
-        if kept is not None and kept.version == self._table.row(
-                row, columns=[VERSION_COLUMN]).get(VERSION_COLUMN):
-            return kept
-        cells = self._table.row(row)
-        if not cells:
-            return KeptState(b"", PartitionState())
-        return KeptState(cells.get(VERSION_COLUMN, b""), PartitionState(
-            watermark=int(cells.get(b"w:watermark", str(NO_WATERMARK).encode())),
-            watermark_offset=int(cells.get(b"w:offset", b"-1")),
-            open_sessions=OpenSessions({k[2:].decode("utf-8"): int(v)
-                                        for k, v in cells.items() if k.startswith(b"o:")}),
-        ))
+    def read_partition(self, topic: str, partition: int, width: int) -> PartitionState:
+        """The partition's watermark (its open sessions stay in the index: ``scan_open``).
 
-    def write_partition(self, topic: str, partition: int, state: PartitionState,
-                        opened: dict[str, int], closed: list[str],
-                        batch_size: int = 5000) -> KeptState:
-        """Store the watermark; ``opened`` sessions (re)enter the open set, ``closed`` leave it.
-
-        Only what changed is written: the open set of a busy partition holds thousands of
-        sessions that most batches do not touch. Returns the state with its new version.
+        A ``wm:`` row of the layout before the index, its open set in family ``o``, is
+        moved into the index first (puts, then the old cells' delete: a crash in between
+        leaves the old cells, moved again next time).
         """
         row = _wm_row(topic, partition)
-        version = uuid.uuid4().hex.encode()
-        cells = {b"w:watermark": str(state.watermark).encode(),
-                 b"w:offset": str(state.watermark_offset).encode(), VERSION_COLUMN: version}
-        cells.update({f"o:{sid}".encode(): str(ts).encode() for sid, ts in opened.items()})
-        with self._table.batch(batch_size=batch_size) as batch:
-            if closed:
-                batch.delete(row, columns=[f"o:{sid}".encode() for sid in closed])
-            batch.put(row, cells)
-        return KeptState(version, state)
+        cells = self._table.row(row)
+        old = {k[2:].decode("utf-8"): int(v) for k, v in cells.items() if k.startswith(b"o:")}
+        if old:
+            moved = IndexChanges()
+            for sid, ts in old.items():
+                moved.put(bucket_of(ts, width), sid, ts)
+            self._apply(topic, partition, moved)
+            self._table.delete(row, columns=[b"o", b"w:version"])
+        return PartitionState(
+            watermark=int(cells.get(b"w:watermark", str(NO_WATERMARK).encode())),
+            watermark_offset=int(cells.get(b"w:offset", b"-1")))
+
+    def scan_open(self, topic: str, partition: int, before: int,
+                  batch_size: int = 1000) -> list[Entry]:
+        """The index entries in buckets that start below ``before``: every open session
+        whose last_ts is below it, and the rest of the bucket that straddles it."""
+        if before <= 0:
+            return []
+        found = []
+        for key, cells in self._table.scan(row_start=_open_prefix(topic, partition),
+                                           row_stop=_open_row(topic, partition, before),
+                                           batch_size=batch_size):
+            bucket = int(key.rsplit(b":", 1)[1])
+            found += [Entry(bucket, k[2:].decode("utf-8"), int(v)) for k, v in cells.items()]
+        return found
+
+    def write_partition(self, topic: str, partition: int, state: PartitionState,
+                        index: IndexChanges) -> None:
+        """The index changes, then the watermark: the state row never runs ahead."""
+        self._apply(topic, partition, index)
+        self._table.put(_wm_row(topic, partition), {
+            b"w:watermark": str(state.watermark).encode(),
+            b"w:offset": str(state.watermark_offset).encode()})
+
+    def _apply(self, topic: str, partition: int, index: IndexChanges,
+               batch_size: int = 5000) -> None:
+        """Puts in one round, then deletes in another (never an entry deleted before its
+        replacement is written)."""
+        if index.puts:
+            with self._table.batch(batch_size=batch_size) as batch:
+                for bucket, cells in index.puts.items():
+                    batch.put(_open_row(topic, partition, bucket),
+                              {f"o:{sid}".encode(): str(ts).encode() for sid, ts in cells.items()})
+        if index.deletes:
+            with self._table.batch(batch_size=batch_size) as batch:
+                for bucket, sids in index.deletes.items():
+                    batch.delete(_open_row(topic, partition, bucket),
+                                 columns=[f"o:{sid}".encode() for sid in sorted(sids)])
 
     # -- leases --------------------------------------------------------------------------
 

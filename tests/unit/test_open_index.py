@@ -1,0 +1,119 @@
+"""The open-session index: what a range reads, and what it writes back (pure, and through
+StateStore over an in-memory table)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from leakproof import open_index
+from leakproof.hbase.state_store import StateStore
+from leakproof.open_index import Entry, bucket_of
+from leakproof.sessions import OpenSessions, PartitionState, SessionState, fold_range
+
+from .test_session_store import event
+
+CLOSE = 1_800_000
+W = open_index.bucket_width(CLOSE)  # 56 250 ms
+
+
+def row(sid: str, last_ts: int, state: str = "open") -> SessionState:
+    return SessionState(sid, "u", events=1, first_ts=last_ts, last_ts=last_ts, state=state,
+                        max_seq=0)
+
+
+def test_bucket_width_follows_close_after_within_bounds() -> None:
+    assert W == 56_250
+    assert open_index.bucket_width(10_000) == 1_000
+    assert open_index.bucket_width(86_400_000) == 300_000
+    assert bucket_of(112_499, W) == 56_250 and bucket_of(-5, W) == 0
+
+
+def test_a_session_that_moves_on_is_put_in_its_new_bucket_and_left_out_of_the_old() -> None:
+    before = {"s1": row("s1", 1_000)}
+    r = fold_range("t:0", CLOSE, PartitionState(1_000, 0), before,
+                   [(1, event(0)), (2, event(100))])  # s1's last_ts moves to 101 000
+    changes = open_index.changes(W, [], before, r)
+    assert changes.puts == {56_250: {"s1": 101_000}}
+    assert changes.deletes == {0: {"s1"}}
+
+
+def test_found_entries_close_expire_or_are_dropped_as_their_rows_say() -> None:
+    found = [Entry(0, "expired", 5_000), Entry(0, "moved", 6_000), Entry(0, "gone", 7_000),
+             Entry(0, "closed", 8_000)]
+    before = {"expired": row("expired", 5_000), "moved": row("moved", 2_000_000),
+              "closed": row("closed", 8_000, state="closed")}
+    open_set = open_index.open_set(found, before)
+    assert open_set == {"expired": 5_000, "moved": 2_000_000}
+    r = fold_range("t:0", CLOSE, PartitionState(1_900_000, 9, OpenSessions(open_set)), before,
+                   [(10, event(1_899))])  # s1 at 1 900 000: the watermark
+    assert r.closed_untouched == ["expired"]
+    changes = open_index.changes(W, found, before, r)
+    # the moved session's entry is put where it belongs (the stale one only said to look)
+    assert changes.puts == {bucket_of(2_000_000, W): {"moved": 2_000_000},
+                            bucket_of(1_900_000, W): {"s1": 1_900_000}}
+    assert changes.deletes == {0: {"expired", "moved", "gone", "closed"}}
+
+
+class StateTable:
+    """The happybase.Table calls StateStore makes, over a dict of rows (keys sorted on scan)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[bytes, dict[bytes, bytes]] = {}
+
+    def row(self, key: bytes) -> dict[bytes, bytes]:
+        return dict(self.rows.get(key, {}))
+
+    def put(self, key: bytes, cells: dict[bytes, bytes]) -> None:
+        self.rows.setdefault(key, {}).update(cells)
+
+    def delete(self, key: bytes, columns: list[bytes]) -> None:
+        cells = self.rows.get(key, {})
+        for c in columns:
+            for k in [k for k in cells if k == c or k.startswith(c + b":")]:
+                del cells[k]
+        if not cells:
+            self.rows.pop(key, None)
+
+    def scan(self, row_start: bytes, row_stop: bytes,
+             batch_size: int) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
+        for key in sorted(self.rows):
+            if row_start <= key < row_stop:
+                yield key, dict(self.rows[key])
+
+    @contextmanager
+    def batch(self, batch_size: int) -> Iterator[Any]:
+        yield self
+
+
+class StateConnection:
+    def __init__(self) -> None:
+        self.t = StateTable()
+
+    def table(self, name: str) -> StateTable:
+        return self.t
+
+
+def test_the_store_reads_only_buckets_below_the_cutoff_and_writes_the_watermark_last() -> None:
+    conn = StateConnection()
+    store = StateStore(conn, "state")
+    changes = open_index.IndexChanges()
+    for sid, ts in (("a", 10_000), ("b", 60_000), ("c", 500_000)):
+        changes.put(bucket_of(ts, W), sid, ts)
+    store.write_partition("t", 3, PartitionState(600_000, 41), changes)
+    assert store.read_partition("t", 3, W) == PartitionState(600_000, 41)
+    assert sorted(e.session_id for e in store.scan_open("t", 3, 60_000)) == ["a", "b"]
+    assert open_index.expiring(store.scan_open("t", 3, 60_000), 60_000) == [Entry(0, "a", 10_000)]
+    assert store.scan_open("t", 3, 0) == [] and store.scan_open("t", 30, 10**12) == []
+
+
+def test_an_open_set_of_the_old_layout_moves_into_the_index() -> None:
+    conn = StateConnection()
+    conn.t.rows[b"wm:t:0"] = {b"w:watermark": b"90000", b"w:offset": b"7", b"w:version": b"x",
+                              b"o:a": b"10000", b"o:b": b"70000"}
+    store = StateStore(conn, "state")
+    assert store.read_partition("t", 0, W) == PartitionState(90_000, 7)
+    assert conn.t.rows[b"wm:t:0"] == {b"w:watermark": b"90000", b"w:offset": b"7"}
+    assert sorted(store.scan_open("t", 0, 10**12), key=lambda e: e.session_id) == [
+        Entry(0, "a", 10_000), Entry(56_250, "b", 70_000)]
