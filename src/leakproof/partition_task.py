@@ -16,8 +16,11 @@ idempotent, so the replay of the range after a restart leaves the same rows.
 
 from __future__ import annotations
 
+import gc
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from leakproof import codec, open_index
@@ -57,10 +60,31 @@ def run_range(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int) -> TaskR
     def attempt() -> TaskReport:
         # every step is idempotent, so a range interrupted by an HBase outage is redone whole
         report = TaskReport(rng.partition, rng.from_offset, rng.until_offset)
-        _run(cfg, batch_ms, rng, epoch, report, conns)
+        with _no_cycle_collection():
+            _run(cfg, batch_ms, rng, epoch, report, conns)
         return report
 
     return ride_out(cfg.hbase, f"writes of {rng}", attempt, conns.reset)
+
+
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Python's cycle collector off while a range runs.
+
+    A range allocates a few hundred thousand objects (records, events, rows, cells, Thrift
+    mutations) that reference counting frees; none forms a cycle. But every 700 allocations
+    start a collection, and the older generations' passes walk every object alive: folding
+    160 000 events took 1.87 s with the collector on, 0.78 s with it off, and ``make bench``'s
+    Python workers went from 24.5 to 21.8 CPU s per M events. It runs, as usual, between
+    ranges.
+    """
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskReport,
