@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from leakproof.sessions import FoldResult, SessionState
 
 MAX_BUCKET = 9_999_999_999_999  # 13 digits in the row key
+MAX_WIDTH = 300_000
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Entry:
 def bucket_width(close_after_ms: int) -> int:
     """About 32 buckets span close_after: a range reads at most one bucket that has not
     fully expired, and a session moves to a new bucket only every width of event time."""
-    return max(1_000, min(300_000, close_after_ms // 32))
+    return max(1_000, min(MAX_WIDTH, close_after_ms // 32))
 
 
 def bucket_of(ts: int, width: int) -> int:

@@ -112,19 +112,20 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
     with conns.get() as conn:
         sessions_table = SessionStore(conn.table(cfg.hbase.sessions_table))
         state_store = StateStore(conn, cfg.hbase.state_table)
-        # 2. read the watermark, the open sessions that may expire in this range (from the
-        # index buckets its watermark passes) and the rows of those and of touched sessions
+        # 2. read the watermark, the rows of touched sessions, and the open sessions that may
+        # expire in this range: the index buckets its watermark passes, then the last_ts and
+        # state of each session found there (its row decides; the entry may be stale)
         after_ms = cfg.sessions.close_after_ms
         width = open_index.bucket_width(after_ms)
-        state = state_store.read_partition(rng.topic, rng.partition, width)
-        watermark = max([state.watermark, *(e.ts for _, e in events)])
+        state, since = state_store.read_partition(rng.topic, rng.partition, width)
+        cutoff = open_index.cutoff(max([state.watermark, *(e.ts for _, e in events)]),
+                                   after_ms)
         found = open_index.expiring(
-            state_store.scan_open(rng.topic, rng.partition,
-                                  open_index.cutoff(watermark, after_ms)),
-            open_index.cutoff(watermark, after_ms))
-        rows = sessions_table.read({e.session_id for _, e in events}
-                                   | {e.session_id for e in found})
-        state.open_sessions = OpenSessions(open_index.open_set(found, rows))
+            state_store.scan_open(rng.topic, rng.partition, since, cutoff), cutoff)
+        rows = sessions_table.read({e.session_id for _, e in events})
+        before = {**sessions_table.read_expiry({e.session_id for e in found} - rows.keys()),
+                  **rows}
+        state.open_sessions = OpenSessions(open_index.open_set(found, before))
         report.expiring = len(found)
         # 3. fold
         folder = PartitionFolder(fence_key(rng.topic, rng.partition), after_ms, state, rows)
@@ -146,7 +147,7 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
         DeadLetterStore(conn.table(cfg.hbase.dead_letter_table)).write(dead, batch_ms)
         # 6. partition state, last
         state_store.write_partition(rng.topic, rng.partition, result.partition,
-                                    open_index.changes(width, found, rows, result))
+                                    open_index.changes(width, found, before, result), cutoff)
         # 7. closed summaries
         if cfg.output.closed_sessions_topic and result.closed_now:
             closed_rows = {sid: s for sid, s in result.touched.items() if s.closed}

@@ -101,11 +101,17 @@ def test_the_store_reads_only_buckets_below_the_cutoff_and_writes_the_watermark_
     changes = open_index.IndexChanges()
     for sid, ts in (("a", 10_000), ("b", 60_000), ("c", 500_000)):
         changes.put(bucket_of(ts, W), sid, ts)
-    store.write_partition("t", 3, PartitionState(600_000, 41), changes)
-    assert store.read_partition("t", 3, W) == PartitionState(600_000, 41)
-    assert sorted(e.session_id for e in store.scan_open("t", 3, 60_000)) == ["a", "b"]
-    assert open_index.expiring(store.scan_open("t", 3, 60_000), 60_000) == [Entry(0, "a", 10_000)]
-    assert store.scan_open("t", 3, 0) == [] and store.scan_open("t", 30, 10**12) == []
+    store.write_partition("t", 3, PartitionState(600_000, 41), changes, cutoff=-5)
+    assert store.read_partition("t", 3, W) == (PartitionState(600_000, 41), 0)
+    assert sorted(e.session_id for e in store.scan_open("t", 3, 0, 60_000)) == ["a", "b"]
+    assert open_index.expiring(store.scan_open("t", 3, 0, 60_000), 60_000) == [
+        Entry(0, "a", 10_000)]
+    assert store.scan_open("t", 3, 0, 0) == [] and store.scan_open("t", 30, 0, 10**12) == []
+    # a range that closed below 350 000 left nothing there: the scan starts a widest bucket
+    # (5 min) before it, so "a" (bucket 0) is not read again, "b" (bucket 56 250) is
+    store.write_partition("t", 3, PartitionState(600_000, 42), changes, cutoff=350_000)
+    assert store.read_partition("t", 3, W).cutoff == 350_000
+    assert sorted(e.session_id for e in store.scan_open("t", 3, 350_000, 10**12)) == ["b", "c"]
 
 
 def test_an_open_set_of_the_old_layout_moves_into_the_index() -> None:
@@ -113,7 +119,7 @@ def test_an_open_set_of_the_old_layout_moves_into_the_index() -> None:
     conn.t.rows[b"wm:t:0"] = {b"w:watermark": b"90000", b"w:offset": b"7", b"w:version": b"x",
                               b"o:a": b"10000", b"o:b": b"70000"}
     store = StateStore(conn, "state")
-    assert store.read_partition("t", 0, W) == PartitionState(90_000, 7)
+    assert store.read_partition("t", 0, W) == (PartitionState(90_000, 7), 0)
     assert conn.t.rows[b"wm:t:0"] == {b"w:watermark": b"90000", b"w:offset": b"7"}
-    assert sorted(store.scan_open("t", 0, 10**12), key=lambda e: e.session_id) == [
+    assert sorted(store.scan_open("t", 0, 0, 10**12), key=lambda e: e.session_id) == [
         Entry(0, "a", 10_000), Entry(56_250, "b", 70_000)]

@@ -52,7 +52,7 @@ def fold_in_batches(events: list[WebEvent], cut_every: int,
     whole index, before the watermark.
     """
     width = open_index.bucket_width(CLOSE_MS)
-    watermark = PartitionState()
+    watermark, since = PartitionState(), 0
     index: dict[int, dict[str, int]] = {}
     stored: dict[str, dict[bytes, bytes]] = {}
     indexed = list(enumerate(events))
@@ -63,13 +63,16 @@ def fold_in_batches(events: list[WebEvent], cut_every: int,
         before = open_index.cutoff(max([watermark.watermark, *(e.ts for _, e in chunk)]),
                                    CLOSE_MS)
         found = open_index.expiring([open_index.Entry(b, sid, ts) for b, row in index.items()
-                                     if b < before for sid, ts in row.items()], before)
-        ids = {e.session_id for _, e in chunk} | {e.session_id for e in found}
+                                     if since - open_index.MAX_WIDTH <= b < before
+                                     for sid, ts in row.items()], before)
+        ids = {e.session_id for _, e in chunk}
         rows = {sid: from_cells(sid, stored[sid]) for sid in ids if sid in stored}
+        light = {e.session_id: from_cells(e.session_id, stored[e.session_id])
+                 for e in found if e.session_id in stored and e.session_id not in ids}
         state = PartitionState(watermark.watermark, watermark.watermark_offset,
-                               OpenSessions(open_index.open_set(found, rows)))
+                               OpenSessions(open_index.open_set(found, {**light, **rows})))
         r = fold_range("t:0", CLOSE_MS, state, rows, chunk)
-        changes = open_index.changes(width, found, rows, r)
+        changes = open_index.changes(width, found, {**light, **rows}, r)
         batch += 1
         if crash_every and batch % crash_every == 0:
             crashes += 1
@@ -88,7 +91,10 @@ def fold_in_batches(events: list[WebEvent], cut_every: int,
         for sid in r.closed_untouched:
             stored[sid][b"s:state"] = b"closed"
         changes.apply_to(index)
-        watermark = PartitionState(r.partition.watermark, r.partition.watermark_offset)
+        # what the next range's scan skips holds nothing: no entry is left below the cutoff
+        assert all(ts >= before for row in index.values() for ts in row.values())
+        watermark, since = PartitionState(r.partition.watermark,
+                                          r.partition.watermark_offset), max(0, before)
         i += cut_every
     # the index holds exactly the sessions left open, each in its own last_ts's bucket
     # (stale entries only until their bucket expires)

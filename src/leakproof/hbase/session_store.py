@@ -74,6 +74,21 @@ class SessionStore:
                 self._stored[sid] = cells
         return found
 
+    def read_expiry(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
+        """What expiry needs of the rows that exist among ``session_ids``: last_ts and
+        state only (a session as ``SessionState`` with no other field read)."""
+        ids = list(session_ids)
+        found: dict[str, SessionState] = {}
+        for i in range(0, len(ids), self._batch_size):
+            chunk = [sid.encode("utf-8") for sid in ids[i:i + self._batch_size]]
+            for key, cells in self._table.rows(chunk, columns=[b"s:last_ts", b"s:state"]):
+                if b"s:last_ts" not in cells:
+                    continue
+                sid = key.decode("utf-8")
+                found[sid] = SessionState(sid, "", events=1, last_ts=int(cells[b"s:last_ts"]),
+                                          state=cells.get(b"s:state", b"open").decode())
+        return found
+
     def write(self, rows: Iterable[SessionState], close: Iterable[str] = ()) -> None:
         """Put each row's changed cells (all of a row ``read`` did not find), and mark
         sessions closed that expired without new events."""

@@ -1,7 +1,7 @@
 """The job's own state table: partition watermarks and open sessions, driver leases, gaps.
 
 Rows:
-- ``wm:<topic>:<partition>`` family ``w`` (watermark, offset): written after the partition's
+- ``wm:<topic>:<partition>`` family ``w`` (watermark, offset, cutoff): written after the partition's
   session rows and open-session index, so it never runs ahead of them.
 - ``op:<topic>:<partition>:<bucket>`` family ``o`` (open session -> its last_ts): the open
   sessions by bucket of last_ts (``open_index``), so a range reads only what may expire.
@@ -16,6 +16,7 @@ Rows:
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import happybase
 
@@ -24,7 +25,7 @@ from leakproof.errors import CommitRefused
 from leakproof.hbase.connection import Connections, check_and_put
 from leakproof.lease import FIRST_EPOCH, Lease
 from leakproof.offsets import Gap
-from leakproof.open_index import Entry, IndexChanges, bucket_of
+from leakproof.open_index import MAX_BUCKET, MAX_WIDTH, Entry, IndexChanges, bucket_of
 from leakproof.runs import RUNNING, STOPPED, RunState
 from leakproof.sessions import NO_WATERMARK, PartitionState
 
@@ -49,6 +50,14 @@ LEASE_COLUMN = b"l:holder"
 TOPIC_ID_COLUMN = b"l:topic_id"  # beside the lease: the topic the offsets belong to
 
 
+class StoredPartition(NamedTuple):
+    """A partition's state row: its watermark, and the cutoff its last range closed below
+    (the index holds no entry under it)."""
+
+    state: PartitionState
+    cutoff: int
+
+
 class StateStore:
     """Reads and writes of the state table on one happybase connection."""
 
@@ -57,8 +66,9 @@ class StateStore:
         self._name = table_name
         self._table = conn.table(table_name)
 
-    def read_partition(self, topic: str, partition: int, width: int) -> PartitionState:
-        """The partition's watermark (its open sessions stay in the index: ``scan_open``).
+    def read_partition(self, topic: str, partition: int, width: int) -> StoredPartition:
+        """The partition's watermark, and below what the index holds nothing any more (its
+        open sessions stay in the index: ``scan_open``).
 
         A ``wm:`` row of the layout before the index, its open set in family ``o``, is
         moved into the index first (puts, then the old cells' delete: a crash in between
@@ -73,18 +83,26 @@ class StateStore:
                 moved.put(bucket_of(ts, width), sid, ts)
             self._apply(topic, partition, moved)
             self._table.delete(row, columns=[b"o", b"w:version"])
-        return PartitionState(
+        return StoredPartition(PartitionState(
             watermark=int(cells.get(b"w:watermark", str(NO_WATERMARK).encode())),
-            watermark_offset=int(cells.get(b"w:offset", b"-1")))
+            watermark_offset=int(cells.get(b"w:offset", b"-1"))),
+            int(cells.get(b"w:cutoff", b"0")))
 
-    def scan_open(self, topic: str, partition: int, before: int,
+    def scan_open(self, topic: str, partition: int, since: int, before: int,
                   batch_size: int = 1000) -> list[Entry]:
         """The index entries in buckets that start below ``before``: every open session
-        whose last_ts is below it, and the rest of the bucket that straddles it."""
+        whose last_ts is below it, and the rest of the bucket that straddles it.
+
+        ``since`` is the cutoff of the partition's last range: it left no entry below it.
+        The scan starts a widest bucket before it, not at the first bucket: HBase keeps the
+        delete markers of closed sessions' entries until a compaction, and a scan from the
+        start would walk all of them, a cost that grows with every session ever closed.
+        """
         if before <= 0:
             return []
+        start = _open_row(topic, partition, min(MAX_BUCKET, max(0, since - MAX_WIDTH)))
         found = []
-        for key, cells in self._table.scan(row_start=_open_prefix(topic, partition),
+        for key, cells in self._table.scan(row_start=start,
                                            row_stop=_open_row(topic, partition, before),
                                            batch_size=batch_size):
             bucket = int(key.rsplit(b":", 1)[1])
@@ -92,12 +110,14 @@ class StateStore:
         return found
 
     def write_partition(self, topic: str, partition: int, state: PartitionState,
-                        index: IndexChanges) -> None:
-        """The index changes, then the watermark: the state row never runs ahead."""
+                        index: IndexChanges, cutoff: int) -> None:
+        """The index changes, then the watermark and the cutoff the range closed below:
+        the state row never runs ahead."""
         self._apply(topic, partition, index)
         self._table.put(_wm_row(topic, partition), {
             b"w:watermark": str(state.watermark).encode(),
-            b"w:offset": str(state.watermark_offset).encode()})
+            b"w:offset": str(state.watermark_offset).encode(),
+            b"w:cutoff": str(max(0, cutoff)).encode()})
 
     def _apply(self, topic: str, partition: int, index: IndexChanges,
                batch_size: int = 5000) -> None:
