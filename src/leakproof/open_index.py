@@ -3,14 +3,15 @@
 The fold closes an open session once the partition's watermark passes its last_ts by
 ``sessions.close_after``. Kept as one set, every range pays for every open session (a busy
 site has hundreds of thousands). So the state table keeps them in rows per bucket of last_ts,
-and a range reads only the buckets its watermark has passed, then checks each entry found
-against the session row before closing it. A range's cost so follows its own sessions: those
-it touches and those that expire in it.
+and a range reads only the buckets its watermark has passed. A range's cost so follows its
+own sessions: those it touches and those that expire in it.
 
 An entry can be stale: the index is written after the session rows, new entries before old
-ones are deleted, so a crash between the two leaves an old entry behind (never a missing
-one: the replay of the range re-puts the entries of every session it sees). The session row
-is the truth; an entry only says where to look.
+ones are deleted, so a range that stops between the two leaves an old entry behind (never a
+missing one: the replay re-puts the entries of every session it sees). Such a range leaves
+its mark (its watermark, above every entry it can leave stale); entries below the mark are
+checked against their session rows, which are the truth. All others are exact, and taken at
+their word, as the single open-set cell of each session was before the index.
 """
 
 from __future__ import annotations
@@ -62,6 +63,28 @@ def open_set(entries: Iterable[Entry], rows: Mapping[str, SessionState]) -> dict
         if row is not None and not row.closed:
             found[e.session_id] = row.last_ts
     return found
+
+
+def to_check(found: Iterable[Entry], check_below: int) -> set[str]:
+    """The sessions whose entries may be stale: a range that stopped part way marked the
+    index with its watermark, and none of the entries it left stale is newer."""
+    return {e.session_id for e in found if e.last_ts < check_below}
+
+
+def known_rows(found: Iterable[Entry], check_below: int, checked: Mapping[str, SessionState],
+               rows: Mapping[str, SessionState]) -> dict[str, SessionState]:
+    """What ``open_set`` and ``changes`` know of each session found: its row where read
+    (``rows``: touched sessions; ``checked``: the last_ts and state of those ``to_check``
+    names), else its entry's word; a session checked that has no row is left out (its
+    entries are deleted)."""
+    found = list(found)
+    known = {e.session_id: SessionState(e.session_id, "", events=1, last_ts=e.last_ts)
+             for e in found}
+    for sid in to_check(found, check_below):
+        del known[sid]
+    known.update(checked)
+    known.update(rows)
+    return known
 
 
 @dataclass

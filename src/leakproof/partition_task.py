@@ -113,18 +113,19 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
         sessions_table = SessionStore(conn.table(cfg.hbase.sessions_table))
         state_store = StateStore(conn, cfg.hbase.state_table)
         # 2. read the watermark, the rows of touched sessions, and the open sessions that may
-        # expire in this range: the index buckets its watermark passes, then the last_ts and
-        # state of each session found there (its row decides; the entry may be stale)
+        # expire in this range: the index buckets its watermark passes (an entry is taken at
+        # its word, unless a range stopped part way may have left it stale: then its session
+        # row's last_ts and state decide)
         after_ms = cfg.sessions.close_after_ms
         width = open_index.bucket_width(after_ms)
-        state, since = state_store.read_partition(rng.topic, rng.partition, width)
+        state, since, check_below = state_store.read_partition(rng.topic, rng.partition, width)
         cutoff = open_index.cutoff(max([state.watermark, *(e.ts for _, e in events)]),
                                    after_ms)
         found = open_index.expiring(
             state_store.scan_open(rng.topic, rng.partition, since, cutoff), cutoff)
         rows = sessions_table.read({e.session_id for _, e in events})
-        before = {**sessions_table.read_expiry({e.session_id for e in found} - rows.keys()),
-                  **rows}
+        checked = sessions_table.read_expiry(open_index.to_check(found, check_below) - rows.keys())
+        before = open_index.known_rows(found, check_below, checked, rows)
         state.open_sessions = OpenSessions(open_index.open_set(found, before))
         report.expiring = len(found)
         # 3. fold
@@ -147,7 +148,8 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
         DeadLetterStore(conn.table(cfg.hbase.dead_letter_table)).write(dead, batch_ms)
         # 6. partition state, last
         state_store.write_partition(rng.topic, rng.partition, result.partition,
-                                    open_index.changes(width, found, before, result), cutoff)
+                                    open_index.changes(width, found, before, result), cutoff,
+                                    check_below)
         # 7. closed summaries
         if cfg.output.closed_sessions_topic and result.closed_now:
             closed_rows = {sid: s for sid, s in result.touched.items() if s.closed}

@@ -83,7 +83,7 @@ class StateTable:
                 yield key, dict(self.rows[key])
 
     @contextmanager
-    def batch(self, batch_size: int) -> Iterator[Any]:
+    def batch(self, batch_size: int | None = None) -> Iterator[Any]:
         yield self
 
 
@@ -101,15 +101,16 @@ def test_the_store_reads_only_buckets_below_the_cutoff_and_writes_the_watermark_
     changes = open_index.IndexChanges()
     for sid, ts in (("a", 10_000), ("b", 60_000), ("c", 500_000)):
         changes.put(bucket_of(ts, W), sid, ts)
-    store.write_partition("t", 3, PartitionState(600_000, 41), changes, cutoff=-5)
-    assert store.read_partition("t", 3, W) == (PartitionState(600_000, 41), 0)
+    store.write_partition("t", 3, PartitionState(600_000, 41), changes, cutoff=-5, check_below=0)
+    assert store.read_partition("t", 3, W) == (PartitionState(600_000, 41), 0, 0)
     assert sorted(e.session_id for e in store.scan_open("t", 3, 0, 60_000)) == ["a", "b"]
     assert open_index.expiring(store.scan_open("t", 3, 0, 60_000), 60_000) == [
         Entry(0, "a", 10_000)]
     assert store.scan_open("t", 3, 0, 0) == [] and store.scan_open("t", 30, 0, 10**12) == []
     # a range that closed below 350 000 left nothing there: the scan starts a widest bucket
     # (5 min) before it, so "a" (bucket 0) is not read again, "b" (bucket 56 250) is
-    store.write_partition("t", 3, PartitionState(600_000, 42), changes, cutoff=350_000)
+    store.write_partition("t", 3, PartitionState(600_000, 42), changes, cutoff=350_000,
+                          check_below=0)
     assert store.read_partition("t", 3, W).cutoff == 350_000
     assert sorted(e.session_id for e in store.scan_open("t", 3, 350_000, 10**12)) == ["b", "c"]
 
@@ -119,7 +120,33 @@ def test_an_open_set_of_the_old_layout_moves_into_the_index() -> None:
     conn.t.rows[b"wm:t:0"] = {b"w:watermark": b"90000", b"w:offset": b"7", b"w:version": b"x",
                               b"o:a": b"10000", b"o:b": b"70000"}
     store = StateStore(conn, "state")
-    assert store.read_partition("t", 0, W) == (PartitionState(90_000, 7), 0)
+    assert store.read_partition("t", 0, W) == (PartitionState(90_000, 7), 0, 0)
     assert conn.t.rows[b"wm:t:0"] == {b"w:watermark": b"90000", b"w:offset": b"7"}
     assert sorted(store.scan_open("t", 0, 0, 10**12), key=lambda e: e.session_id) == [
         Entry(0, "a", 10_000), Entry(56_250, "b", 70_000)]
+
+
+def test_a_range_that_stops_while_writing_the_index_leaves_its_mark_until_one_completes() -> None:
+    conn = StateConnection()
+    store = StateStore(conn, "state")
+    moved = open_index.IndexChanges()
+    moved.put(bucket_of(700_000, W), "a", 700_000)
+    # the puts went out, the deletes and the last put did not: w:pending stays
+    conn.t.put(b"wm:t:1", {b"w:watermark": b"500000", b"w:offset": b"3"})
+    conn.t.put(b"wm:t:1", {b"w:pending": b"700000"})
+    store._apply("t", 1, moved)
+    assert store.read_partition("t", 1, W).check_below == 700_000
+    # the replay completes: the mark is kept (stale entries may be anywhere below it), the
+    # pending cell goes
+    store.write_partition("t", 1, PartitionState(700_000, 9), moved, cutoff=0, check_below=700_000)
+    assert b"w:pending" not in conn.t.rows[b"wm:t:1"]
+    assert store.read_partition("t", 1, W) == (PartitionState(700_000, 9), 0, 700_000)
+
+
+def test_entries_below_the_mark_are_what_their_rows_say_the_others_what_they_say() -> None:
+    found = [Entry(0, "old", 10_000), Entry(0, "gone", 20_000), Entry(56_250, "new", 60_000)]
+    assert open_index.to_check(found, 50_000) == {"old", "gone"}
+    known = open_index.known_rows(found, 50_000, {"old": row("old", 90_000)},
+                                  {"touched": row("touched", 5)})
+    assert {sid: s.last_ts for sid, s in known.items()} == {"old": 90_000, "new": 60_000,
+                                                           "touched": 5}

@@ -49,10 +49,12 @@ def fold_in_batches(events: list[WebEvent], cut_every: int,
     With ``crash_every`` = n, every n-th batch "crashes" and is replayed from the same start,
     as after a restart. Crashes rotate over the task's write steps: after half its session
     rows; after every session row and the index puts, before the index deletes; after the
-    whole index, before the watermark.
+    whole index, before the watermark. The index is marked pending while it is written, and
+    entries below a crashed range's mark are checked against their rows (as the task does);
+    all others are taken at their word.
     """
     width = open_index.bucket_width(CLOSE_MS)
-    watermark, since = PartitionState(), 0
+    watermark, since, check_below, pending = PartitionState(), 0, 0, 0
     index: dict[int, dict[str, int]] = {}
     stored: dict[str, dict[bytes, bytes]] = {}
     indexed = list(enumerate(events))
@@ -62,23 +64,27 @@ def fold_in_batches(events: list[WebEvent], cut_every: int,
         chunk = indexed[i:i + cut_every]
         before = open_index.cutoff(max([watermark.watermark, *(e.ts for _, e in chunk)]),
                                    CLOSE_MS)
-        found = open_index.expiring([open_index.Entry(b, sid, ts) for b, row in index.items()
+        found = open_index.expiring([open_index.Entry(b, sid, ts) for b in sorted(index)
                                      if since - open_index.MAX_WIDTH <= b < before
-                                     for sid, ts in row.items()], before)
+                                     for sid, ts in index[b].items()], before)
+        check_below = max(check_below, pending)
         ids = {e.session_id for _, e in chunk}
         rows = {sid: from_cells(sid, stored[sid]) for sid in ids if sid in stored}
-        light = {e.session_id: from_cells(e.session_id, stored[e.session_id])
-                 for e in found if e.session_id in stored and e.session_id not in ids}
+        checked = {sid: from_cells(sid, stored[sid])
+                   for sid in open_index.to_check(found, check_below) if sid in stored}
+        known = open_index.known_rows(found, check_below, checked, rows)
         state = PartitionState(watermark.watermark, watermark.watermark_offset,
-                               OpenSessions(open_index.open_set(found, {**light, **rows})))
+                               OpenSessions(open_index.open_set(found, known)))
         r = fold_range("t:0", CLOSE_MS, state, rows, chunk)
-        changes = open_index.changes(width, found, {**light, **rows}, r)
+        changes = open_index.changes(width, found, known, r)
         batch += 1
         if crash_every and batch % crash_every == 0:
             crashes += 1
             kind = crashes % 3
             for s in list(r.touched.values())[::2] if kind == 1 else r.touched.values():
                 stored[s.session_id] = to_cells(s)
+            if kind != 1:
+                pending = r.partition.watermark
             if kind == 2:
                 open_index.IndexChanges(puts=changes.puts).apply_to(index)
             elif kind == 0:
@@ -95,6 +101,7 @@ def fold_in_batches(events: list[WebEvent], cut_every: int,
         assert all(ts >= before for row in index.values() for ts in row.values())
         watermark, since = PartitionState(r.partition.watermark,
                                           r.partition.watermark_offset), max(0, before)
+        pending = 0
         i += cut_every
     # the index holds exactly the sessions left open, each in its own last_ts's bucket
     # (stale entries only until their bucket expires)

@@ -51,11 +51,13 @@ TOPIC_ID_COLUMN = b"l:topic_id"  # beside the lease: the topic the offsets belon
 
 
 class StoredPartition(NamedTuple):
-    """A partition's state row: its watermark, and the cutoff its last range closed below
-    (the index holds no entry under it)."""
+    """A partition's state row: its watermark; the cutoff its last range closed below (the
+    index holds no entry under it); and below what an index entry may be stale, so must be
+    checked against its session row (0: none may be)."""
 
     state: PartitionState
     cutoff: int
+    check_below: int = 0
 
 
 class StateStore:
@@ -83,10 +85,13 @@ class StateStore:
                 moved.put(bucket_of(ts, width), sid, ts)
             self._apply(topic, partition, moved)
             self._table.delete(row, columns=[b"o", b"w:version"])
+        # w:pending is set while a range writes the index; found still set, that range
+        # stopped part way, and may have left entries as old as its watermark stale
         return StoredPartition(PartitionState(
             watermark=int(cells.get(b"w:watermark", str(NO_WATERMARK).encode())),
             watermark_offset=int(cells.get(b"w:offset", b"-1"))),
-            int(cells.get(b"w:cutoff", b"0")))
+            int(cells.get(b"w:cutoff", b"0")),
+            max(int(cells.get(b"w:check_below", b"0")), int(cells.get(b"w:pending", b"0"))))
 
     def scan_open(self, topic: str, partition: int, since: int, before: int,
                   batch_size: int = 1000) -> list[Entry]:
@@ -110,14 +115,23 @@ class StateStore:
         return found
 
     def write_partition(self, topic: str, partition: int, state: PartitionState,
-                        index: IndexChanges, cutoff: int) -> None:
+                        index: IndexChanges, cutoff: int, check_below: int) -> None:
         """The index changes, then the watermark and the cutoff the range closed below:
-        the state row never runs ahead."""
+        the state row never runs ahead.
+
+        ``w:pending`` (this range's watermark: no entry it leaves stale is newer) marks the
+        index writes under way; the last put clears it in the same row mutation, keeping
+        ``check_below`` (what ``read_partition`` said, a crashed range's mark included).
+        """
+        row = _wm_row(topic, partition)
+        self._table.put(row, {b"w:pending": str(state.watermark).encode()})
         self._apply(topic, partition, index)
-        self._table.put(_wm_row(topic, partition), {
-            b"w:watermark": str(state.watermark).encode(),
-            b"w:offset": str(state.watermark_offset).encode(),
-            b"w:cutoff": str(max(0, cutoff)).encode()})
+        with self._table.batch() as batch:  # one mutation of the row: put and delete
+            batch.put(row, {b"w:watermark": str(state.watermark).encode(),
+                            b"w:offset": str(state.watermark_offset).encode(),
+                            b"w:cutoff": str(max(0, cutoff)).encode(),
+                            b"w:check_below": str(check_below).encode()})
+            batch.delete(row, columns=[b"w:pending"])
 
     def _apply(self, topic: str, partition: int, index: IndexChanges,
                batch_size: int = 5000) -> None:
