@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -516,9 +516,30 @@ def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
     return 0
 
 
+def drop_tables(cfg: config.HBaseConfig, prefix: str) -> None:
+    """Drop a run's tables (KEEP=1 keeps them): HBase slows down as they pile up. Measured:
+    with ~200 tables of earlier runs left over, the same leakproof drain ran at 22 361 ev/s
+    with HBase at 40 CPU s per M events; on a clean HBase, 37 651 ev/s and 14.8."""
+    if os.environ.get("KEEP") == "1":
+        return
+    conn = connect(replace(cfg, table_prefix=prefix))
+    try:
+        for table in conn.tables():  # with a prefix, happybase lists only its tables
+            conn.delete_table(table, disable=True)
+    finally:
+        conn.close()
+
+
 def main() -> int:
-    reuse = os.environ.get("TOPIC")  # an earlier run's topic: skip the pre-fill
     name = f"bench{int(time.time())}"
+    try:
+        return measure(name)
+    finally:
+        drop_tables(config.load(ROOT / "config.yml").hbase, name)
+
+
+def measure(name: str) -> int:
+    reuse = os.environ.get("TOPIC")  # an earlier run's topic: skip the pre-fill
     work = ROOT / ".services" / "bench" / name
     work.mkdir(parents=True, exist_ok=True)
     data = yaml.safe_load((ROOT / "config.yml").read_text())
