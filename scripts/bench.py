@@ -16,6 +16,8 @@
    JVMs, the Python workers; from /proc/stat) split by process; then the ratios.
 
 Figures, not assertions: the point is the ratios on the same machine in the same run.
+TOPIC= reuses an earlier run's topic; RATE_PER_PARTITION= caps batches lower (more of them);
+KEEP=1 keeps the run's HBase tables (dropped otherwise: HBase slows as they pile up).
 """
 
 from __future__ import annotations
@@ -547,6 +549,8 @@ def measure(name: str) -> int:
     data["hbase"]["table_prefix"] = name
     if os.environ.get("MASTER"):
         data["job"]["master"] = os.environ["MASTER"]
+    if os.environ.get("RATE_PER_PARTITION"):  # smaller batches: a longer drain of more batches
+        data["kafka"]["max_rate_per_partition"] = int(os.environ["RATE_PER_PARTITION"])
     if os.environ.get("LATENCY"):
         return latency_mode(data, work, name)
     cfg_path = work / "config.yml"
