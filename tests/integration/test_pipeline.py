@@ -88,6 +88,41 @@ def test_restart_after_some_batches_resumes_exactly(env: Env) -> None:
     assert audit_total(env, b"records") == records(first, second)  # each once
 
 
+def test_open_sets_of_the_state_layout_before_the_index_move_into_it(env: Env) -> None:
+    """A job upgraded over state written before the open-session index: each wm: row's open
+    set (family o) moves into the index at the partition's next range, and the sessions in it
+    close when the next wave's watermark passes them."""
+    first = GeneratorSpec(seed=241, events=4_000, sessions=400)
+    env.produce(first)
+    env.run("--until-idle", "3")
+    conn = env.hbase()
+    try:  # rewrite the state the way the layout before the index kept it
+        table = conn.table("leakproof_state")
+        moved = 0
+        for key, cells in list(table.scan(row_prefix=f"op:{env.name}:".encode())):
+            partition = key.decode().split(":")[2]  # op:<topic>:<partition>:<bucket>
+            table.put(f"wm:{env.name}:{partition}".encode(), cells)
+            table.delete(key)
+            moved += len(cells)
+        for p in range(4):
+            table.delete(f"wm:{env.name}:{p}".encode(), columns=[b"w:cutoff", b"w:check_below"])
+        assert moved, "the first wave left no session open"
+    finally:
+        conn.close()
+    second = GeneratorSpec(seed=242, events=2_000, sessions=200,
+                           start_ts=DEFAULT_START_TS + 3 * 3_600_000)
+    env.produce(second)
+    env.run("--until-idle", "3")
+    env.verify(first, second)  # the first wave's open sessions are closed now
+    conn = env.hbase()
+    try:
+        old = [k for k, cells in conn.table("leakproof_state").scan(
+            row_prefix=f"wm:{env.name}:".encode()) if any(c.startswith(b"o:") for c in cells)]
+    finally:
+        conn.close()
+    assert not old, old
+
+
 @pytest.mark.faults
 def test_driver_killed_after_session_writes_before_commit(env: Env) -> None:
     spec = GeneratorSpec(seed=301, events=20_000, sessions=2_000)
