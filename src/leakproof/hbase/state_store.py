@@ -38,8 +38,10 @@ def _open_prefix(topic: str, partition: int) -> bytes:
     return f"op:{topic}:{partition}:".encode()
 
 
-def _open_row(topic: str, partition: int, bucket: int) -> bytes:
-    return _open_prefix(topic, partition) + b"%013d" % bucket
+def _open_row(topic: str, partition: int, ts: int) -> bytes:
+    """The index row of the bucket starting at ``ts``, or the key a scan stops at before it:
+    13 digits, so keys sort as times do (clamped: a wider number would sort wrongly)."""
+    return _open_prefix(topic, partition) + b"%013d" % min(MAX_BUCKET, max(0, ts))
 
 
 def lease_row(topic: str, group: str) -> bytes:
@@ -105,7 +107,7 @@ class StateStore:
         """
         if before <= 0:
             return []
-        start = _open_row(topic, partition, min(MAX_BUCKET, max(0, since - MAX_WIDTH)))
+        start = _open_row(topic, partition, since - MAX_WIDTH)
         found = []
         for key, cells in self._table.scan(row_start=start,
                                            row_stop=_open_row(topic, partition, before),
