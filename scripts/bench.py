@@ -351,10 +351,8 @@ def run_job(cfg_path: Path, cfg: config.Config, work: Path) -> Drain | None:
     # from the first batch's time (when it was planned) to the last commit
     drain = Drain("leakproof", before, float(rows[0].batch_ms), commits, cpu_s, peak, spent)
     # a reused topic is taken to be one make bench filled with the same EVENTS
-    spec = SPEC
     checked = subprocess.run([sys.executable, "-m", "leakproof.cli", "verify", "--config",
-                              str(cfg_path), "--spec", f"{spec.seed}:{spec.events}:"
-                              f"{spec.sessions}:{spec.start_ts}:{spec.span_s or ''}".rstrip(":")],
+                              str(cfg_path), "--spec", SPEC.as_arg()],
                              capture_output=True, text=True, check=False)
     drain.verdict = ("EXACT MATCH (the oracle)" if checked.returncode == 0 and "EXACT MATCH"
                      in checked.stdout else

@@ -39,6 +39,12 @@ class GeneratorSpec:
     # span puts many sessions open at once, as on a busy site.
     span_s: int | None = None
 
+    def as_arg(self) -> str:
+        """The run as ``leakproof verify --spec`` takes it: SEED:EVENTS:SESSIONS:START_TS,
+        then :SPAN_S if set (the fractions are the defaults; produce cannot change them)."""
+        text = f"{self.seed}:{self.events}:{self.sessions}:{self.start_ts}"
+        return text if self.span_s is None else f"{text}:{self.span_s}"
+
 
 def generate(spec: GeneratorSpec) -> list[WebEvent]:
     """The run's events in emission order."""

@@ -209,8 +209,7 @@ class Env:
         return background(cmd, self.tmp / f"{name}.log", env)
 
     def verify(self, *specs: GeneratorSpec, config: str | None = None) -> str:
-        args = [a for s in specs for a in ("--spec", f"{s.seed}:{s.events}:{s.sessions}:"
-                                                     f"{s.start_ts}")]
+        args = [a for s in specs for a in ("--spec", s.as_arg())]
         out = run_cli("verify", "--config", config or str(self.path), *args, check=False)
         assert out.returncode == 0 and "EXACT MATCH" in out.stdout, out.stdout + out.stderr
         return out.stdout

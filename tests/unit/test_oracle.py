@@ -173,5 +173,7 @@ def test_verify_specs_take_an_optional_start_and_span() -> None:
 
     assert _spec("7:100:10") == GeneratorSpec(7, 100, 10)
     assert _spec("7:100:10:5:3600") == GeneratorSpec(7, 100, 10, 5, span_s=3600)
+    for spec in (GeneratorSpec(7, 100, 10), GeneratorSpec(7, 100, 10, 5, span_s=3600)):
+        assert _spec(spec.as_arg()) == spec
     with pytest.raises(argparse.ArgumentTypeError, match="SPAN_S"):
         _spec("7:100:10:5:3600:1")
