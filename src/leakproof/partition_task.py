@@ -67,6 +67,23 @@ def run_range(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int) -> TaskR
     return ride_out(cfg.hbase, f"writes of {rng}", attempt, conns.reset)
 
 
+def warm_up(cfg: Config) -> float:
+    """What a worker's first range would do before it reads a record: this module's imports
+    (Kafka, Thrift, Avro: done by unpickling the call), the decoder, an HBase connection.
+    Run at start by the driver, so the first batch finds its workers ready. Never raises: a
+    connection that fails here is left to the first range, which rides out or reports it.
+    Returns the seconds it took."""
+    t0 = time.monotonic()
+    _decoder(cfg.input)
+    conns = _connections.setdefault(cfg.hbase, Connections(cfg.hbase))
+    try:
+        with conns.get():
+            pass
+    except Exception:  # noqa: BLE001 - the first range meets the same error and names it
+        conns.reset()
+    return time.monotonic() - t0
+
+
 @contextmanager
 def _no_cycle_collection() -> Iterator[None]:
     """Python's cycle collector off while a range runs.

@@ -31,6 +31,8 @@ def test_end_to_end_matches_the_oracle(env: Env) -> None:
     env.produce(spec)
     out = env.run("--until-idle", "4")
     assert re.search(r"batch \d{13} \| p0:0->", out.stderr), out.stderr[-2000:]
+    # local[2]: both Python workers were started while the driver prepared its first batch
+    assert re.search(r"started 2 Python workers in", out.stderr), out.stderr[-2000:]
     env.verify(spec)
     newest = assert_offsets_chain(env)[-1]
     assert audit_total(env, b"records") == records(spec)

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -73,6 +73,7 @@ class Job:
         self._placement_warned = False
         self._outputs = 0  # batch outputs that succeeded (the output thread's count)
         self._abandoned = False  # a stop's deadline passed with a batch still running
+        self._dispatched = threading.Event()  # a batch's tasks were submitted to Spark
 
     # ------------------------------------------------------------------ start
 
@@ -208,6 +209,7 @@ class Job:
             rdd.context.setJobDescription(f"leakproof batch {batch_ms}: {plan.describe()}")
         except Exception:
             log.debug("could not set the job description", exc_info=True)
+        self._dispatched.set()
         reports: list[TaskReport] = rdd.mapPartitions(task).collect()
         return reports
 
@@ -222,6 +224,9 @@ class Job:
         hook = None
         rc: int | None = None
         try:
+            sc = SparkContext.getOrCreate()
+            # from here on the executors' Python workers start while the driver prepares
+            warm_up_workers(sc, self.cfg, lambda: not self._dispatched.is_set())
             self.prepare()
             assert self.committer is not None
             if self.cfg.job.metrics_port:
@@ -232,7 +237,6 @@ class Job:
                 quick, self.topic, self.group)), self.committer.lease.epoch,
                 heartbeat_period_s(self.cfg.job.batch_interval_s),
                 f"{socket.gethostname()}:{os.getpid()}")
-            sc = SparkContext.getOrCreate()
             # PySpark's hints say int, but it multiplies by 1000 and takes fractions of a second.
             ssc = StreamingContext(sc, self.cfg.job.batch_interval_s)  # type: ignore[arg-type]
             ticks = ssc.queueStream([], oneAtATime=True, default=sc.parallelize([0], 1))
@@ -455,6 +459,46 @@ def executor_locations(sc: Any) -> list[str] | None:
     except Exception:  # placement is a preference: run without it
         log.debug("cannot list the executors", exc_info=True)
         return None
+
+
+def warm_up_workers(sc: Any, cfg: Config, wanted: Callable[[], bool],
+                    wait_s: float = 30.0) -> threading.Thread:
+    """Start every executor's Python worker now, in a thread of its own, so that the first
+    batch does not pay for it: a worker's start (the interpreter, pyspark, then leakproof's
+    Kafka, Thrift and Avro imports, the schema, an HBase connection) took ~3.5 s on a loaded
+    two-core machine, and after a restart the first batch is the one carrying the backlog.
+
+    One task per executor, preferring it (on a cluster, once executors have registered:
+    waited for up to ``wait_s`` while ``wanted()`` holds, i.e. until a batch has run); in
+    local mode one per core. A failure here only costs the head start."""
+
+    def run() -> None:
+        from leakproof.partition_task import warm_up
+
+        started = time.monotonic()
+        try:
+            if str(sc.master).startswith("local"):
+                slots = int(sc.defaultParallelism)
+                rdd = sc.parallelize(range(slots), slots)
+            else:
+                executors = executor_locations(sc)
+                while not executors and wanted() and time.monotonic() - started < wait_s:
+                    time.sleep(0.2)
+                    executors = executor_locations(sc)
+                if not executors or not wanted():
+                    return
+                rdd = rdd_with_locations(sc, [(e, e) for e in executors])
+            with contextlib.suppress(Exception):
+                sc.setJobDescription("leakproof: starting the Python workers")
+            took = rdd.mapPartitions(lambda _: [warm_up(cfg)]).collect()
+            log.info("started %d Python workers in %.1fs", len(took), time.monotonic() - started)
+        except Exception:  # the first batch starts its workers itself
+            log.debug("could not start the Python workers ahead of the first batch",
+                      exc_info=True)
+
+    thread = threading.Thread(target=run, name="leakproof-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def rdd_with_locations(sc: Any, items: list[tuple[Any, str]]) -> Any:
