@@ -68,13 +68,15 @@ if [ $mode = full ]; then
   $bin/python scripts/stack.py secure-up | grep -E "ready|error" || fail "the secured stack did not start"
 fi
 
+# TEST_WORKERS: how many quiet integration tests run at once in the full run
+workers=${TEST_WORKERS:-2}
 if [ $mode = fast ]; then
   step "integration tests, two at a time (no faults, cluster, slow or serial tests)"
   tests fast -n 2 -m "integration and not faults and not cluster and not slow and not serial" \
     "$@" tests/integration
 else
-  step "integration tests, two at a time (the cluster group on one worker)"
-  tests parallel -n 2 --dist loadgroup -m "integration and not serial" "$@" tests/integration
+  step "integration tests, $workers at a time (the cluster group on one worker)"
+  tests parallel -n "$workers" --dist loadgroup -m "integration and not serial" "$@" tests/integration
   step "integration tests that must run alone"
   tests serial -m "integration and serial" "$@" tests/integration
 fi
