@@ -469,8 +469,9 @@ def warm_up_workers(sc: Any, cfg: Config, wanted: Callable[[], bool],
     two-core machine, and after a restart the first batch is the one carrying the backlog.
 
     One task per executor, preferring it (on a cluster, once executors have registered:
-    waited for up to ``wait_s`` while ``wanted()`` holds, i.e. until a batch has run); in
-    local mode one per core. A failure here only costs the head start."""
+    waited for up to ``wait_s`` while ``wanted()`` holds, i.e. until a batch is dispatched,
+    whose tasks would start the workers anyway); in local mode one per core. A failure here
+    only costs the head start."""
 
     def run() -> None:
         from leakproof.partition_task import warm_up
