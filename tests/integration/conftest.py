@@ -22,7 +22,7 @@ from .helpers import KAFKA, THRIFT, Env, base_config, port_open
 # The JVMs a test starts (a local-mode driver, standalone and YARN executors, a YARN AM) live
 # for seconds to a minute: C2's compiles and G1's threads cost them more CPU than they win back,
 # and on two cores CPU bounds the suite. These options took a pair of pipeline tests from 47 to
-# 35-38 CPU s over the whole machine, and the quiet phase from 994 to 944 s. Tests only:
+# 35-38 CPU s over the whole machine, and CI's quiet phase from 994 to 887 s. Tests only:
 # `leakproof run`, `make run` and the benches keep the JVM's defaults.
 SHORT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 SPARK_DEFAULTS = {key: SHORT_JVM for key in (
