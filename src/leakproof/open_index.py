@@ -71,17 +71,14 @@ def to_check(found: Iterable[Entry], check_below: int) -> set[str]:
     return {e.session_id for e in found if e.last_ts < check_below}
 
 
-def known_rows(found: Iterable[Entry], check_below: int, checked: Mapping[str, SessionState],
+def known_rows(found: Iterable[Entry], stale: set[str], checked: Mapping[str, SessionState],
                rows: Mapping[str, SessionState]) -> dict[str, SessionState]:
     """What ``open_set`` and ``changes`` know of each session found: its row where read
-    (``rows``: touched sessions; ``checked``: the last_ts and state of those ``to_check``
-    names), else its entry's word; a session checked that has no row is left out (its
-    entries are deleted)."""
-    found = list(found)
+    (``rows``: touched sessions; ``checked``: the last_ts and state of the ``stale`` ones,
+    as ``to_check`` names them), else its entry's word; a stale session that has no row is
+    left out (its entries are deleted)."""
     known = {e.session_id: SessionState(e.session_id, "", events=1, last_ts=e.last_ts)
-             for e in found}
-    for sid in to_check(found, check_below):
-        del known[sid]
+             for e in found if e.session_id not in stale}
     known.update(checked)
     known.update(rows)
     return known

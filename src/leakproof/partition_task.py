@@ -141,8 +141,9 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
         found = open_index.expiring(
             state_store.scan_open(rng.topic, rng.partition, since, cutoff), cutoff)
         rows = sessions_table.read({e.session_id for _, e in events})
-        checked = sessions_table.read_expiry(open_index.to_check(found, check_below) - rows.keys())
-        before = open_index.known_rows(found, check_below, checked, rows)
+        stale = open_index.to_check(found, check_below)
+        checked = sessions_table.read_expiry(stale - rows.keys())
+        before = open_index.known_rows(found, stale, checked, rows)
         state.open_sessions = OpenSessions(open_index.open_set(found, before))
         report.expiring = len(found)
         # 3. fold

@@ -146,7 +146,7 @@ def test_a_range_that_stops_while_writing_the_index_leaves_its_mark_until_one_co
 def test_entries_below_the_mark_are_what_their_rows_say_the_others_what_they_say() -> None:
     found = [Entry(0, "old", 10_000), Entry(0, "gone", 20_000), Entry(56_250, "new", 60_000)]
     assert open_index.to_check(found, 50_000) == {"old", "gone"}
-    known = open_index.known_rows(found, 50_000, {"old": row("old", 90_000)},
+    known = open_index.known_rows(found, {"old", "gone"}, {"old": row("old", 90_000)},
                                   {"touched": row("touched", 5)})
     assert {sid: s.last_ts for sid, s in known.items()} == {"old": 90_000, "new": 60_000,
                                                            "touched": 5}

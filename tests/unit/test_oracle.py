@@ -70,9 +70,9 @@ def fold_in_batches(events: list[WebEvent], cut_every: int,
         check_below = max(check_below, pending)
         ids = {e.session_id for _, e in chunk}
         rows = {sid: from_cells(sid, stored[sid]) for sid in ids if sid in stored}
-        checked = {sid: from_cells(sid, stored[sid])
-                   for sid in open_index.to_check(found, check_below) if sid in stored}
-        known = open_index.known_rows(found, check_below, checked, rows)
+        stale = open_index.to_check(found, check_below)
+        checked = {sid: from_cells(sid, stored[sid]) for sid in stale if sid in stored}
+        known = open_index.known_rows(found, stale, checked, rows)
         state = PartitionState(watermark.watermark, watermark.watermark_offset,
                                OpenSessions(open_index.open_set(found, known)))
         r = fold_range("t:0", CLOSE_MS, state, rows, chunk)

@@ -18,8 +18,13 @@ class MemoryTable:
         self.rows_by_key: dict[bytes, dict[bytes, bytes]] = {}
         self.puts: list[tuple[bytes, dict[bytes, bytes]]] = []
 
-    def rows(self, keys: list[bytes]) -> list[tuple[bytes, dict[bytes, bytes]]]:
-        return [(k, dict(self.rows_by_key[k])) for k in keys if k in self.rows_by_key]
+    def rows(self, keys: list[bytes], columns: list[bytes] | None = None
+             ) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        """As happybase's: a row with none of ``columns`` is left out."""
+        found = [(k, {c: v for c, v in self.rows_by_key[k].items()
+                      if columns is None or c in columns})
+                 for k in keys if k in self.rows_by_key]
+        return [(k, cells) for k, cells in found if cells]
 
     @contextmanager
     def batch(self, batch_size: int) -> Iterator[Any]:

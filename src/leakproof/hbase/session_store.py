@@ -10,7 +10,7 @@ event; its user, entry url, first_ts and most counters do not).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import happybase
 
@@ -62,32 +62,30 @@ class SessionStore:
         self._batch_size = batch_size
         self._stored: dict[str, Mapping[bytes, bytes]] = {}  # the cells ``read`` saw
 
-    def read(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
+    def _rows(self, session_ids: Iterable[str], columns: list[bytes] | None = None
+              ) -> Iterator[tuple[str, dict[bytes, bytes]]]:
         """The rows that exist among ``session_ids`` (getRows, in chunks)."""
         ids = list(session_ids)
-        found: dict[str, SessionState] = {}
         for i in range(0, len(ids), self._batch_size):
             chunk = [sid.encode("utf-8") for sid in ids[i:i + self._batch_size]]
-            for key, cells in self._table.rows(chunk):
-                sid = key.decode("utf-8")
-                found[sid] = from_cells(sid, cells)
-                self._stored[sid] = cells
+            for key, cells in self._table.rows(chunk, columns=columns):
+                yield key.decode("utf-8"), cells
+
+    def read(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
+        """The rows that exist among ``session_ids``, whole."""
+        found: dict[str, SessionState] = {}
+        for sid, cells in self._rows(session_ids):
+            found[sid] = from_cells(sid, cells)
+            self._stored[sid] = cells
         return found
 
     def read_expiry(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
         """What expiry needs of the rows that exist among ``session_ids``: last_ts and
         state only (a session as ``SessionState`` with no other field read)."""
-        ids = list(session_ids)
-        found: dict[str, SessionState] = {}
-        for i in range(0, len(ids), self._batch_size):
-            chunk = [sid.encode("utf-8") for sid in ids[i:i + self._batch_size]]
-            for key, cells in self._table.rows(chunk, columns=[b"s:last_ts", b"s:state"]):
-                if b"s:last_ts" not in cells:
-                    continue
-                sid = key.decode("utf-8")
-                found[sid] = SessionState(sid, "", events=1, last_ts=int(cells[b"s:last_ts"]),
-                                          state=cells.get(b"s:state", b"open").decode())
-        return found
+        return {sid: SessionState(sid, "", events=1, last_ts=int(cells[b"s:last_ts"]),
+                                  state=cells.get(b"s:state", b"open").decode())
+                for sid, cells in self._rows(session_ids, [b"s:last_ts", b"s:state"])
+                if b"s:last_ts" in cells}
 
     def write(self, rows: Iterable[SessionState], close: Iterable[str] = ()) -> None:
         """Put each row's changed cells (all of a row ``read`` did not find), and mark
