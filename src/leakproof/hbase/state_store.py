@@ -122,13 +122,16 @@ class StateStore:
         the state row never runs ahead.
 
         ``w:pending`` (this range's watermark: no entry it leaves stale is newer) marks the
-        index writes under way; the last put clears it in the same row mutation, keeping
-        ``check_below`` (what ``read_partition`` said, a crashed range's mark included).
+        index writes under way; the last batch writes the watermark, keeping ``check_below``
+        (what ``read_partition`` said, a crashed range's mark included), then clears it.
+        HBase's Thrift ``mutateRows`` applies a batch's puts before its deletes, as two
+        operations: a stop between them leaves the mark, which only makes the next range
+        check more entries.
         """
         row = _wm_row(topic, partition)
         self._table.put(row, {b"w:pending": str(state.watermark).encode()})
         self._apply(topic, partition, index)
-        with self._table.batch() as batch:  # one mutation of the row: put and delete
+        with self._table.batch() as batch:  # the put lands first, then the delete
             batch.put(row, {b"w:watermark": str(state.watermark).encode(),
                             b"w:offset": str(state.watermark_offset).encode(),
                             b"w:cutoff": str(max(0, cutoff)).encode(),
