@@ -55,6 +55,7 @@ KAFKA_CA_PEM = KAFKA_TLS_DIR / "broker.pem"
 ZK_PORT = 2181
 THRIFT_PORT = 9090
 THRIFT_FC_PORT = 9091  # optional second Thrift server: framed transport, compact protocol
+THRIFT_SPARE_PORT = 9096  # optional: one the tests may stop and kill (not 9095: Thrift's UI)
 SPARK_MASTER_PORT = 7077
 SPARK_MASTER_UI_PORT = 8080
 SPARK_WORKER_PORTS = ((7078, 8081), (7079, 8082))
@@ -471,6 +472,7 @@ def secure_services() -> list[Service]:
 def optional_services() -> list[Service]:
     """Started only on request (``stack.py start NAME``), e.g. by the transport tests."""
     return [thrift_service("thrift-framed-compact", THRIFT_FC_PORT, framed=True, compact=True),
+            thrift_service("thrift-spare", THRIFT_SPARE_PORT),
             yarn_service()]
 
 
@@ -551,6 +553,8 @@ def wait_ready(svc: Service) -> None:
     elif svc.name == "thrift-framed-compact":
         wait_until(svc, "create/put/get", lambda: probe_hbase(THRIFT_FC_PORT, "framed",
                                                               "compact"))
+    elif svc.name == "thrift-spare":
+        wait_until(svc, "create/put/get", lambda: probe_hbase(THRIFT_SPARE_PORT))
     else:
         wait_until(svc, "port", probe_port(svc.port))
         if svc.name.startswith("spark-worker"):

@@ -18,7 +18,8 @@ from leakproof import config
 from leakproof.produce import create_topic
 from proctools import pids_matching
 
-from .helpers import KAFKA, THRIFT, Env, base_config, port_open
+from .helpers import KAFKA, SPARE_THRIFT, THRIFT, Env, base_config, port_open
+from .helpers import stack as stack_py
 
 # The JVMs a test starts (a local-mode driver, standalone and YARN executors, a YARN AM) live
 # for seconds to a minute: C2's compiles and G1's threads cost them more CPU than they win back,
@@ -57,6 +58,18 @@ def stack() -> None:
     if down:
         pytest.fail(f"local stack not running ({', '.join(down)}): run `make stack-up` or use "
                     f"`make test`, which starts it", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def spare_thrift() -> Iterator[int]:
+    """The spare Thrift server's port, started for this worker's session if it is not up (and
+    stopped again at its end). Its tests share the xdist group "spare-thrift", so one worker
+    runs them one after another while the others keep using the main server."""
+    started = not port_open(SPARE_THRIFT)
+    stack_py("start", "thrift-spare")  # returns once it answers; a no-op if it already runs
+    yield SPARE_THRIFT[1]
+    if started:
+        stack_py("stop", "thrift-spare")
 
 
 @pytest.fixture(autouse=True)

@@ -38,6 +38,9 @@ from submit import standalone_submit as standalone_submit
 ROOT = Path(__file__).resolve().parents[2]
 KAFKA = ("127.0.0.1", 9092)
 THRIFT = ("127.0.0.1", 9090)
+# a second Thrift server on the same HBase (`stack.py start thrift-spare`), which the tests
+# that stop or kill Thrift point their jobs at: the tests beside them keep theirs
+SPARE_THRIFT = ("127.0.0.1", 9096)
 SPARK_MASTER = ("127.0.0.1", 7077)
 YARN_RM = ("127.0.0.1", 8032)
 YARN_CONF = ROOT / ".services" / "yarn" / "conf"

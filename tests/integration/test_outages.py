@@ -1,8 +1,10 @@
 """HBase outages under a running job: ridden out within hbase.outage_tolerance_s, exact after.
 
 Each test prints its recovery time: from the service being back (and from the fault) to the
-next committed batch. (An outage longer than the tolerance stops the job instead: see
-test_pipeline's test_failed_batch_stops_the_job_without_committing_past_it.)
+next committed batch. The Thrift outages hit a spare Thrift server that only the job uses, so
+they run beside other tests; the whole-HBase restart runs alone. (An outage longer than the
+tolerance stops the job instead: see test_pipeline's
+test_failed_batch_stops_the_job_without_committing_past_it.)
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from leakproof.generator import GeneratorSpec
 
 from .helpers import (
     ROW_RE,
+    THRIFT,
     Env,
     assert_offsets_chain,
     audit_total,
@@ -24,17 +27,18 @@ from .helpers import (
     wait_for,
 )
 
-# serial: HBase or its Thrift server goes away for every test beside these
-pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.serial,
-              pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 
 
 def ride_through(env: Env, spec: GeneratorSpec, label: str, fault: list[list[str]],
-                 down_s: float, restore: list[list[str]]) -> dict[str, float]:
-    """Run the job capped, inject ``fault`` after its first commit, wait ``down_s``, run
-    ``restore``; the job must finish by itself (exit 0) and the oracle must be exact."""
+                 down_s: float, restore: list[list[str]],
+                 thrift_port: int = THRIFT[1]) -> dict[str, float]:
+    """Run the job capped (through the Thrift server on ``thrift_port``), inject ``fault``
+    after its first commit, wait ``down_s``, run ``restore``; the job must finish by itself
+    (exit 0) and the oracle must be exact."""
     env.produce(spec)
-    cfg = env.variant(label, kafka={"max_rate_per_partition": 400})
+    cfg = env.variant(label, kafka={"max_rate_per_partition": 400},
+                      hbase={"port": thrift_port})
     try:
         with env.background("--until-idle", "8", config=cfg, name=label) as job:
             wait_for("a first commit", lambda: len(offsets_rows(env)) >= 1)
@@ -53,8 +57,9 @@ def ride_through(env: Env, spec: GeneratorSpec, label: str, fault: list[list[str
             done = time.monotonic()
             rc = job.wait(timeout=300)
             text = job.text()
-    finally:
-        stack("up")  # whatever happened, leave the stack up for the next test
+    finally:  # whatever happened, leave the service up for the next test
+        for args in restore:
+            stack(*args)
     assert rc == 0, text[-4000:]
     assert "retry" in text  # the outage was seen and ridden out, not missed
     env.verify(spec)
@@ -68,18 +73,23 @@ def ride_through(env: Env, spec: GeneratorSpec, label: str, fault: list[list[str
     return figures
 
 
-def test_thrift_server_restart_is_ridden_out(env: Env) -> None:
+@pytest.mark.xdist_group("spare-thrift")
+def test_thrift_server_restart_is_ridden_out(env: Env, spare_thrift: int) -> None:
     ride_through(env, GeneratorSpec(seed=1500, events=24_000, sessions=2_400), "thrift-bounce",
-                 [["kill", "thrift"]], 3, [["start", "thrift"]])
+                 [["kill", "thrift-spare"]], 3, [["start", "thrift-spare"]], spare_thrift)
 
 
+@pytest.mark.serial  # HBase goes away for every test beside it
 def test_whole_hbase_restart_is_ridden_out(env: Env) -> None:
     ride_through(env, GeneratorSpec(seed=1510, events=24_000, sessions=2_400), "hbase-bounce",
                  [["kill", "thrift"], ["kill", "hbase"]], 2, [["up"]])
 
 
-def test_hbase_unavailable_for_several_intervals_batches_queue(env: Env) -> None:
+@pytest.mark.xdist_group("spare-thrift")
+def test_hbase_unavailable_for_several_intervals_batches_queue(env: Env,
+                                                               spare_thrift: int) -> None:
     figures = ride_through(env, GeneratorSpec(seed=1520, events=24_000, sessions=2_400),
-                           "thrift-away", [["stop", "thrift"]], 8, [["start", "thrift"]])
+                           "thrift-away", [["stop", "thrift-spare"]], 8,
+                           [["start", "thrift-spare"]], spare_thrift)
     # batches planned during the outage waited and committed afterwards, in order
     assert figures["queued_batches"] >= 3, figures

@@ -146,21 +146,23 @@ def test_driver_killed_after_session_writes_before_commit(env: Env) -> None:
 
 
 @pytest.mark.faults
-@pytest.mark.serial  # the Thrift server goes away for every test beside it
-def test_failed_batch_stops_the_job_without_committing_past_it(env: Env) -> None:
+@pytest.mark.xdist_group("spare-thrift")  # the job's Thrift server goes away
+def test_failed_batch_stops_the_job_without_committing_past_it(env: Env,
+                                                               spare_thrift: int) -> None:
     spec = GeneratorSpec(seed=401, events=40_000, sessions=4_000)
     env.produce(spec)
     impatient = env.variant("impatient", kafka={"max_rate_per_partition": 500},
-                            hbase={"outage_tolerance_s": 2})
+                            hbase={"outage_tolerance_s": 2, "port": spare_thrift})
     try:
         with env.background(config=impatient, name="failing-run") as job:
             wait_for("a first commit", lambda: bool(offsets_rows(env)))
-            stack("stop", "thrift")  # HBase unreachable for longer than outage_tolerance_s
+            # HBase unreachable for longer than outage_tolerance_s
+            stack("stop", "thrift-spare")
             time.sleep(6)
             rc = job.wait(timeout=120)
             text = job.text()
     finally:
-        stack("start", "thrift")
+        stack("start", "thrift-spare")
     assert rc == 1, text[-4000:]
     assert "job failed; offsets were not committed past the last good batch" in text
     committed = assert_offsets_chain(env, complete=False)[-1]
