@@ -63,9 +63,9 @@ def test_python_worker_killed_mid_task_fails_the_batch_then_restart(env: Env) ->
 @pytest.mark.slow
 def test_kafka_broker_sigkill_and_restart_mid_stream(env: Env) -> None:
     """The job rides through a broker restart: planning pauses, reads resume, no restart."""
-    spec = GeneratorSpec(seed=1300, events=30_000, sessions=3_000)
+    spec = GeneratorSpec(seed=1300, events=16_000, sessions=1_600)
     env.produce(spec)
-    # 300/s per partition: about 25 one-second batches, so data is left when Kafka is back
+    # 300/s per partition: about 13 one-second batches, so data is left when Kafka is back
     with env.background("--until-idle", "8", config=env.capped(300),
                         name="broker-bounce") as job:
         wait_for("a first commit", lambda: len(offsets_rows(env)) >= 1)
