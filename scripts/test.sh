@@ -16,7 +16,8 @@ if [ "${1:-}" = fast ]; then mode=fast; shift; fi
 bin=.venv/bin
 results=.test-results
 started=0
-cleanup() { [ "$started" = 1 ] && $bin/python scripts/stack.py down --wipe; }
+# (wait: a stack start still running in the background ends before the stack is stopped)
+cleanup() { wait; [ "$started" = 1 ] && $bin/python scripts/stack.py down --wipe; }
 trap cleanup EXIT
 rm -rf "$results" && mkdir -p "$results"
 t0=$SECONDS
@@ -42,6 +43,12 @@ tests unit -q tests/unit
 [ -z "$failed" ] || fail "unit tests failed; not starting the stack"
 
 step "local stack"
+if [ $mode = full ]; then
+  # the job's Python environment for --archives, rebuilt so it holds this checkout's code;
+  # pip runs while the services start (they spend much of their start waiting)
+  $bin/python scripts/yarn_pack.py > "$results/yarn-pack.log" 2>&1 &
+  pack=$!
+fi
 $bin/python scripts/stack.py fetch || fail "could not fetch the jars"
 # A stack already running (a developer's) is reused and left running: every test uses its
 # own topic and table prefix. Otherwise a fresh one is started, and stopped at the end.
@@ -61,11 +68,14 @@ else
   echo "reusing the running stack"
 fi
 if [ $mode = full ]; then
+  # the secured stack (KDC, Kerberized Kafka and HBase: test_kerberos.py) starts beside YARN
+  $bin/python scripts/stack.py secure-up > "$results/secure-up.log" 2>&1 &
+  secure=$!
   $bin/python scripts/stack.py up --yarn | grep -E "yarn|error" || fail "YARN did not start"
-  # the job's Python environment for --archives, rebuilt so it holds this checkout's code
-  $bin/python scripts/yarn_pack.py || fail "could not pack the environment for YARN"
-  # the secured stack beside it: KDC, Kerberized Kafka and HBase (tests/integration/test_kerberos.py)
-  $bin/python scripts/stack.py secure-up | grep -E "ready|error" || fail "the secured stack did not start"
+  wait $pack || { cat "$results/yarn-pack.log"; fail "could not pack the environment for YARN"; }
+  cat "$results/yarn-pack.log"
+  wait $secure || { cat "$results/secure-up.log"; fail "the secured stack did not start"; }
+  grep -E "ready|error" "$results/secure-up.log"
 fi
 
 # TEST_WORKERS: how many quiet integration tests run at once in the full run
