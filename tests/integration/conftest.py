@@ -10,7 +10,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyspark
 import pytest
 import yaml
 
@@ -18,36 +17,16 @@ from leakproof import config
 from leakproof.produce import create_topic
 from proctools import pids_matching
 
+from . import short_jvms
 from .helpers import KAFKA, SPARE_THRIFT, THRIFT, Env, base_config, port_open
 from .helpers import stack as stack_py
 
-# The JVMs a test starts (a local-mode driver, standalone and YARN executors, a YARN AM) live
-# for seconds to a minute: C2's compiles and G1's threads cost them more CPU than they win back,
-# and on two cores CPU bounds the suite. These options took a pair of pipeline tests from 47 to
-# 35-38 CPU s over the whole machine, and CI's quiet phase from 994 to 887 s. Tests only:
-# `leakproof run`, `make run` and the benches keep the JVM's defaults.
-SHORT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-SPARK_DEFAULTS = {key: SHORT_JVM for key in (
-    "spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions",
-    "spark.yarn.am.extraJavaOptions")}
-# Without spark.yarn.jars or spark.yarn.archive, every YARN submission zips Spark's 460 MB of
-# jars, copies them to its staging directory, and the NodeManager copies and unzips them again
-# before the AM starts: 20 s of localizing per application on this machine. The MiniCluster's
-# NodeManager shares this file system, so the jars are "local:", as on a cluster with Spark
-# installed on every node (elsewhere, point spark.yarn.archive at a copy on HDFS; README).
-SPARK_DEFAULTS["spark.yarn.jars"] = f"local:{Path(pyspark.__file__).parent / 'jars'}/*"
-
 
 @pytest.fixture(scope="session", autouse=True)
-def short_lived_jvms(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Every spark-submit this session runs (directly or under `leakproof run`) reads its
-    defaults from a SPARK_CONF_DIR holding SPARK_DEFAULTS; a setting a test passes wins."""
-    if "SPARK_CONF_DIR" in os.environ:  # the caller chose one: leave it alone
-        return
-    conf = tmp_path_factory.mktemp("spark-conf")
-    (conf / "spark-defaults.conf").write_text(
-        "".join(f"{key} {value}\n" for key, value in SPARK_DEFAULTS.items()))
-    os.environ["SPARK_CONF_DIR"] = str(conf)
+def short_lived_jvms() -> None:
+    """Every spark-submit this session runs (directly or under `leakproof run`) starts
+    cheaper JVMs (short_jvms.py); a setting a test passes still wins."""
+    short_jvms.install()
 
 
 @pytest.fixture(scope="session", autouse=True)
