@@ -8,10 +8,11 @@ then live seconds to a minute. Three things make each one cheaper:
   back (a pair of pipeline tests: 47 -> 35-38 CPU s over the whole machine).
 - A dynamic CDS archive (JDK 13+) of the driver's classes, made once per Spark and JDK: the
   JVM maps them instead of parsing and verifying thousands of classes from Spark's jars (the
-  driver JVM of a `leakproof run` on an empty topic: 2.9-3.5 -> 1.9-2.5 CPU s). CDS refuses a class path holding a non-empty
-  directory, and spark-submit puts SPARK_CONF_DIR first on it, so the tests' SPARK_CONF_DIR
-  is an empty directory and their Spark settings travel as ``-Dspark.*`` system properties
-  in SPARK_SUBMIT_OPTS, which SparkConf reads and spark-submit's ``--conf`` overrides.
+  driver JVM of a `leakproof run` on an empty topic: 2.9-3.5 -> 1.9-2.5 CPU s). CDS refuses
+  a class path holding a non-empty directory, and spark-submit puts SPARK_CONF_DIR first on
+  it, so the tests' SPARK_CONF_DIR is an empty directory and their Spark settings travel as
+  ``-Dspark.*`` system properties in SPARK_SUBMIT_OPTS, which SparkConf reads and
+  spark-submit's ``--conf`` overrides.
 - YARN applications find Spark's jars in place (``spark.yarn.jars=local:``), instead of
   zipping, staging and unpacking 460 MB per application (20 s of each AM's start here).
 
