@@ -49,6 +49,10 @@ if [ $mode = full ]; then
   $bin/python scripts/yarn_pack.py > "$results/yarn-pack.log" 2>&1 &
   pack=$!
 fi
+# the tests' class-data-sharing archive for Spark drivers (tests/integration/short_jvms.py),
+# made once per Spark and JDK; else the first test session makes it while every worker waits
+PYTHONPATH=scripts $bin/python -m tests.integration.short_jvms > "$results/cds.log" 2>&1 &
+cds=$!
 $bin/python scripts/stack.py fetch || fail "could not fetch the jars"
 # A stack already running (a developer's) is reused and left running: every test uses its
 # own topic and table prefix. Otherwise a fresh one is started, and stopped at the end.
@@ -77,6 +81,8 @@ if [ $mode = full ]; then
   wait $secure || { cat "$results/secure-up.log"; fail "the secured stack did not start"; }
   grep -E "ready|error" "$results/secure-up.log"
 fi
+
+wait $cds; cat "$results/cds.log"  # without the archive the tests only run slower
 
 # TEST_WORKERS: how many quiet integration tests run at once in the full run
 workers=${TEST_WORKERS:-2}

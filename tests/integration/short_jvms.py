@@ -96,6 +96,8 @@ def driver_archive(conf_dir: Path) -> Path | None:
             warnings.warn(f"no CDS archive for the tests' Spark drivers (they start without "
                           f"it): {out.stderr[-2000:]}", stacklevel=1)
             return None
+        for old in CDS_DIR.glob("driver-*.jsa"):  # for another Spark or JDK: 75 MB each
+            old.unlink()
         partial.rename(archive)
         return archive
 
@@ -109,14 +111,24 @@ def submit_opts(archive: Path | None) -> str:
     return " ".join(opts)
 
 
+def conf_dir() -> Path:
+    """The tests' SPARK_CONF_DIR: empty, and the same path in every session (see above)."""
+    conf = CDS_DIR / "conf"
+    conf.mkdir(parents=True, exist_ok=True)
+    for leftover in conf.iterdir():
+        leftover.unlink()
+    return conf
+
+
 def install() -> None:
     """Point this process's environment (and so every spark-submit a test starts, directly
     or under `leakproof run`) at the settings above; a caller's own choice is left alone."""
     if "SPARK_CONF_DIR" in os.environ or "SPARK_SUBMIT_OPTS" in os.environ:
         return
-    conf = CDS_DIR / "conf"  # empty, and the same path in every session: see above
-    conf.mkdir(parents=True, exist_ok=True)
-    for leftover in conf.iterdir():
-        leftover.unlink()
+    conf = conf_dir()
     os.environ["SPARK_CONF_DIR"] = str(conf)
     os.environ["SPARK_SUBMIT_OPTS"] = submit_opts(driver_archive(conf))
+
+
+if __name__ == "__main__":  # scripts/test.sh: make the archive while the stack starts
+    print(f"CDS archive for the tests' Spark drivers: {driver_archive(conf_dir())}")
