@@ -302,13 +302,16 @@ def hbase_service() -> Service:
                     "start"])
 
 
+THRIFT_CLASS = "org.apache.hadoop.hbase.thrift.ThriftServer"
+
+
 def thrift_service(name: str = "thrift", port: int = THRIFT_PORT, framed: bool = False,
                    compact: bool = False) -> Service:
     """Buffered/binary by default, as happybase expects; -f / -c for the other transports."""
     extra = (["-f"] if framed else []) + (["-c"] if compact else [])
     return Service(name, "hbase", port,
-                   [*hbase_java(name, "384m"), "org.apache.hadoop.hbase.thrift.ThriftServer",
-                    "-b", HOST, "-p", str(port), *extra, "start"])
+                   [*hbase_java(name, "384m"), THRIFT_CLASS, "-b", HOST, "-p", str(port),
+                    *extra, "start"])
 
 
 def spark_home() -> Path:
@@ -453,7 +456,6 @@ def secure_hbase_java(name: str, heap: str, conf: str = "conf") -> list[str]:
 
 
 def secure_services() -> list[Service]:
-    thrift = "org.apache.hadoop.hbase.thrift.ThriftServer"
     return [
         kdc_service(),
         secure_kafka_service(),
@@ -461,10 +463,10 @@ def secure_services() -> list[Service]:
                 [*secure_hbase_java("master-secure", "1g"),
                  "org.apache.hadoop.hbase.master.HMaster", "start"]),
         Service("thrift-sasl", "secure", THRIFT_SASL_PORT,
-                [*secure_hbase_java("thrift-sasl", "256m"), thrift,
+                [*secure_hbase_java("thrift-sasl", "256m"), THRIFT_CLASS,
                  "-b", HOST, "-p", str(THRIFT_SASL_PORT), "start"]),
         Service("thrift-https", "secure", THRIFT_HTTPS_PORT,
-                [*secure_hbase_java("thrift-https", "256m", "conf-http"), thrift,
+                [*secure_hbase_java("thrift-https", "256m", "conf-http"), THRIFT_CLASS,
                  "-b", HOST, "-p", str(THRIFT_HTTPS_PORT), "start"]),
     ]
 
@@ -548,13 +550,11 @@ def wait_ready(svc: Service) -> None:
     t0 = time.monotonic()
     if svc.name == "kafka":
         wait_until(svc, "describe_cluster", probe_kafka)
-    elif svc.name == "thrift":
-        wait_until(svc, "create/put/get", probe_hbase)
-    elif svc.name == "thrift-framed-compact":
-        wait_until(svc, "create/put/get", lambda: probe_hbase(THRIFT_FC_PORT, "framed",
-                                                              "compact"))
-    elif svc.name == "thrift-spare":
-        wait_until(svc, "create/put/get", lambda: probe_hbase(THRIFT_SPARE_PORT))
+    elif svc.group == "hbase" and THRIFT_CLASS in svc.argv:  # any plain Thrift server
+        # the transport and protocol its thrift_service flags (-f, -c) chose
+        transport = "framed" if "-f" in svc.argv else "buffered"
+        protocol = "compact" if "-c" in svc.argv else "binary"
+        wait_until(svc, "create/put/get", lambda: probe_hbase(svc.port, transport, protocol))
     else:
         wait_until(svc, "port", probe_port(svc.port))
         if svc.name.startswith("spark-worker"):
