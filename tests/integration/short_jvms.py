@@ -75,7 +75,8 @@ def _java() -> str:
 def driver_archive(conf_dir: Path) -> Path | None:
     """The archive for drivers with ``conf_dir`` as SPARK_CONF_DIR, made on first use (under
     a lock: xdist workers start together); None if it could not be made."""
-    key = hashlib.sha256("|".join((pyspark.__version__, _java(), str(os.stat(_java()).st_mtime),
+    java = _java()
+    key = hashlib.sha256("|".join((pyspark.__version__, java, str(os.stat(java).st_mtime),
                                    SHORT_JVM, str(conf_dir), _WARM_JOB)).encode()).hexdigest()
     archive = CDS_DIR / f"driver-{key[:16]}.jsa"
     with open(CDS_DIR / "lock", "w") as lock:
