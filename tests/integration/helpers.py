@@ -282,6 +282,15 @@ def finish_exact(env: Env, spec: GeneratorSpec, job: Background, timeout: float 
     return text
 
 
+def resume_exactly(env: Env, spec: GeneratorSpec) -> None:
+    """After a stop part way, a plain local run finishes the topic: held to the oracle, the
+    offsets chain and one commit per record."""
+    env.run("--until-idle", "4")
+    env.verify(spec)
+    assert_offsets_chain(env)
+    assert audit_total(env, b"records") == records(spec)
+
+
 def progress_lines(stderr: str) -> list[dict[str, Any]]:
     """The JSON progress objects of a ``--log-format json`` run, in order."""
     return [json.loads(line.split("leakproof.stream: ", 1)[1])

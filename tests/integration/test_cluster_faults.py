@@ -43,7 +43,8 @@ def submit(env: Env, config: str, label: str, *args: str,
 
 def crash_once(env: Env, point: str, label: str, evidence: str) -> float:
     """Run under spark-submit with a one-time crash in an executor; seconds to recover."""
-    spec = GeneratorSpec(seed=1700 + len(label), events=24_000, sessions=2_400)
+    # 2 000 records a batch: the crash comes in the first, five more follow it
+    spec = GeneratorSpec(seed=1700 + len(label), events=12_000, sessions=1_200)
     env.produce(spec)
     marker = env.tmp / f"{label}.crashed"
     with submit(env, env.capped(500), label, "--until-idle", "6",
@@ -71,7 +72,8 @@ def test_executor_jvm_killed_mid_task_is_retried(env: Env) -> None:
 
 
 def test_whole_worker_killed_mid_stream(env: Env) -> None:
-    spec = GeneratorSpec(seed=1750, events=24_000, sessions=2_400)
+    # 1 600 records a batch: the kill after two leaves seven
+    spec = GeneratorSpec(seed=1750, events=14_400, sessions=1_440)
     env.produce(spec)
     try:
         with submit(env, env.capped(400), "worker-kill", "--until-idle", "6") as job:

@@ -23,6 +23,7 @@ from .helpers import (
     offsets_rows,
     records,
     require_standalone,
+    resume_exactly,
     run_cli,
     standalone_submit,
     wait_for,
@@ -47,13 +48,6 @@ def stopped_cleanly(env: Env, job: Background, asked_at: float, label: str) -> s
     assert audit_total(env, b"records") == sum(chain[-1].values())  # committed = processed
     print(f"{label}: stop -> exit {took:.1f}s")
     return text
-
-
-def resume_exactly(env: Env, spec: GeneratorSpec) -> None:
-    env.run("--until-idle", "4")
-    env.verify(spec)
-    assert_offsets_chain(env)
-    assert audit_total(env, b"records") == records(spec)  # every record in exactly one commit
 
 
 def leakproof_stop(env: Env, wait_s: int = STOP_BOUND_S) -> str:
