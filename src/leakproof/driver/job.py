@@ -534,6 +534,33 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:500] if lines else ''}"
 
 
+# An executor's JVM only hands ranges to its Python workers, which read, fold and write, and
+# takes their small reports back: C2's compiles cost such a JVM more CPU than they win back,
+# and they compete with the driver's and the other executors' start after a restart. With C1
+# only, `make bench-recovery` (standalone, 2 cores) measured a driver SIGKILL -> next commit
+# at 17.1-18.0 s, against 24.7-33.7 s with the JVM's default. A default, not extra options:
+# Spark puts spark.executor.extraJavaOptions after it, so a user's flags still win.
+EXECUTOR_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
+def spark_defaults() -> dict[str, str]:
+    """What leakproof sets unless job.spark_conf or spark-submit (with its
+    spark-defaults.conf) already did."""
+    return {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.enabled": "false",
+        "spark.streaming.concurrentJobs": "1",
+        "spark.executor.defaultJavaOptions": EXECUTOR_JAVA_OPTIONS,
+    }
+
+
+def apply_settings(conf: Any, cfg: Config) -> None:
+    """config.yml's job.spark_conf, then leakproof's defaults, each only for a key nothing set
+    before: spark-submit's --conf and spark-defaults.conf, already in ``conf``, win."""
+    for key, value in [*cfg.job.spark_conf.items(), *spark_defaults().items()]:
+        conf.setIfMissing(key, value)
+
+
 def spark_context(cfg: Config) -> Any:
     """The SparkContext for ``leakproof run``: spark-submit's settings win over config.yml."""
     from pyspark import SparkConf, SparkContext
@@ -547,11 +574,7 @@ def spark_context(cfg: Config) -> Any:
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     if not submitted:
         conf.setMaster(cfg.job.master).setAppName(cfg.job.app_name)
-    for key, value in cfg.job.spark_conf.items():
-        conf.setIfMissing(key, value)
-    conf.setIfMissing("spark.ui.showConsoleProgress", "false")
-    conf.setIfMissing("spark.ui.enabled", "false")
-    conf.setIfMissing("spark.streaming.concurrentJobs", "1")
+    apply_settings(conf, cfg)
     if submitted:
         sc = SparkContext.getOrCreate(conf)
     else:

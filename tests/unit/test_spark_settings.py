@@ -1,0 +1,52 @@
+"""Which Spark settings a run gets: spark-submit's, then config.yml's, then leakproof's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pyspark import SparkConf
+
+from leakproof import config
+from leakproof.driver.job import EXECUTOR_JAVA_OPTIONS, apply_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _config(spark_conf: dict[str, Any]) -> config.Config:
+    data: dict[str, Any] = yaml.safe_load((ROOT / "config.yml").read_text())
+    data["job"]["spark_conf"] = spark_conf
+    return config.from_dict(data)
+
+
+def _conf(**given: str) -> SparkConf:
+    conf = SparkConf(loadDefaults=False)  # no JVM: a plain dict, as before the context
+    for key, value in given.items():
+        conf.set(key.replace("_", "."), value)
+    return conf
+
+
+def test_executors_get_c1_only_and_the_ui_stays_off_by_default() -> None:
+    conf = _conf()
+    apply_settings(conf, _config({}))
+    assert conf.get("spark.executor.defaultJavaOptions") == EXECUTOR_JAVA_OPTIONS
+    assert EXECUTOR_JAVA_OPTIONS == "-XX:TieredStopAtLevel=1"  # no GC flag: it could clash
+    assert conf.get("spark.ui.enabled") == "false"
+    assert conf.get("spark.streaming.concurrentJobs") == "1"
+    assert conf.get("spark.executor.extraJavaOptions") is None  # the user's, untouched
+
+
+def test_config_yml_wins_over_the_defaults() -> None:
+    conf = _conf()
+    apply_settings(conf, _config({"spark.executor.defaultJavaOptions": "-XX:+PrintFlagsFinal",
+                                  "spark.ui.enabled": True}))
+    assert conf.get("spark.executor.defaultJavaOptions") == "-XX:+PrintFlagsFinal"
+    assert conf.get("spark.ui.enabled") == "true"
+
+
+def test_spark_submit_wins_over_config_yml_and_the_defaults() -> None:
+    conf = _conf(spark_executor_defaultJavaOptions="-Xss4m", spark_ui_enabled="true")
+    apply_settings(conf, _config({"spark.ui.enabled": False}))
+    assert conf.get("spark.executor.defaultJavaOptions") == "-Xss4m"
+    assert conf.get("spark.ui.enabled") == "true"
