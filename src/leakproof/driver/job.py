@@ -536,10 +536,11 @@ def describe(exc: BaseException) -> str:
 
 # An executor's JVM only hands ranges to its Python workers, which read, fold and write, and
 # takes their small reports back: C2's compiles cost such a JVM more CPU than they win back,
-# and they compete with the driver's and the other executors' start after a restart. With C1
-# only, `make bench-recovery` (standalone, 2 cores) measured a driver SIGKILL -> next commit
-# at 17.1-18.0 s, against 24.7-33.7 s with the JVM's default. A default, not extra options:
-# Spark puts spark.executor.extraJavaOptions after it, so a user's flags still win.
+# and they compete with the driver's and the other executors' start after a restart. In
+# `make bench-recovery` runs (standalone, 2 cores) alternating with and without C1 only, a
+# driver SIGKILL cost 29.2-30.1 s against 34.0-35.9 s to the next commit, then 19.2-23.7 s
+# against 22.4-27.6 s. A default, not extra options: Spark puts
+# spark.executor.extraJavaOptions after it, so a user's flags still win.
 EXECUTOR_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
