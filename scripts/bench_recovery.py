@@ -7,7 +7,8 @@ the standalone cluster (client mode). After a few commits the driver's whole pro
 do, and the same command starts again at once, as a supervisor would (INITIAL_RATE=N: with
 backpressure on and its first batch capped at N ev/s per partition). Printed, for ROUNDS
 kills: seconds from the kill to the restarted driver's start line, to its streaming line, and
-to its first commit; then the oracle's verdict over everything produced.
+to its first commit; then the oracle's verdict over everything produced. The run's tables
+are dropped after it (KEEP=1 keeps them).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import TypeVar
 
 import yaml
 
+from bench import drop_tables
 from leakproof import codec, config
 from leakproof.commit_stores import open_store
 from leakproof.generator import GeneratorSpec, generate
@@ -161,6 +163,7 @@ def rounds(drivers: list[subprocess.Popen[bytes]]) -> int:
                               f"{spec.sessions}:{spec.start_ts}"],
                              capture_output=True, text=True, check=False)
     exact = checked.returncode == 0 and "EXACT MATCH" in checked.stdout
+    drop_tables(cfg.hbase, name)  # left over, tables slow HBase and so the next runs
     worst = max(f[2] for f in figures)
     print("\nRESULT driver SIGKILL -> next commit: "
           + ", ".join(f"{f[2]:.1f}s" for f in figures)
