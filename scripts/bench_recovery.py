@@ -163,7 +163,7 @@ def rounds(drivers: list[subprocess.Popen[bytes]]) -> int:
                               f"{spec.sessions}:{spec.start_ts}"],
                              capture_output=True, text=True, check=False)
     exact = checked.returncode == 0 and "EXACT MATCH" in checked.stdout
-    drop_tables(cfg.hbase, name)  # left over, tables slow HBase and so the next runs
+    drop_tables(cfg.hbase, name)  # left over, they slow HBase and every later run
     worst = max(f[2] for f in figures)
     print("\nRESULT driver SIGKILL -> next commit: "
           + ", ".join(f"{f[2]:.1f}s" for f in figures)
