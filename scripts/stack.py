@@ -618,11 +618,16 @@ def prepare_kafka(wipe: bool) -> None:
 
 
 def format_kafka_storage(properties: Path) -> None:
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    # A random id starts with "-" one time in 64, and the tool's parser then takes it for an
+    # option ("--cluster-id: expected one argument"): Kafka's own random-uuid never makes one
+    # like that, so neither do we, and the value is attached with "=" as well.
+    cluster_id = "-"
+    while cluster_id.startswith("-"):
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
     result = subprocess.run(
         ["java", "-XX:TieredStopAtLevel=1", "-cp", f"{RUN / 'kafka' / 'lib'}/*",
          f"-Dlog4j2.configurationFile=file:{SERVICES / 'kafka' / 'log4j2.properties'}",
-         "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
+         "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c",
          str(properties), "--ignore-formatted"],
         capture_output=True, text=True, check=False)
     if result.returncode != 0:
