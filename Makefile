@@ -47,7 +47,7 @@ jars: venv ## fetch the Kafka and HBase jars from Maven Central (cached)
 stack-up: venv ## start Kafka, HBase + Thrift (SPARK=1: also Spark standalone; WIPE=1: empty data)
 	$(STACK) up $(if $(filter 1,$(SPARK)),--spark) $(if $(filter 1,$(WIPE)),--wipe)
 
-stack-down: venv ## stop everything the stack started (WIPE=1: delete its data too)
+stack-down: venv ## stop everything the stack started (WIPE=1: SIGKILL it and delete its data)
 	$(STACK) down $(if $(filter 1,$(WIPE)),--wipe)
 
 stack-status: venv ## one line per service: pid, port, memory

@@ -208,7 +208,8 @@ class Service:
         while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         if pid_alive(pid):
-            log(f"{self.name} ignored SIGTERM for {STOP_TIMEOUT_S:.0f}s; killing")
+            log(f"{self.name} ignored {signal.Signals(sig).name} for {STOP_TIMEOUT_S:.0f}s; "
+                "killing")
             os.kill(pid, signal.SIGKILL)
             while pid_alive(pid):
                 time.sleep(0.1)
@@ -856,9 +857,10 @@ def wait_spark_workers(count: int) -> None:
 
 
 def down(wipe: bool) -> None:
-    # Consumers first, the store last: Spark, Thrift, HBase, Kafka.
+    # Consumers first, the store last: Spark, Thrift, HBase, Kafka. Data about to be wiped
+    # needs no clean shutdown: SIGKILL (a loaded HBase ignored SIGTERM for the whole 30 s).
     for svc in reversed(all_services()):
-        svc.stop()
+        svc.stop(signal.SIGKILL if wipe else signal.SIGTERM)
     if wipe:
         for sub in ("kafka/data", "hbase/root", "hbase/tmp", "hbase/zk", "spark", "yarn/tmp",
                     "yarn/target", "secure/kafka/data", "secure/hbase/root",
