@@ -23,9 +23,10 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from leakproof.backpressure import PIDRateEstimator
@@ -544,21 +545,20 @@ def describe(exc: BaseException) -> str:
 EXECUTOR_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
-def spark_defaults() -> dict[str, str]:
-    """What leakproof sets unless job.spark_conf or spark-submit (with its
-    spark-defaults.conf) already did."""
-    return {
-        "spark.ui.showConsoleProgress": "false",
-        "spark.ui.enabled": "false",
-        "spark.streaming.concurrentJobs": "1",
-        "spark.executor.defaultJavaOptions": EXECUTOR_JAVA_OPTIONS,
-    }
+# What leakproof sets unless job.spark_conf or spark-submit (with its spark-defaults.conf)
+# already did.
+SPARK_DEFAULTS: Mapping[str, str] = MappingProxyType({
+    "spark.ui.showConsoleProgress": "false",
+    "spark.ui.enabled": "false",
+    "spark.streaming.concurrentJobs": "1",
+    "spark.executor.defaultJavaOptions": EXECUTOR_JAVA_OPTIONS,
+})
 
 
 def apply_settings(conf: Any, cfg: Config) -> None:
     """config.yml's job.spark_conf, then leakproof's defaults, each only for a key nothing set
     before: spark-submit's --conf and spark-defaults.conf, already in ``conf``, win."""
-    for key, value in [*cfg.job.spark_conf.items(), *spark_defaults().items()]:
+    for key, value in [*cfg.job.spark_conf.items(), *SPARK_DEFAULTS.items()]:
         conf.setIfMissing(key, value)
 
 
