@@ -170,3 +170,40 @@ def test_unknown_event_type_decodes() -> None:
 def test_near_max_size_record_decodes() -> None:
     big = WebEvent(**{**EVENT.to_record(), "url": "https://x/" + "a" * 1_000_000})
     assert codec.decode(b"s1", codec.encode_value(big), **WHERE) == big
+
+
+# -- the fast path takes only what the checked path accepts, and gives the same event
+
+def test_webevent_fields_keep_the_schema_order() -> None:
+    """The fast path builds a WebEvent from the decoded record's values, in order."""
+    from dataclasses import fields
+    assert [f.name for f in fields(WebEvent)] == [f["name"] for f in schema_json()["fields"]]
+
+
+def _mutations(value: bytes) -> list[bytes]:
+    """Truncations, extensions and single-byte changes of ``value``."""
+    out = [value[:n] for n in range(len(value))] + [value + b"\x00", value + b"\x02x"]
+    for i in range(len(value)):
+        for b in (0x00, 0x01, 0x7F, 0x80, 0xFF, value[i] ^ 0x40):
+            out.append(value[:i] + bytes([b]) + value[i + 1:])
+    return out
+
+
+@pytest.mark.parametrize("writer_schemas", [(), (json.dumps(EVOLVED),)])
+@pytest.mark.parametrize("key", [b"s1", b"s2", None, b"\xff"])
+def test_fast_and_checked_paths_agree_on_every_mutated_record(
+        writer_schemas: tuple[str, ...], key: bytes | None) -> None:
+    decoder = codec.Decoder(writer_schemas, max_ahead_ms=60_000)
+    for value in _mutations(good()):
+        for ts in (None, -1, EVENT.ts, EVENT.ts - 60_001):
+            try:
+                want: object = decoder._checked(key, value, "t", 2, 41, ts)
+            except DecodeError as err:
+                want = err.kind
+            fast = decoder._fast(key, value, ts) if value else None
+            assert fast is None or fast == want, (value, ts)
+            try:
+                got: object = decoder.decode(key, value, **WHERE, timestamp=ts)
+            except DecodeError as err:
+                got = err.kind
+            assert got == want, (value, ts)
