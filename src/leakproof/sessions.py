@@ -90,6 +90,10 @@ class SeqSet:
             self._hi.insert(i + 1, seq)
         return True
 
+    def bounds(self) -> tuple[int, int]:
+        """(lowest, highest) seq in the set; (0, -1) when empty, as a new session starts."""
+        return (self._lo[0], self._hi[-1]) if self._lo else (0, -1)
+
     def ranges(self) -> list[tuple[int, int]]:
         return list(zip(self._lo, self._hi, strict=True))
 

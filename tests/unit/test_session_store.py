@@ -78,3 +78,37 @@ def test_a_replayed_range_that_changes_nothing_writes_nothing() -> None:
     puts = len(table.puts)
     fold(table, 0, event(0, "pageview", "/"), event(1))  # the same offsets again: fenced
     assert len(table.puts) == puts
+
+
+def test_seq_bounds_live_in_f_seqs_and_rows_that_stored_them_apart_keep_them_true() -> None:
+    table = MemoryTable()
+    fold(table, 0, event(2, "pageview", "/two"), event(3, url="/three"))
+    row = table.rows_by_key[b"s1"]
+    assert row[b"f:seqs"] == b"2-3"
+    assert b"f:entry_seq" not in row and b"f:max_seq" not in row
+    again = from_cells("s1", row)
+    assert (again.entry_seq, again.max_seq) == (2, 3)
+
+    # a row as older versions wrote it: the bounds in cells of their own, kept up to date
+    old = MemoryTable()
+    fold(old, 0, event(2, "pageview", "/two"), event(3, url="/three"))
+    old.rows_by_key[b"s1"].update({b"f:entry_seq": b"2", b"f:max_seq": b"3"})
+    fold(old, 2, event(1, url="/one"), event(5, url="/five"))
+    fold(table, 2, event(1, url="/one"), event(5, url="/five"))
+    assert old.rows_by_key[b"s1"][b"f:entry_seq"] == b"1"
+    assert old.rows_by_key[b"s1"][b"f:max_seq"] == b"5"
+    for t in (old, table):
+        s = from_cells("s1", t.rows_by_key[b"s1"])
+        assert (s.entry_url, s.exit_url, s.out_of_order) == ("/one", "/five", 1)
+
+
+def test_a_row_from_before_f_seqs_reads_its_bounds_from_their_cells() -> None:
+    table = MemoryTable()
+    fold(table, 0, event(0, "pageview", "/"), event(1, url="/b"), event(4, url="/e"))
+    row = table.rows_by_key[b"s1"]
+    del row[b"f:seqs"]
+    row.update({b"f:entry_seq": b"0", b"f:max_seq": b"4"})
+    fold(table, 3, event(3, url="/d"))  # below the highest seq: out of order, exit stays
+    s = from_cells("s1", table.rows_by_key[b"s1"])
+    assert (s.entry_seq, s.max_seq, s.exit_url, s.out_of_order) == (0, 4, "/e", 1)
+    assert table.rows_by_key[b"s1"][b"f:seqs"] == b"3"  # what this version applied

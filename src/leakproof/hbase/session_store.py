@@ -6,6 +6,13 @@ which offsets it already holds. Only the cells whose value differs from the row 
 sent: the others already hold the same bytes, so the row reads the same as after a whole-row
 put, and HBase and its Thrift server handle half the cells (a session's counts move with each
 event; its user, entry url, first_ts and most counters do not).
+
+Family ``f``: ``f:p:<topic>:<partition>`` the fence (last applied offset) per source
+partition, and ``f:seqs`` the seqs applied. The lowest and highest applied seq (which decide
+entry_url, exit_url and out_of_order) are the bounds of ``f:seqs``, so they are not stored
+again: every cell costs HBase a memstore insert (its largest cost in ``make bench``). Rows
+written before that keep their ``f:entry_seq`` and ``f:max_seq`` cells, which are read
+first and kept up to date in those rows, so any version reads them right.
 """
 
 from __future__ import annotations
@@ -22,14 +29,19 @@ _INT_COLUMNS = ("events", "pageviews", "clicks", "purchases", "errors", "bytes",
                 "last_ts", "out_of_order", "late_events", "duplicates", "unknown_types")
 _TEXT_COLUMNS = ("user_id", "entry_url", "exit_url", "state")
 _FENCE_PREFIX = "f:p:"
+_ENTRY_SEQ, _MAX_SEQ = b"f:entry_seq", b"f:max_seq"  # only in rows from before (see above)
 
 
 def to_cells(s: SessionState) -> dict[bytes, bytes]:
     cells = {f"s:{c}".encode(): str(getattr(s, c)).encode() for c in _INT_COLUMNS}
     cells.update({f"s:{c}".encode(): getattr(s, c).encode("utf-8") for c in _TEXT_COLUMNS})
-    cells[b"f:entry_seq"] = str(s.entry_seq).encode()
-    cells[b"f:max_seq"] = str(s.max_seq).encode()
     cells[b"f:seqs"] = s.seqs.to_text().encode()
+    # the seq bounds only where f:seqs does not say them (a row from before f:seqs)
+    lowest, highest = s.seqs.bounds()
+    if s.entry_seq != lowest:
+        cells[_ENTRY_SEQ] = str(s.entry_seq).encode()
+    if s.max_seq != highest:
+        cells[_MAX_SEQ] = str(s.max_seq).encode()
     for key, offset in s.fences.items():
         cells[f"{_FENCE_PREFIX}{key}".encode()] = str(offset).encode()
     return cells
@@ -41,9 +53,10 @@ def from_cells(session_id: str, cells: Mapping[bytes, bytes]) -> SessionState:
         setattr(s, c, int(cells.get(f"s:{c}".encode(), b"0")))
     for c in ("entry_url", "exit_url", "state"):
         setattr(s, c, cells.get(f"s:{c}".encode(), b"").decode("utf-8"))
-    s.entry_seq = int(cells.get(b"f:entry_seq", b"0"))
-    s.max_seq = int(cells.get(b"f:max_seq", b"-1"))
     s.seqs = SeqSet.from_text(cells.get(b"f:seqs", b"").decode())
+    lowest, highest = s.seqs.bounds()
+    s.entry_seq = int(cells.get(_ENTRY_SEQ, lowest))
+    s.max_seq = int(cells.get(_MAX_SEQ, highest))
     prefix = _FENCE_PREFIX.encode()
     s.fences = {k[len(prefix):].decode(): int(v) for k, v in cells.items() if k.startswith(prefix)}
     return s
@@ -95,6 +108,10 @@ class SessionStore:
                 cells = to_cells(s)
                 stored = self._stored.get(s.session_id)
                 if stored is not None:
+                    for old in (_ENTRY_SEQ, _MAX_SEQ):  # an older row: keep its cells true
+                        if old in stored:
+                            cells[old] = str(s.entry_seq if old == _ENTRY_SEQ
+                                             else s.max_seq).encode()
                     cells = {k: v for k, v in cells.items() if stored.get(k) != v}
                     if not cells:
                         continue
