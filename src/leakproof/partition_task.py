@@ -113,15 +113,15 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
     decoder = _decoder(cfg.input)
     gaps: list[Gap] = []
     report.consumer_cached = consumer_cached(cfg.kafka, rng.topic, rng.partition)
-    for rec in read_range(cfg.kafka, rng, gaps):
-        report.records += 1
+    decode, keep, topic, partition = decoder.decode, events.append, rng.topic, rng.partition
+    for rec in read_range(cfg.kafka, rng, gaps):  # once per record: locals only
         try:
-            events.append((rec.offset, decoder.decode(rec.key, rec.value, topic=rng.topic,
-                                                      partition=rng.partition, offset=rec.offset,
-                                                      timestamp=rec.timestamp)))
+            keep((rec.offset, decode(rec.key, rec.value, topic=topic, partition=partition,
+                                     offset=rec.offset, timestamp=rec.timestamp)))
         except DecodeError as err:
             dead.append(err)
             report.dead_letter_kinds[err.kind] = report.dead_letter_kinds.get(err.kind, 0) + 1
+    report.records = len(events) + len(dead)
     t1 = time.monotonic()
     report.read_s = t1 - t0
     report.gaps = tuple(gaps)

@@ -70,9 +70,15 @@ def readable(cells: Mapping[bytes, bytes]) -> dict[str, str]:
 class SessionStore:
     """Batched reads and writes of session rows on one happybase table."""
 
-    def __init__(self, table: happybase.Table, batch_size: int = 1000) -> None:
+    def __init__(self, table: happybase.Table, batch_size: int = 1000,
+                 write_cells: int = 5000) -> None:
+        """``batch_size`` rows per getRows; ``write_cells`` cells per mutateRows: each call
+        costs the Thrift server and HBase a round of their own: 5 000 cells in place of
+        1 000 took the Thrift server 0.8-1.0 CPU s against 1.2-1.9 for the same 60 000 rows
+        of 8 cells (idle stack, four runs each)."""
         self._table = table
         self._batch_size = batch_size
+        self._write_cells = write_cells
         self._stored: dict[str, Mapping[bytes, bytes]] = {}  # the cells ``read`` saw
 
     def _rows(self, session_ids: Iterable[str], columns: list[bytes] | None = None
@@ -103,7 +109,7 @@ class SessionStore:
     def write(self, rows: Iterable[SessionState], close: Iterable[str] = ()) -> None:
         """Put each row's changed cells (all of a row ``read`` did not find), and mark
         sessions closed that expired without new events."""
-        with self._table.batch(batch_size=self._batch_size) as batch:
+        with self._table.batch(batch_size=self._write_cells) as batch:
             for s in rows:
                 cells = to_cells(s)
                 stored = self._stored.get(s.session_id)
