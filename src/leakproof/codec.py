@@ -41,7 +41,6 @@ from leakproof.errors import DecodeError, KeyDecodeError, ValueDecodeError
 from leakproof.events import WebEvent, schema_json
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
-_schemaless_reader = fastavro.schemaless_reader
 
 
 @cache
@@ -112,19 +111,13 @@ class Decoder:
         (test_codec checks that WebEvent's fields keep that order)."""
         buf = io.BytesIO(value)
         try:
-            rec = _schemaless_reader(buf, self._reader, None)
+            rec = fastavro.schemaless_reader(buf, self._reader, None)
         except Exception:  # noqa: BLE001 - the checked path reads it again and names it
             return None
         if buf.tell() != len(value) or type(rec) is not dict:
             return None
         event = WebEvent(*rec.values())
-        if (not event.session_id or event.seq < 0 or event.ts < 0 or key is None
-                or key != event.session_id.encode("utf-8")):
-            return None
-        if self._max_ahead_ms and timestamp is not None and timestamp >= 0 \
-                and event.ts > timestamp + self._max_ahead_ms:
-            return None
-        return event
+        return event if self._fault(event, key, timestamp) is None else None
 
     def _checked(self, key: bytes | None, value: bytes | None, topic: str, partition: int,
                  offset: int, timestamp: int | None) -> WebEvent:
@@ -197,30 +190,37 @@ class Decoder:
 
     def _validate(self, event: WebEvent, key: bytes | None, timestamp: int | None,
                   where: dict[str, Any]) -> None:
+        fault = self._fault(event, key, timestamp)
+        if fault is not None:
+            error, kind, reason = fault
+            raise error(reason, kind=kind, **where)
+
+    def _fault(self, event: WebEvent, key: bytes | None, timestamp: int | None
+               ) -> tuple[type[DecodeError], str, str] | None:
+        """The first rule ``event`` and its key break, as (error, kind, reason); None if it
+        breaks none. The rules in one place: the fast path asks, the checked path raises."""
         if not event.session_id:
-            raise ValueDecodeError("empty session_id", kind="invalid_field", **where)
+            return ValueDecodeError, "invalid_field", "empty session_id"
         if event.seq < 0:
-            raise ValueDecodeError(f"seq must be >= 0, got {event.seq}", kind="invalid_field",
-                                   **where)
+            return ValueDecodeError, "invalid_field", f"seq must be >= 0, got {event.seq}"
         if event.ts < 0:
-            raise ValueDecodeError(f"ts must be >= 0 (epoch ms), got {event.ts}",
-                                   kind="invalid_field", **where)
+            return ValueDecodeError, "invalid_field", f"ts must be >= 0 (epoch ms), got {event.ts}"
         if self._max_ahead_ms and timestamp is not None and timestamp >= 0 \
                 and event.ts > timestamp + self._max_ahead_ms:
-            raise ValueDecodeError(
+            return ValueDecodeError, "future_ts", (
                 f"ts {event.ts} is {(event.ts - timestamp) / 1000:.0f} s after the record's "
                 f"Kafka timestamp {timestamp}; input.max_ahead_s allows "
-                f"{self._max_ahead_ms / 1000:.0f} s", kind="future_ts", **where)
+                f"{self._max_ahead_ms / 1000:.0f} s")
         if key is None:
-            raise KeyDecodeError("null key; the key must be the session_id", kind="null_key",
-                                 **where)
+            return KeyDecodeError, "null_key", "null key; the key must be the session_id"
         try:
             key_text = key.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise KeyDecodeError("key is not UTF-8", kind="key_not_utf8", **where) from exc
+        except UnicodeDecodeError:
+            return KeyDecodeError, "key_not_utf8", "key is not UTF-8"
         if key_text != event.session_id:
-            raise KeyDecodeError(f"key {key_text!r} differs from session_id "
-                                 f"{event.session_id!r}", kind="key_mismatch", **where)
+            return KeyDecodeError, "key_mismatch", (f"key {key_text!r} differs from session_id "
+                                                    f"{event.session_id!r}")
+        return None
 
 
 @cache
