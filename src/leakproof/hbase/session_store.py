@@ -32,15 +32,17 @@ _FENCE_PREFIX = "f:p:"
 _ENTRY_SEQ, _MAX_SEQ = b"f:entry_seq", b"f:max_seq"  # only in rows from before (see above)
 
 
-def to_cells(s: SessionState) -> dict[bytes, bytes]:
+def to_cells(s: SessionState, bound_cells: bool = False) -> dict[bytes, bytes]:
+    """The row's cells. The seq bounds get cells of their own only where ``f:seqs`` does
+    not say them (a row from before it), or where the row already has them
+    (``bound_cells``: a row an earlier version wrote, whose cells must stay true)."""
     cells = {f"s:{c}".encode(): str(getattr(s, c)).encode() for c in _INT_COLUMNS}
     cells.update({f"s:{c}".encode(): getattr(s, c).encode("utf-8") for c in _TEXT_COLUMNS})
     cells[b"f:seqs"] = s.seqs.to_text().encode()
-    # the seq bounds only where f:seqs does not say them (a row from before f:seqs)
     lowest, highest = s.seqs.bounds()
-    if s.entry_seq != lowest:
+    if bound_cells or s.entry_seq != lowest:
         cells[_ENTRY_SEQ] = str(s.entry_seq).encode()
-    if s.max_seq != highest:
+    if bound_cells or s.max_seq != highest:
         cells[_MAX_SEQ] = str(s.max_seq).encode()
     for key, offset in s.fences.items():
         cells[f"{_FENCE_PREFIX}{key}".encode()] = str(offset).encode()
@@ -111,13 +113,10 @@ class SessionStore:
         sessions closed that expired without new events."""
         with self._table.batch(batch_size=self._write_cells) as batch:
             for s in rows:
-                cells = to_cells(s)
                 stored = self._stored.get(s.session_id)
+                cells = to_cells(s, bound_cells=stored is not None and (
+                    _ENTRY_SEQ in stored or _MAX_SEQ in stored))
                 if stored is not None:
-                    for old in (_ENTRY_SEQ, _MAX_SEQ):  # an older row: keep its cells true
-                        if old in stored:
-                            cells[old] = str(s.entry_seq if old == _ENTRY_SEQ
-                                             else s.max_seq).encode()
                     cells = {k: v for k, v in cells.items() if stored.get(k) != v}
                     if not cells:
                         continue
