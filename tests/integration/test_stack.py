@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import subprocess
 import sys
 import textwrap
@@ -49,6 +50,23 @@ def test_keyed_records_read_back_in_order_by_assign_and_seek(env: Env) -> None:
     mid = list(read_range(env.cfg.kafka, OffsetRange(env.name, p, 10, 20)))
     assert [o for o, *_ in mid] == list(range(10, 20))
 
+
+
+def test_ranges_read_exactly_when_record_sizes_outgrow_the_sized_fetches(env: Env) -> None:
+    """Fetches are sized by the last records seen: small records, then ones far larger than
+    that size (and than the fetch floor), then small again, read as consecutive ranges by one
+    cached consumer, each exactly [from, until)."""
+    sizes = [100] * 300 + [400 * 1024] * 4 + [100] * 300
+    send_raw(env.cfg.kafka, env.name, [(b"k", bytes([i % 251]) * n)
+                                       for i, n in enumerate(sizes)], partition=1)
+    cuts = [0, 250, 299, 302, 303, 450, 604]
+    got = []
+    for lo, hi in itertools.pairwise(cuts):
+        part = list(read_range(env.cfg.kafka, OffsetRange(env.name, 1, lo, hi)))
+        assert [o for o, *_ in part] == list(range(lo, hi))
+        got += part
+    assert [len(v or b"") for _, _, v, _ in got] == sizes
+    assert all(v == bytes([o % 251]) * sizes[o] for o, _, v, _ in got)
 
 def test_happybase_batch_put_get_and_reverse_prefix_scan(env: Env) -> None:
     conn = env.hbase()

