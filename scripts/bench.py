@@ -469,7 +469,8 @@ def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
     pairs = [(codec.encode_key(e), codec.encode_value(e)) for e in generate(spec)]
     interval = float(data["job"]["batch_interval_s"])
     results = {}
-    for program in ("leakproof", "peer jvm"):
+    # PEERS without jvm (e.g. PEERS=) measures leakproof alone
+    for program in ("leakproof", *(["peer jvm"] if "jvm" in PEERS else [])):
         topic = f"{name}-{'job' if program == 'leakproof' else 'peer'}"
         data["kafka"]["topic"] = topic
         cfg_path = work / f"config-{topic}.yml"
