@@ -20,6 +20,7 @@ from leakproof.errors import ConfigError
 
 OffsetReset = Literal["earliest", "latest", "none"]
 DataLossPolicy = Literal["fail", "skip"]
+IsolationLevel = Literal["read_committed", "read_uncommitted"]
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -61,6 +62,10 @@ class KafkaConfig:
     partitions: tuple[int, ...] | None = None  # None = all, re-read every batch
     auto_offset_reset: OffsetReset = "earliest"
     on_data_loss: DataLossPolicy = "fail"
+    # read_committed: records of aborted transactions are never read, and ranges stop at the
+    # last stable offset. read_uncommitted reads every record a producer sent, aborted ones
+    # too: only for topics that no transactional producer writes.
+    isolation_level: IsolationLevel = "read_committed"
     max_rate_per_partition: int = 0  # events/s; 0 = no cap
     min_rate_per_partition: int = 0
     consumer: Mapping[str, Any] = field(default_factory=dict, repr=False)
@@ -344,7 +349,10 @@ def _kafka(data: dict[str, Any]) -> KafkaConfig:
         raise ConfigError("'kafka.consumer' must be a mapping of kafka-python settings")
     reserved = sorted(set(consumer) & {"bootstrap_servers", "group_id", "enable_auto_commit",
                                        "auto_offset_reset", "key_deserializer",
-                                       "value_deserializer"})
+                                       "value_deserializer", "isolation_level"})
+    if "isolation_level" in reserved:
+        raise ConfigError("'kafka.consumer.isolation_level' is not read: set "
+                          "'kafka.isolation_level' (read_committed | read_uncommitted)")
     if reserved:
         raise ConfigError(f"'kafka.consumer.{reserved[0]}' is set by leakproof itself; remove it")
     max_rate = s.number("max_rate_per_partition", minimum=0, integer=True)
@@ -361,6 +369,7 @@ def _kafka(data: dict[str, Any]) -> KafkaConfig:
         # docs/DESIGN.md calls the skipping policy `earliest`; both names are accepted.
         on_data_loss="skip" if s.choice("on_data_loss", ("fail", "skip", "earliest"))
         != "fail" else "fail",
+        isolation_level=s.choice("isolation_level", ("read_committed", "read_uncommitted")),
         max_rate_per_partition=max_rate,
         min_rate_per_partition=min_rate,
         consumer=dict(consumer),

@@ -33,6 +33,12 @@ class JobMetrics:
                            list(labels), registry=r).labels(**labels)
         self._limit = Gauge("leakproof_rate_limit_events_per_second", "Backpressure's rate "
                             "estimate (0: none)", list(labels), registry=r).labels(**labels)
+        self._held = Gauge("leakproof_held_by_open_transaction", "1 while an open transaction "
+                           "holds the partition's readable end (its last stable offset) below "
+                           "the log end", [*labels, "partition"], registry=r)
+        self._held_age = Gauge("leakproof_open_transaction_age_seconds", "How long the "
+                               "transaction holding the partition has been open (0: none)",
+                               [*labels, "partition"], registry=r)
         self._committed = Gauge("leakproof_last_commit_batch_time_seconds", "Batch time of the "
                                 "newest commit", list(labels), registry=r).labels(**labels)
         self._labels = labels
@@ -44,8 +50,13 @@ class JobMetrics:
             self._records.labels(**self._labels, outcome=outcome).inc(progress[outcome])
         for kind, n in progress["dead_letter_kinds"].items():
             self._dead.labels(**self._labels, kind=kind).inc(n)
+        held = {h["partition"]: h for h in progress.get("held", ())}
         for p, behind in lag.items():
             self._lag.labels(**self._labels, partition=str(p)).set(behind)
+            hold = held.get(p)
+            self._held.labels(**self._labels, partition=str(p)).set(1 if hold else 0)
+            self._held_age.labels(**self._labels, partition=str(p)).set(
+                (hold["age_s"] or 0) if hold else 0)
         self._duration.observe(progress["total_s"])
         self._rate.set(progress["events_per_s"])
         self._limit.set(progress.get("rate_limit") or 0)

@@ -3,6 +3,11 @@
 One vocabulary everywhere: an OffsetRange is [from_offset, until_offset) -- from inclusive,
 until exclusive -- and a stored offset is the *next* offset to read, i.e. the until_offset of
 the last range applied. A partition whose stored offset equals its log end is fully read.
+
+A range may hold fewer records than ``until - from``: transaction markers and the records of
+aborted transactions (skipped under ``read_committed``) and compaction leave holes. Nothing
+here counts records by subtracting offsets; a range is done when the reader's position
+reaches ``until``, whatever lay between.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ class OffsetRange:
 
     @property
     def count(self) -> int:
-        """How many offsets the range spans (records, plus any gaps left by compaction)."""
+        """How many offsets the range spans: its records, plus any holes (transaction
+        markers, aborted or compacted records). Zero means there is nothing to read."""
         return self.until_offset - self.from_offset
 
     def __str__(self) -> str:
@@ -39,10 +45,47 @@ class OffsetRange:
 
 @dataclass(frozen=True, slots=True)
 class LogBounds:
-    """A partition's log as the broker reports it: [log_start, log_end)."""
+    """A partition's log as the broker reports it: [log_start, log_end), and how far of it
+    may be read.
+
+    ``log_end`` is the high watermark. ``stable_end`` is the last stable offset (LSO) under
+    ``read_committed``: the first offset of the oldest transaction still open, or the high
+    watermark when none is. Records from it on may yet be aborted, so no range passes it.
+    None means no transaction is waited for (``read_uncommitted``).
+    """
 
     log_start: int
     log_end: int
+    stable_end: int | None = None
+
+    @property
+    def readable_end(self) -> int:
+        """Where this batch's ranges end at the latest."""
+        return self.log_end if self.stable_end is None else min(self.stable_end, self.log_end)
+
+    @property
+    def held(self) -> bool:
+        """An open transaction holds the readable end back from the log end."""
+        return self.readable_end < self.log_end
+
+
+@dataclass(frozen=True, slots=True)
+class HeldTransaction:
+    """A partition whose readable end an open transaction holds back from its log end.
+
+    ``offset`` is the stable end (the open transaction's first record); ``since_ms`` that
+    record's timestamp, i.e. about when the transaction began (None: it could not be read).
+    Kafka aborts a transaction left open longer than the producer's ``transaction.timeout.ms``
+    (60 s unless set, at most the broker's ``transaction.max.timeout.ms``, 15 min by default),
+    so a hold that grows past that is a producer the broker cannot reach, not a slow job.
+    """
+
+    partition: int
+    offset: int
+    since_ms: int | None
+
+    def age_s(self, now_ms: int) -> float | None:
+        return None if self.since_ms is None else max(0.0, (now_ms - self.since_ms) / 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +149,8 @@ def resolve_start(topic: str, assigned: Iterable[int], stored: Mapping[int, int]
                 raise OffsetError(
                     f"no committed offsets for {topic} and kafka.auto_offset_reset is 'none'; "
                     f"refusing to start. Use earliest or latest, or write an offsets row.")
-            positions[p] = b.log_start if auto_offset_reset == "earliest" else b.log_end
+            # latest is the stable end: records of a transaction still open may yet commit
+            positions[p] = b.log_start if auto_offset_reset == "earliest" else b.readable_end
             reasons[p] = f"no stored offsets: {auto_offset_reset}"
         elif p in stored:
             positions[p], gap = check_position(topic, p, stored[p], b, on_data_loss)
@@ -138,8 +182,10 @@ def per_partition_budget(interval_s: float, max_rate: int, min_rate: int = 0,
 
 def plan_ranges(topic: str, positions: Mapping[int, int], log_ends: Mapping[int, int],
                 budget: int | Mapping[int, int | None] | None) -> list[OffsetRange]:
-    """This batch's range per partition: [position, min(log_end, position + budget)).
+    """This batch's range per partition: [position, min(end, position + budget)).
 
+    ``log_ends`` are the readable ends (``LogBounds.readable_end``): a position past one (a
+    run that read uncommitted records before) gives an empty range until the end passes it.
     ``budget`` is one cap for every partition, or a cap per partition (backpressure).
     """
     ranges = []

@@ -83,7 +83,8 @@ def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None) -> tupl
                                   f"see `leakproof offsets history`")
             offsets = dict(row.offsets)
         elif by_time is not None:
-            offsets = {p: bounds[p].log_end if o is None else o for p, o in by_time.items()}
+            # nothing that new: the readable end (an open transaction's records may commit)
+            offsets = {p: bounds[p].readable_end if o is None else o for p, o in by_time.items()}
         else:
             offsets = {**(latest.offsets if latest else {}), **(target.to_offsets or {})}
         for p, o in sorted(offsets.items()):

@@ -13,18 +13,22 @@ from dataclasses import dataclass, field, replace
 
 from leakproof.errors import KafkaReadError
 from leakproof.lease import FIRST_EPOCH, Lease
-from leakproof.offsets import CommittedBatch, Gap, LogBounds
+from leakproof.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
 from leakproof.runs import RUNNING, STOPPED, RunState
 
 
 @dataclass
 class FakeMetadata:
-    """A topic: its id, and [log_start, log_end) per partition; ``down`` makes calls fail."""
+    """A topic: its id, and [log_start, log_end) per partition (with a stable end where a
+    transaction is open); ``down`` makes calls fail; ``opened_ms`` says when the transaction
+    at each held partition's stable end began, and ``peeks`` counts the look-ups."""
 
     topic: str
     bounds: dict[int, LogBounds]
     topic_id: str | None = "id-1"
     down: bool = False
+    opened_ms: dict[int, int] = field(default_factory=dict)
+    peeks: int = 0
     mirrored: list[tuple[str, dict[int, int], str]] = field(default_factory=list)
     mirror_failures: int = 0  # the next N mirror calls fail
 
@@ -35,6 +39,12 @@ class FakeMetadata:
     def log_bounds(self, topic: str, partitions: Iterable[int]) -> dict[int, LogBounds]:
         self._check(topic)
         return {p: self.bounds[p] for p in partitions}
+
+    def open_transactions(self, topic: str, held: Mapping[int, int]
+                          ) -> dict[int, HeldTransaction]:
+        self._check(topic)
+        self.peeks += 1
+        return {p: HeldTransaction(p, at, self.opened_ms.get(p)) for p, at in held.items()}
 
     def mirror_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int],
                              note: str) -> None:

@@ -51,7 +51,7 @@ def read_topic(cfg: Config) -> tuple[dict[int, list[WebEvent]], list[DecodeError
     bad: list[DecodeError] = []
     decoder = codec.Decoder(cfg.input.writer_schemas, cfg.input.max_ahead_ms)
     for p in parts:
-        rng = OffsetRange(cfg.kafka.topic, p, bounds[p].log_start, bounds[p].log_end)
+        rng = OffsetRange(cfg.kafka.topic, p, bounds[p].log_start, bounds[p].readable_end)
         for rec in read_range(cfg.kafka, rng):
             try:
                 events[p].append(decoder.decode(rec.key, rec.value, topic=rng.topic,

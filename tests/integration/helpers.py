@@ -26,10 +26,11 @@ from typing import Any
 import happybase
 import pytest
 import yaml
-from kafka import KafkaAdminClient, TopicPartition
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin import OffsetSpec
 
-from leakproof import config
+from leakproof import codec, config
+from leakproof.events import WebEvent
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.produce import send_events
 from submit import spark_submit as spark_submit  # the tests take these from here
@@ -184,6 +185,9 @@ class Env:
     def produce(self, spec: GeneratorSpec) -> None:
         send_events(self.cfg.kafka, self.cfg.kafka.topic, generate(spec))
 
+    def produce_events(self, events: list[WebEvent]) -> None:
+        send_events(self.cfg.kafka, self.cfg.kafka.topic, events)
+
     def variant(self, label: str, **sections: dict[str, Any]) -> str:
         """The base config (same topic and tables) with some keys changed: a file path."""
         path = self.tmp / f"{label}.yml"
@@ -217,8 +221,57 @@ class Env:
         assert out.returncode == 0 and "EXACT MATCH" in out.stdout, out.stdout + out.stderr
         return out.stdout
 
-    def hbase(self) -> happybase.Connection:
-        return happybase.Connection(*THRIFT, table_prefix=self.cfg.hbase.table_prefix)
+    def hbase(self, table_prefix: str | None = None) -> happybase.Connection:
+        """A connection to the test's tables (or those of another ``table_prefix``)."""
+        return happybase.Connection(*THRIFT,
+                                    table_prefix=table_prefix or self.cfg.hbase.table_prefix)
+
+
+# --------------------------------------------------------------------------- transactions
+
+
+class TransactionalProducer:
+    """An upstream producer writing in Kafka transactions, as Kafka Streams, Flink's Kafka
+    sink or Debezium do: ``send`` inside a transaction, then ``commit`` or ``abort``."""
+
+    def __init__(self, topic: str, transactional_id: str) -> None:
+        self.topic = topic
+        self._producer = KafkaProducer(bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}",
+                                       transactional_id=transactional_id, acks="all",
+                                       enable_idempotence=True, linger_ms=5)
+        self._producer.init_transactions()
+
+    def transaction(self, events: list[WebEvent], commit: bool) -> None:
+        """One whole transaction: begin, send every event keyed by its session, end it."""
+        self.begin(events)
+        if commit:
+            self.commit()
+        else:
+            self.abort()
+
+    def begin(self, events: list[WebEvent]) -> None:
+        """Open a transaction and send ``events`` in it; it stays open until commit/abort."""
+        self._producer.begin_transaction()
+        for e in events:
+            self._producer.send(self.topic, key=codec.encode_key(e), value=codec.encode_value(e))
+        self._producer.flush()
+
+    def commit(self) -> None:
+        self._producer.commit_transaction()
+
+    def abort(self) -> None:
+        self._producer.abort_transaction()
+
+    def close(self) -> None:
+        self._producer.close()
+
+
+def lag_report(env: Env, config: str | None = None) -> dict[str, Any]:
+    """``leakproof offsets lag`` as an operator runs it, parsed."""
+    out = run_cli("offsets", "lag", "--config", config or str(env.path), check=False)
+    assert out.returncode in (0, 1), out.stderr[-3000:]
+    report: dict[str, Any] = json.loads(out.stdout)
+    return report
 
 
 # --------------------------------------------------------------------------- the offsets table

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from leakproof.lease import Lease
-from leakproof.offsets import Gap, LogBounds, OffsetRange
+from leakproof.offsets import Gap, HeldTransaction, LogBounds, OffsetRange
 from leakproof.reports import BatchTotals
 
 
@@ -18,7 +18,8 @@ class BatchPlan:
 
     ``gaps`` are offsets skipped at planning because retention deleted them
     (``kafka.on_data_loss: skip``); ``appeared`` holds the partitions this plan saw for the
-    first time, with the offset each starts from, so the commit chain can take them in.
+    first time, with the offset each starts from, so the commit chain can take them in;
+    ``held`` the partitions whose ranges an open transaction stops short of the log end.
     """
 
     batch_ms: int
@@ -26,6 +27,7 @@ class BatchPlan:
     bounds: Mapping[int, LogBounds]
     gaps: tuple[Gap, ...] = ()
     appeared: Mapping[int, int] = field(default_factory=dict)
+    held: Mapping[int, HeldTransaction] = field(default_factory=dict)
 
     @property
     def work(self) -> list[OffsetRange]:
@@ -37,7 +39,8 @@ class BatchPlan:
         return sum(r.count for r in self.ranges)
 
     def lag_by_partition(self) -> dict[int, int]:
-        """Records left behind each range's end once the batch is done."""
+        """Offsets left between each range's end and the log end once the batch is done
+        (the high watermark: an open transaction's records count, held or not)."""
         return {r.partition: self.bounds[r.partition].log_end - r.until_offset
                 for r in self.ranges}
 

@@ -15,9 +15,10 @@ from leakproof.backpressure import split_budgets
 from leakproof.config import KafkaConfig
 from leakproof.driver.batch import BatchPlan
 from leakproof.driver.ports import Metadata
-from leakproof.errors import OffsetError
+from leakproof.errors import KafkaReadError, OffsetError
 from leakproof.offsets import (
     CommittedBatch,
+    HeldTransaction,
     LogBounds,
     StartPlan,
     check_position,
@@ -39,6 +40,8 @@ class Planner:
         self.topic = kafka.topic
         self.topic_id: str | None = None  # Kafka's id of the topic this run reads
         self._next: dict[int, int] = {}  # next offset to plan, per partition
+        # the open transaction last seen holding each partition: looked up once per hold
+        self._held: dict[int, HeldTransaction] = {}
 
     def assigned(self) -> list[int]:
         """The partitions to read, read fresh (partitions may be added while running).
@@ -110,11 +113,28 @@ class Planner:
                                                self._cfg.on_data_loss)
             if gap is not None:
                 gaps.append(gap)
-        ranges = plan_ranges(self.topic, positions, {p: b.log_end for p, b in bounds.items()},
+        ranges = plan_ranges(self.topic, positions,
+                             {p: b.readable_end for p, b in bounds.items()},
                              self._budget(positions, bounds, rate))
         for r in ranges:
             self._next[r.partition] = r.until_offset
-        return BatchPlan(batch_ms, tuple(ranges), bounds, tuple(gaps), appeared)
+        return BatchPlan(batch_ms, tuple(ranges), bounds, tuple(gaps), appeared,
+                         self._holds(bounds))
+
+    def _holds(self, bounds: Mapping[int, LogBounds]) -> dict[int, HeldTransaction]:
+        """The partitions an open transaction holds back, each looked up once per hold (a
+        hold is its partition and stable end: when it moves, another transaction holds)."""
+        held = {p: b.readable_end for p, b in bounds.items() if b.held}
+        new = {p: at for p, at in held.items()
+               if p not in self._held or self._held[p].offset != at}
+        if new:
+            try:
+                self._held.update(self._metadata.open_transactions(self.topic, new))
+            except KafkaReadError as exc:  # the hold is still reported, without its age
+                log.debug("open transactions on %s not looked up: %s", self.topic, exc)
+                self._held.update({p: HeldTransaction(p, at, None) for p, at in new.items()})
+        self._held = {p: h for p, h in self._held.items() if p in held}
+        return dict(self._held)
 
     def _budget(self, positions: Mapping[int, int], bounds: Mapping[int, LogBounds],
                 rate: float | None) -> int | Mapping[int, int | None] | None:
@@ -123,6 +143,6 @@ class Planner:
         if not k.backpressure.enabled:
             return per_partition_budget(self._interval_s, k.max_rate_per_partition,
                                         k.min_rate_per_partition)
-        lags = {p: bounds[p].log_end - at for p, at in positions.items()}
+        lags = {p: max(0, bounds[p].readable_end - at) for p, at in positions.items()}
         return split_budgets(rate, lags, self._interval_s, k.max_rate_per_partition,
                              k.min_rate_per_partition, k.backpressure.initial_rate)

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from leakproof.commit_stores import CommitStore
 from leakproof.lease import Lease
-from leakproof.offsets import Gap, LogBounds
+from leakproof.offsets import Gap, HeldTransaction, LogBounds
 from leakproof.runs import RunState
 
 __all__ = ["CommitStore", "GroupMirror", "LeaseStore", "Metadata", "RunRecord", "RunState"]
@@ -25,6 +25,11 @@ class Metadata(Protocol):
         ...
 
     def log_bounds(self, topic: str, partitions: Iterable[int]) -> dict[int, LogBounds]: ...
+
+    def open_transactions(self, topic: str, held: Mapping[int, int]
+                          ) -> dict[int, HeldTransaction]:
+        """The open transaction at each held partition's stable end, and when it began."""
+        ...
 
     def close(self) -> None: ...
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +40,16 @@ def progress_record(outcome: BatchOutcome) -> dict[str, Any]:
         "rate_limit": None if outcome.rate_limit is None else round(outcome.rate_limit, 1),
         "cache": {"tasks": t.tasks, "consumer": t.consumers_cached},
         "expiring": t.expiring,
+        "held": held_record(outcome),
     }
+
+
+def held_record(outcome: BatchOutcome, now_ms: int | None = None) -> list[dict[str, Any]]:
+    """The partitions an open transaction holds back: where, and for how long so far."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return [{"partition": h.partition, "at": h.offset,
+             "age_s": None if (age := h.age_s(now)) is None else round(age, 1)}
+            for h in sorted(outcome.plan.held.values(), key=lambda h: h.partition)]
 
 
 def text_line(p: dict[str, Any]) -> str:
@@ -55,7 +65,16 @@ def text_line(p: dict[str, Any]) -> str:
         f"{p['events_per_s']:.0f} ev/s | read {p['read_s']:.2f}s fold {p['fold_s']:.2f}s "
         f"write {p['write_s']:.2f}s commit {p['commit_s']:.2f}s total {p['total_s']:.2f}s"
         f" | cached consumer {p['cache']['consumer']}/{p['cache']['tasks']}"
-        + ("" if p["rate_limit"] is None else f" | rate limit {p['rate_limit']:.0f} ev/s"))
+        + ("" if p["rate_limit"] is None else f" | rate limit {p['rate_limit']:.0f} ev/s")
+        + _held_text(p["held"]))
+
+
+def _held_text(held: list[dict[str, Any]]) -> str:
+    if not held:
+        return ""
+    ages = " ".join(f"p{h['partition']}@{h['at']}"
+                    + ("" if h["age_s"] is None else f" ({h['age_s']:.0f}s)") for h in held)
+    return f" | held by open transaction: {ages}"
 
 
 def log_line(log_format: str) -> Listener:
@@ -69,7 +88,7 @@ def log_line(log_format: str) -> Listener:
 
 
 class Progress:
-    """Hands each batch that ran tasks (or skipped a gap) to every listener."""
+    """Hands each batch that ran tasks, skipped a gap or is held to every listener."""
 
     def __init__(self, *listeners: Listener) -> None:
         self._listeners = list(listeners)
@@ -78,7 +97,10 @@ class Progress:
         self._listeners.append(listener)
 
     def batch(self, outcome: BatchOutcome) -> None:
-        if not outcome.plan.work and not outcome.committed.gaps:
+        """A batch that read records, skipped a gap, or waits on an open transaction (so a
+        stuck producer shows in every batch's line and metrics, records or not)."""
+        plan = outcome.plan
+        if not plan.work and not outcome.committed.gaps and not plan.held:
             log.debug("batch %d: no new records", outcome.plan.batch_ms)
             return
         record = progress_record(outcome)

@@ -21,7 +21,9 @@ from kafka.errors import (
 from leakproof.config import KafkaConfig
 from leakproof.errors import CoordinatorNotReady, KafkaReadError
 from leakproof.kafka import client_settings
-from leakproof.offsets import LogBounds
+from leakproof.offsets import HeldTransaction, LogBounds
+
+log = logging.getLogger(__name__)
 
 
 class KafkaMetadata:
@@ -29,6 +31,7 @@ class KafkaMetadata:
 
     def __init__(self, cfg: KafkaConfig) -> None:
         self._cfg = cfg
+        self._peek: Any = None  # a read_uncommitted consumer, made on first need
         with _refusals_noted() as refusals:
             try:
                 self._admin = KafkaAdminClient(client_id=f"leakproof-driver-{cfg.group_id}",
@@ -59,14 +62,61 @@ class KafkaMetadata:
         raise KafkaReadError(f"topic {topic} does not exist")
 
     def log_bounds(self, topic: str, partitions: Iterable[int]) -> dict[int, LogBounds]:
-        """[log start, log end) per partition, from two ListOffsets round trips."""
+        """[log start, log end) per partition, and under ``read_committed`` the stable end:
+        one ListOffsets round trip for each (two or three)."""
         tps = [TopicPartition(topic, p) for p in partitions]
         try:
             starts = self._admin.list_partition_offsets({tp: OffsetSpec.EARLIEST for tp in tps})
             ends = self._admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in tps})
+            stable = (self._admin.list_partition_offsets(
+                {tp: OffsetSpec.LATEST for tp in tps}, isolation_level="read_committed")
+                if self._cfg.isolation_level == "read_committed" else None)
         except KafkaError as exc:
             raise KafkaReadError(f"cannot list offsets of {topic}: {exc}") from exc
-        return {tp.partition: LogBounds(starts[tp].offset, ends[tp].offset) for tp in tps}
+        return {tp.partition: LogBounds(starts[tp].offset, ends[tp].offset,
+                                        None if stable is None else stable[tp].offset)
+                for tp in tps}
+
+    def open_transactions(self, topic: str, held: Mapping[int, int]
+                          ) -> dict[int, HeldTransaction]:
+        """For each partition held at a stable end (``held``: partition -> stable end), the
+        open transaction there and when it began: the timestamp of its first record, read
+        past the stable end with a read_uncommitted consumer. Best effort: a record that
+        cannot be read in time gives ``since_ms`` None."""
+        found = {p: HeldTransaction(p, at, None) for p, at in held.items()}
+        if not held:
+            return found
+        try:
+            consumer = self._peek_consumer()
+            tps = {p: TopicPartition(topic, p) for p in held}
+            consumer.assign(list(tps.values()))
+            for p, tp in tps.items():
+                consumer.seek(tp, held[p])
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline and any(h.since_ms is None
+                                                      for h in found.values()):
+                for tp, recs in consumer.poll(timeout_ms=200, max_records=len(tps)).items():
+                    first = next((r for r in recs if r.offset >= held[tp.partition]), None)
+                    if first is not None and found[tp.partition].since_ms is None:
+                        found[tp.partition] = HeldTransaction(tp.partition, held[tp.partition],
+                                                              int(first.timestamp))
+                        consumer.pause(tp)
+        except KafkaError as exc:
+            log.debug("could not read when the open transactions on %s began: %s", topic, exc)
+        return found
+
+    def _peek_consumer(self) -> Any:
+        from kafka import KafkaConsumer
+
+        if self._peek is None:
+            settings = {k: v for k, v in client_settings(self._cfg).items()
+                        if k in KafkaConsumer.DEFAULT_CONFIG}
+            settings.update(client_id=f"leakproof-driver-{self._cfg.group_id}-peek",
+                            group_id=None, enable_auto_commit=False, auto_offset_reset="none",
+                            isolation_level="read_uncommitted",
+                            max_partition_fetch_bytes=64 * 1024)
+            self._peek = KafkaConsumer(**settings)
+        return self._peek
 
     def offsets_for_time(self, topic: str, partitions: Iterable[int],
                          timestamp_ms: int) -> dict[int, int | None]:
@@ -125,6 +175,8 @@ class KafkaMetadata:
                 if tp.topic == topic and om.offset >= 0}
 
     def close(self) -> None:
+        if self._peek is not None:
+            self._peek.close(autocommit=False)
         self._admin.close()
 
 

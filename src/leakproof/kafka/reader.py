@@ -22,9 +22,11 @@ from leakproof.offsets import Gap, OffsetRange
 
 log = logging.getLogger(__name__)
 
-_consumers: dict[tuple[str, str, int], KafkaConsumer] = {}
+# (servers, isolation level, topic, partition): a consumer reads at one isolation level
+_Key = tuple[str, str, str, int]
+_consumers: dict[_Key, KafkaConsumer] = {}
 # bytes per record on the wire, as last seen on each cached consumer's partition
-_record_bytes: dict[tuple[str, str, int], float] = {}
+_record_bytes: dict[_Key, float] = {}
 
 POLL_RECORDS = 5000  # at most this many records per poll: bounds one poll's list
 MIN_FETCH_BYTES = 256 * 1024  # a range's fetches never ask for less than this per partition
@@ -57,13 +59,20 @@ def consumer_settings(cfg: KafkaConfig) -> dict[str, Any]:
         enable_auto_commit=False,
         # Never jump silently: a range whose start was deleted must fail, not reset.
         auto_offset_reset="none",
-        isolation_level="read_uncommitted",
+        # read_committed: the fetcher drops aborted transactions' records and every control
+        # marker, and moves the position past them, so a range ends at its until offset
+        # however many holes it has (reading stops on the position, never on a count)
+        isolation_level=cfg.isolation_level,
     )
     return settings
 
 
+def _key(cfg: KafkaConfig, topic: str, partition: int) -> _Key:
+    return (cfg.bootstrap_servers, cfg.isolation_level, topic, partition)
+
+
 def _consumer(cfg: KafkaConfig, topic: str, partition: int) -> KafkaConsumer:
-    key = (cfg.bootstrap_servers, topic, partition)
+    key = _key(cfg, topic, partition)
     consumer = _consumers.get(key)
     if consumer is None:
         consumer = KafkaConsumer(client_id=f"leakproof-{cfg.group_id}-{partition}",
@@ -100,7 +109,7 @@ def _size_fetches(consumer: KafkaConsumer, wanted: int) -> None:
 
 def consumer_cached(cfg: KafkaConfig, topic: str, partition: int) -> bool:
     """Whether this worker already holds a consumer for the partition (a cache hit)."""
-    return (cfg.bootstrap_servers, topic, partition) in _consumers
+    return _key(cfg, topic, partition) in _consumers
 
 
 def _log_start(consumer: KafkaConsumer, tp: TopicPartition) -> int | None:
@@ -121,8 +130,9 @@ def _wire_size(batch: list[Any]) -> float:
 
 def drop_consumer(cfg: KafkaConfig, topic: str, partition: int) -> None:
     """Forget a consumer after an error, so the next attempt starts clean."""
-    consumer = _consumers.pop((cfg.bootstrap_servers, topic, partition), None)
-    _record_bytes.pop((cfg.bootstrap_servers, topic, partition), None)
+    key = _key(cfg, topic, partition)
+    consumer = _consumers.pop(key, None)
+    _record_bytes.pop(key, None)
     if consumer is not None:
         try:
             consumer.close(autocommit=False)
@@ -139,13 +149,15 @@ def read_range(cfg: KafkaConfig, rng: OffsetRange, gaps: list[Gap] | None = None
     as a Gap and the read goes on from the new log start; otherwise it raises DataLossError
     naming the partition and offsets.
 
-    Offsets missing inside the range (compaction, transaction markers) are simply absent;
-    the read ends when the consumer's position reaches ``until`` and never yields past it.
+    Offsets missing inside the range (transaction markers, aborted transactions' records under
+    ``read_committed``, compaction) are simply absent; the read ends when the consumer's
+    position reaches ``until`` and never yields past it. A range ends at the stable end at
+    the latest (planning), so under ``read_committed`` the position always gets there.
     """
     if rng.count == 0:
         return
     tp = TopicPartition(rng.topic, rng.partition)
-    key = (cfg.bootstrap_servers, rng.topic, rng.partition)
+    key = _key(cfg, rng.topic, rng.partition)
     consumer = _consumer(cfg, rng.topic, rng.partition)
     position = rng.from_offset
     ceiling = int(consumer.config["max_partition_fetch_bytes"])
