@@ -41,10 +41,11 @@ def reports(plan: BatchPlan) -> list[TaskReport]:
                        applied=r.count, sessions=1) for r in plan.work]
 
 
-def rig(bounds: dict[int, tuple[int, int]], stored: dict[int, int] | None = None,
+def rig(bounds: dict[int, tuple[int, int] | tuple[int, int, int]], stored: dict[int, int] | None = None,
         stored_audit: dict[str, str] | None = None, mirror: bool = True,
         recorded_topic_id: str | None = None, **kafka: Any) -> Rig:
-    """A started driver over a topic ``t`` with these [log_start, log_end) per partition."""
+    """A started driver over a topic ``t`` with these [log_start, log_end) per partition
+    (and a third number, the stable end, where a transaction is open)."""
     meta = FakeMetadata("t", {p: LogBounds(*b) for p, b in bounds.items()})
     store = FakeCommitStore()
     if stored is not None:
