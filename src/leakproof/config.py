@@ -189,9 +189,18 @@ class InputConfig:
 
 @dataclass(frozen=True)
 class OutputConfig:
-    """Optional outputs besides HBase."""
+    """Optional outputs besides HBase.
+
+    ``closed_sessions_topic``: each closed session's summary, keyed by session id. Published
+    in one Kafka transaction per range (``transactional``), so a ``read_committed`` consumer
+    sees each summary once per change; ``transactional: false`` is for brokers that forbid
+    transactions (then a crash may publish a summary twice). ``transaction_timeout_s`` bounds
+    every transaction call.
+    """
 
     closed_sessions_topic: str | None = None
+    transactional: bool = True
+    transaction_timeout_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -512,4 +521,6 @@ def _offsets(data: dict[str, Any]) -> OffsetsConfig:
 def _output(data: dict[str, Any]) -> OutputConfig:
     s = _Section(data, "output", OutputConfig)
     return OutputConfig(
-        closed_sessions_topic=s.text("closed_sessions_topic", pattern=_TOPIC_RE, optional=True))
+        closed_sessions_topic=s.text("closed_sessions_topic", pattern=_TOPIC_RE, optional=True),
+        transactional=s.flag("transactional"),
+        transaction_timeout_s=s.number("transaction_timeout_s", minimum=0, exclusive=True))

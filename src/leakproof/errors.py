@@ -58,6 +58,11 @@ class CoordinatorNotReady(KafkaReadError):
     few seconds after a broker restart); the group commit is retried later."""
 
 
+class PublishError(LeakproofError):
+    """The closed-session summaries could not be published (a transaction failed, was
+    fenced or ran past its deadline); the range fails, and its outbox stays pending."""
+
+
 class StoreError(LeakproofError):
     """HBase did not take a read or write; the batch fails and nothing later commits."""
 

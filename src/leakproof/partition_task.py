@@ -8,7 +8,8 @@
 5. write the dead letters;
 6. write the partition's open-session index, then its watermark -- last, so neither runs
    ahead of the session rows;
-7. produce the summaries of sessions closed by this range, if configured.
+7. publish the summaries of sessions closed by this range, if configured: their ids go to
+   the partition's outbox before step 4, and out in one Kafka transaction after step 6.
 
 Any failure raises: the batch fails and its offsets are not committed. Every step is
 idempotent, so the replay of the range after a restart leaves the same rows.
@@ -24,18 +25,20 @@ from contextlib import contextmanager
 from typing import Any
 
 from leakproof import codec, open_index
-from leakproof.config import Config, InputConfig
+from leakproof.config import Config, InputConfig, OutputConfig
 from leakproof.crashpoints import crash_point
 from leakproof.errors import CommitRefused, DecodeError
 from leakproof.events import WebEvent
 from leakproof.hbase.connection import Connections, ride_out
 from leakproof.hbase.dead_letters import DeadLetterStore
-from leakproof.hbase.session_store import SessionStore
+from leakproof.hbase.session_store import SessionStore, readable, to_cells
 from leakproof.hbase.state_store import StateStore
+from leakproof.kafka.closed_sink import ClosedSink
 from leakproof.kafka.reader import consumer_cached, read_range
 from leakproof.offsets import Gap, OffsetRange
+from leakproof.outbox import Outbox, outbox_id
 from leakproof.reports import TaskReport
-from leakproof.sessions import OpenSessions, PartitionFolder, fence_key
+from leakproof.sessions import FoldResult, OpenSessions, PartitionFolder, SessionState, fence_key
 
 _connections: dict[Any, Connections] = {}
 _decoders: dict[InputConfig, codec.Decoder] = {}
@@ -135,7 +138,8 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
         # row's last_ts and state decide)
         after_ms = cfg.sessions.close_after_ms
         width = open_index.bucket_width(after_ms)
-        state, since, check_below = state_store.read_partition(rng.topic, rng.partition, width)
+        stored = state_store.read_partition(rng.topic, rng.partition, width)
+        state, since, check_below = stored.state, stored.cutoff, stored.check_below
         cutoff = open_index.cutoff(max([state.watermark, *(e.ts for _, e in events)]),
                                    after_ms)
         found = open_index.expiring(
@@ -153,13 +157,18 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
         result = folder.finish()
         t2 = time.monotonic()
         report.fold_s = t2 - t1
+        # 4a. the outbox: the closed sessions this range will publish (and any an earlier
+        # attempt still owes), written before their rows (outbox.py says why)
+        outbox = None
+        if cfg.output.closed_sessions_topic:
+            outbox = _owed(cfg, rng, epoch, batch_ms, stored.outbox, result)
+            if outbox is not None:
+                _check_lease(state_store, cfg, rng, epoch)
+                state_store.write_outbox(rng.topic, rng.partition, outbox)
         # 4. session rows, each with its fence -- if this driver still holds the lease.
         # (Thrift1 has no multi-column check-and-mutate, so this narrows the zombie window
         # to the time between this read and the writes; it cannot close it.)
-        holder = state_store.lease_epoch(rng.topic, cfg.kafka.group_id)
-        if holder != epoch:
-            raise CommitRefused(f"{rng}: the lease of {rng.topic}:{cfg.kafka.group_id} is at "
-                                f"epoch {holder}, this driver's is {epoch}; not writing")
+        _check_lease(state_store, cfg, rng, epoch)
         sessions_table.write(result.touched.values(), close=result.closed_untouched)
         crash_point("task_after_sessions")
         # 5. dead letters
@@ -168,11 +177,16 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
         state_store.write_partition(rng.topic, rng.partition, result.partition,
                                     open_index.changes(width, found, before, result), cutoff,
                                     check_below)
-        # 7. closed summaries
-        if cfg.output.closed_sessions_topic and result.closed_now:
-            closed_rows = {sid: s for sid, s in result.touched.items() if s.closed}
-            closed_rows.update(sessions_table.read(result.closed_untouched))
-            _produce_closed(cfg, closed_rows)
+        # 7. closed summaries: the outbox, read from the rows as they now stand, in one
+        # transaction with its marker
+        if outbox is not None:
+            rows = {sid: s for sid, s in result.touched.items() if s.closed}
+            rows.update(sessions_table.read(set(outbox.sessions) - rows.keys()))
+            t_pub = time.monotonic()
+            _sink(cfg, rng.partition).publish(_summaries(rows), outbox.id, rng.until_offset)
+            crash_point("task_after_publish")
+            state_store.outbox_published(rng.topic, rng.partition, outbox.id)
+            report.publish_s = time.monotonic() - t_pub
         report.write_s = time.monotonic() - t2
     report.applied, report.replayed, report.late = result.applied, result.replayed, result.late
     report.duplicates, report.unknown_types = result.duplicates, result.unknown_types
@@ -180,30 +194,45 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
     report.closed = len(result.closed_now)
 
 
-_producers: dict[str, Any] = {}
+def _check_lease(state_store: StateStore, cfg: Config, rng: OffsetRange, epoch: int) -> None:
+    holder = state_store.lease_epoch(rng.topic, cfg.kafka.group_id)
+    if holder != epoch:
+        raise CommitRefused(f"{rng}: the lease of {rng.topic}:{cfg.kafka.group_id} is at "
+                            f"epoch {holder}, this driver's is {epoch}; not writing")
 
 
-def _produce_closed(cfg: Config, rows: dict[str, Any]) -> None:
-    """Key = session id on a compacted topic: a replay re-sends the same value for the key.
+def _owed(cfg: Config, rng: OffsetRange, epoch: int, batch_ms: int, stored: Outbox,
+          result: FoldResult) -> Outbox | None:
+    """The outbox this range writes, or None: the sessions it closed or changed while
+    closed, and those a pending outbox still owes (unless its marker says it went out)."""
+    if stored.pending and _sink(cfg, rng.partition).published(stored.id):
+        stored = Outbox(stored.id, stored.sessions, published=stored.id)
+    closed = [sid for sid, s in result.touched.items() if s.closed]
+    return stored.next(outbox_id(batch_ms, rng.from_offset, rng.until_offset, epoch),
+                       [*closed, *result.closed_untouched])
 
-    A late event for a closed session re-sends its summary with the new ``late_events``;
-    compaction keeps the newest.
-    """
-    from kafka import KafkaProducer
 
-    from leakproof.hbase.session_store import readable, to_cells
-    from leakproof.produce import producer_settings
+_sinks: dict[tuple[str, str, str, OutputConfig, int], ClosedSink] = {}
 
-    topic = cfg.output.closed_sessions_topic
-    assert topic is not None
-    producer = _producers.get(cfg.kafka.bootstrap_servers)
-    if producer is None:
-        # only the passthrough keys a producer knows (kafka.consumer may hold consumer ones)
-        producer = KafkaProducer(**producer_settings(cfg.kafka))
-        _producers[cfg.kafka.bootstrap_servers] = producer
+
+def _sink(cfg: Config, partition: int) -> ClosedSink:
+    """One per worker and source partition: its transactional producer lives as long as the
+    worker, until the broker fences it (then the next range makes another)."""
+    k = cfg.kafka
+    key = (k.bootstrap_servers, k.group_id, k.topic, cfg.output, partition)
+    sink = _sinks.get(key)
+    if sink is None:
+        sink = _sinks[key] = ClosedSink(cfg.kafka, cfg.output, partition)
+    return sink
+
+
+def _summaries(rows: dict[str, SessionState]) -> list[tuple[bytes, bytes]]:
+    """Key = session id, value = the row's cells as JSON, state closed: on a compacted topic
+    the newest summary of a session is the one kept."""
+    out = []
     for sid, s in rows.items():
         summary = readable(to_cells(s))
         summary["state"] = "closed"
-        producer.send(topic, key=sid.encode("utf-8"),
-                      value=json.dumps({"session_id": sid, **summary}).encode())
-    producer.flush()
+        out.append((sid.encode("utf-8"),
+                    json.dumps({"session_id": sid, **summary}).encode()))
+    return out

@@ -19,7 +19,7 @@ from leakproof import codec
 from leakproof.config import KafkaConfig
 from leakproof.errors import LeakproofError
 from leakproof.events import WebEvent
-from leakproof.kafka import client_settings
+from leakproof.kafka import producer_settings
 from leakproof.kafka.admin import admin_settings
 
 
@@ -31,14 +31,6 @@ class ProduceReport:
     @property
     def rate(self) -> float:
         return self.records / self.seconds if self.seconds else 0.0
-
-
-def producer_settings(cfg: KafkaConfig) -> dict[str, Any]:
-    allowed = set(KafkaProducer.DEFAULT_CONFIG)
-    settings = {k: v for k, v in client_settings(cfg).items() if k in allowed}
-    settings.update(enable_idempotence=True, acks="all", linger_ms=20, batch_size=512 * 1024,
-                    max_request_size=2 * 1024 * 1024)
-    return settings
 
 
 def create_topic(cfg: KafkaConfig, topic: str, partitions: int,

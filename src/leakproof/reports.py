@@ -34,6 +34,7 @@ class TaskReport:
     read_s: float = 0.0
     fold_s: float = 0.0
     write_s: float = 0.0
+    publish_s: float = 0.0  # of write_s: the closed-session summaries' transaction
     # whether the worker's Kafka consumer for the partition was still there: it is, batch
     # after batch, only if the partition's ranges keep running in the same Python worker
     consumer_cached: bool = False
@@ -67,6 +68,7 @@ class BatchTotals:
     read_s: float = 0.0
     fold_s: float = 0.0
     write_s: float = 0.0
+    publish_s: float = 0.0
     tasks: int = 0
     consumers_cached: int = 0  # tasks whose worker still had the partition's consumer
     expiring: int = 0
@@ -83,6 +85,7 @@ class BatchTotals:
                    read_s=max((r.read_s for r in reports), default=0.0),
                    fold_s=max((r.fold_s for r in reports), default=0.0),
                    write_s=max((r.write_s for r in reports), default=0.0),
+                   publish_s=max((r.publish_s for r in reports), default=0.0),
                    tasks=len(reports),
                    consumers_cached=sum(r.consumer_cached for r in reports),
                    expiring=sum(r.expiring for r in reports))

@@ -19,9 +19,9 @@ from kafka.errors import KafkaError
 import stack as stack_script
 from leakproof.config import load
 from leakproof.generator import GeneratorSpec, generate
-from leakproof.kafka import reader
+from leakproof.kafka import producer_settings, reader
 from leakproof.kafka.admin import admin_settings
-from leakproof.produce import producer_settings, send_events
+from leakproof.produce import send_events
 
 from .helpers import (
     Env,

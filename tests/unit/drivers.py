@@ -41,7 +41,8 @@ def reports(plan: BatchPlan) -> list[TaskReport]:
                        applied=r.count, sessions=1) for r in plan.work]
 
 
-def rig(bounds: dict[int, tuple[int, int] | tuple[int, int, int]], stored: dict[int, int] | None = None,
+def rig(bounds: dict[int, tuple[int, int] | tuple[int, int, int]],
+        stored: dict[int, int] | None = None,
         stored_audit: dict[str, str] | None = None, mirror: bool = True,
         recorded_topic_id: str | None = None, **kafka: Any) -> Rig:
     """A started driver over a topic ``t`` with these [log_start, log_end) per partition

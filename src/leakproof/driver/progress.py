@@ -33,7 +33,8 @@ def progress_record(outcome: BatchOutcome) -> dict[str, Any]:
         **t.counts(), "dead_letter_kinds": dict(t.dead_letter_kinds),
         "lag": plan.lag, "events_per_s": round(t.records / took if took else 0.0, 1),
         "read_s": round(t.read_s, 3), "fold_s": round(t.fold_s, 3),
-        "write_s": round(t.write_s, 3), "commit_s": round(done.commit_s, 3),
+        "write_s": round(t.write_s, 3), "publish_s": round(t.publish_s, 3),
+        "commit_s": round(done.commit_s, 3),
         "total_s": round(took, 3),
         "gaps": [{"partition": g.partition, "from": g.stored, "to": g.resumed_at}
                  for g in done.gaps],

@@ -2,7 +2,8 @@
 
 Rows:
 - ``wm:<topic>:<partition>`` family ``w`` (watermark, offset, cutoff): written after the partition's
-  session rows and open-session index, so it never runs ahead of them.
+  session rows and open-session index, so it never runs ahead of them. With an output topic
+  it also holds the partition's outbox (``outbox.py``), written before the session rows.
 - ``op:<topic>:<partition>:<bucket>`` family ``o`` (open session -> its last_ts): the open
   sessions by bucket of last_ts (``open_index``), so a range reads only what may expire.
 - ``lease:<topic>:<group>`` family ``l``, cell ``holder`` = a Lease (``<epoch>:<tag>``):
@@ -26,6 +27,7 @@ from leakproof.hbase.connection import Connections, check_and_put
 from leakproof.lease import FIRST_EPOCH, Lease
 from leakproof.offsets import Gap
 from leakproof.open_index import MAX_BUCKET, MAX_WIDTH, Entry, IndexChanges, bucket_of
+from leakproof.outbox import PUBLISHED, Outbox
 from leakproof.runs import RUNNING, STOPPED, RunState
 from leakproof.sessions import NO_WATERMARK, PartitionState
 
@@ -60,6 +62,7 @@ class StoredPartition(NamedTuple):
     state: PartitionState
     cutoff: int
     check_below: int = 0
+    outbox: Outbox = Outbox()
 
 
 class StateStore:
@@ -93,7 +96,16 @@ class StateStore:
             watermark=int(cells.get(b"w:watermark", str(NO_WATERMARK).encode())),
             watermark_offset=int(cells.get(b"w:offset", b"-1"))),
             int(cells.get(b"w:cutoff", b"0")),
-            max(int(cells.get(b"w:check_below", b"0")), int(cells.get(b"w:pending", b"0"))))
+            max(int(cells.get(b"w:check_below", b"0")), int(cells.get(b"w:pending", b"0"))),
+            Outbox.parse(cells))
+
+    def write_outbox(self, topic: str, partition: int, outbox: Outbox) -> None:
+        """The sessions this range will publish: before their rows are written."""
+        self._table.put(_wm_row(topic, partition), outbox.encode())
+
+    def outbox_published(self, topic: str, partition: int, outbox_id: str) -> None:
+        """The outbox went out (the Kafka marker says so too: this only saves a look-up)."""
+        self._table.put(_wm_row(topic, partition), {PUBLISHED: outbox_id.encode()})
 
     def scan_open(self, topic: str, partition: int, since: int, before: int,
                   batch_size: int = 1000) -> list[Entry]:

@@ -1,4 +1,5 @@
-"""Kafka adapters: partition metadata and log bounds (driver), range reader (executors)."""
+"""Kafka adapters: partition metadata and log bounds (driver), range reader and the
+closed-session sink (executors)."""
 
 from __future__ import annotations
 
@@ -15,3 +16,15 @@ def client_settings(cfg: KafkaConfig) -> dict[str, Any]:
         service = cfg.consumer.get("sasl_kerberos_service_name", "kafka")
         kerberos.login(cfg.kerberos, f"Kafka at {cfg.bootstrap_servers} (service {service})")
     return cfg.client_settings()
+
+
+def producer_settings(cfg: KafkaConfig) -> dict[str, Any]:
+    """kafka-python producer settings: the passthrough keys a producer knows (kafka.consumer
+    may hold consumer ones), idempotent, acks from every replica, batched."""
+    from kafka import KafkaProducer
+
+    allowed = set(KafkaProducer.DEFAULT_CONFIG)
+    settings = {k: v for k, v in client_settings(cfg).items() if k in allowed}
+    settings.update(enable_idempotence=True, acks="all", linger_ms=20, batch_size=512 * 1024,
+                    max_request_size=2 * 1024 * 1024)
+    return settings

@@ -1,0 +1,189 @@
+"""The closed-session summaries' way to Kafka (runs in executors' Python workers).
+
+Transactional by default (``output.transactional``): one transaction per range, with the
+transactional id ``leakproof-<group>-<topic>-<partition>``. The id names the *source*
+partition, never the driver's epoch, so every task that ever publishes a partition's
+summaries -- a retry, a speculative copy, an old driver's executor -- shares it, and the
+broker fences all but the newest (``init_transactions`` bumps the producer epoch). The
+transaction also commits the range's outbox id as the offset metadata of the source
+partition in the group ``<group>.closed-sessions`` (``send_offsets_to_transaction``): the
+marker a replay reads to tell a published outbox from a pending one (outbox.py).
+
+kafka-python's ``commit_transaction``, ``abort_transaction`` and
+``send_offsets_to_transaction`` wait without a deadline: each call here runs under
+``output.transaction_timeout_s`` and fails naming the broker and the transactional id.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
+
+from leakproof.config import KafkaConfig, OutputConfig
+from leakproof.crashpoints import crash_point
+from leakproof.errors import PublishError
+from leakproof.kafka import producer_settings
+from leakproof.kafka.admin import admin_settings
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def transactional_id(cfg: KafkaConfig, partition: int) -> str:
+    return f"leakproof-{cfg.group_id}-{cfg.topic}-{partition}"
+
+
+def marker_group(cfg: KafkaConfig) -> str:
+    return f"{cfg.group_id}.closed-sessions"
+
+
+def within(seconds: float, what: str, call: Callable[[], T]) -> T:
+    """``call()``, or PublishError once ``seconds`` have passed (the call is left to finish
+    or fail in its daemon thread; its producer is dropped by the caller)."""
+    done: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(call())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            failed.append(exc)
+
+    worker = threading.Thread(target=run, name=f"leakproof-{what}", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if failed:
+        raise failed[0]
+    if not done:
+        raise PublishError(f"{what} did not finish within {seconds:.0f}s "
+                           f"(output.transaction_timeout_s)")
+    return done[0]
+
+
+class ClosedSink:
+    """Publishes one source partition's closed-session summaries to the output topic."""
+
+    def __init__(self, kafka: KafkaConfig, output: OutputConfig, partition: int) -> None:
+        assert output.closed_sessions_topic is not None
+        self._kafka, self._output, self.partition = kafka, output, partition
+        self.topic = output.closed_sessions_topic
+        self.txn_id = transactional_id(kafka, partition) if output.transactional else None
+        self._producer: Any = None
+        self._admin: Any = None
+
+    def _where(self) -> str:
+        return (f"Kafka at {self._kafka.bootstrap_servers}, "
+                + (f"transactional id {self.txn_id}" if self.txn_id else "no transactions"))
+
+    def _call(self, what: str, call: Callable[[], T]) -> T:
+        try:
+            return within(self._output.transaction_timeout_s, f"{what} ({self._where()})", call)
+        except KafkaError as exc:
+            self.drop()
+            raise PublishError(f"closed-session summaries for {self._kafka.topic} partition "
+                               f"{self.partition}: {what} failed ({self._where()}): "
+                               f"{type(exc).__name__}: {exc}") from exc
+        except PublishError:
+            self.drop()
+            raise
+
+    def _ready(self) -> Any:
+        if self._producer is None:
+            settings = producer_settings(self._kafka)
+            if self.txn_id:
+                settings.update(transactional_id=self.txn_id,
+                                transaction_timeout_ms=round(
+                                    self._output.transaction_timeout_s * 2000))
+            producer = KafkaProducer(**settings)
+            if self.txn_id:
+                # fences every older producer of this id; aborts what one left open
+                self._call("init_transactions", producer.init_transactions)
+            self._producer = producer
+        return self._producer
+
+    def published(self, outbox_id: str) -> bool:
+        """Whether a committed transaction carried this outbox (the marker's metadata)."""
+        if not self.txn_id:
+            return False  # no marker without transactions: publish again (at least once)
+        if self._admin is None:
+            self._admin = KafkaAdminClient(**admin_settings(self._kafka))
+        group = marker_group(self._kafka)
+        found = self._call("reading the marker", lambda: self._admin.list_group_offsets(
+            {group: [TopicPartition(self._kafka.topic, self.partition)]}))
+        for tp, om in found.get(group, {}).items():
+            if tp.partition == self.partition and tp.topic == self._kafka.topic:
+                return bool(om.metadata == outbox_id)
+        return False
+
+    def publish(self, records: Sequence[tuple[bytes, bytes]], outbox_id: str,
+                until_offset: int) -> None:
+        """Send ``records`` (key, value) and the marker in one transaction, and commit it;
+        on any failure abort (best effort) and raise PublishError. Without transactions:
+        send and flush.
+
+        A transaction the broker refused is made once more with a new producer, unless the
+        marker shows the outbox already out. Most often the refusal is a fence: a newer
+        producer of this id initialised since ours, because the partition's last range ran
+        in another Python worker (or a copy of this task ran, and then it may have published
+        this very outbox). The new producer fences the other in turn. (kafka-python reports
+        a fence as ProducerFencedError once, then as a KafkaError naming its error state.)
+        """
+        if not self.txn_id:
+            producer = self._ready()
+            self._call("send", lambda: [producer.send(self.topic, key=k, value=v)
+                                        for k, v in records] and producer.flush())
+            return
+        try:
+            self._transaction(records, outbox_id, until_offset)
+        except PublishError as exc:
+            if not isinstance(exc.__cause__, KafkaError):
+                raise  # past the deadline: the broker is not answering
+            if self.published(outbox_id):
+                return  # a copy of this task published this very outbox
+            log.info("%s: %s; once more with a new producer", self.txn_id, exc.__cause__)
+            self._transaction(records, outbox_id, until_offset)
+
+    def _transaction(self, records: Sequence[tuple[bytes, bytes]], outbox_id: str,
+                     until_offset: int) -> None:
+        producer = self._ready()
+        try:
+            self._call("begin_transaction", producer.begin_transaction)
+            for key, value in records:
+                producer.send(self.topic, key=key, value=value)
+            marker = {TopicPartition(self._kafka.topic, self.partition):
+                      OffsetAndMetadata(until_offset, outbox_id, -1)}
+            self._call("send_offsets_to_transaction", lambda: producer.send_offsets_to_transaction(
+                marker, marker_group(self._kafka)))
+            crash_point("task_before_publish_commit")
+            self._call("commit_transaction", producer.commit_transaction)
+        except BaseException:
+            if self._producer is producer:
+                try:
+                    within(self._output.transaction_timeout_s, "abort_transaction",
+                           producer.abort_transaction)
+                except BaseException:
+                    # the next init_transactions of this id aborts it
+                    log.debug("abort of %s failed", self.txn_id, exc_info=True)
+                    self.drop()
+            raise
+
+    def drop(self) -> None:
+        """Forget the producer (fenced, timed out or broken): the next range makes one anew."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.close(timeout=0)
+            except Exception:
+                log.debug("closing producer %s failed", self.txn_id, exc_info=True)
+
+    def close(self) -> None:
+        self.drop()
+        if self._admin is not None:
+            self._admin.close()

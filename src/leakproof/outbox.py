@@ -1,0 +1,67 @@
+"""The closed-session summaries a partition owes the output topic (pure).
+
+A range that closes sessions (or changes closed ones, with a late event) writes their ids to
+the partition's outbox *before* it writes their session rows, and publishes them after its
+last write, in one Kafka transaction that also commits the outbox's id as a marker. So:
+
+- a crash before the outbox write leaves nothing behind: the replay folds the same closes;
+- a crash after it leaves the outbox pending: whatever the replay folds, it publishes the
+  pending ids too, read from their rows once the replay's own writes are done;
+- a crash after the transaction committed, before the job's offsets did: the marker says
+  the outbox is published, and the replay (whose fences skip every event) owes nothing new.
+
+Each closed session is therefore published once per change, with its row as it stands after
+the range that changed it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+ID = b"w:outbox"
+SESSIONS = b"w:outbox_sessions"
+PUBLISHED = b"w:outbox_published"
+
+
+@dataclass(frozen=True)
+class Outbox:
+    """A partition's outbox: the newest one's id and sessions, and the id last published."""
+
+    id: str = ""
+    sessions: tuple[str, ...] = ()
+    published: str = ""
+
+    @property
+    def pending(self) -> bool:
+        """Written, and not known to be published."""
+        return bool(self.id) and self.id != self.published
+
+    def owed(self) -> tuple[str, ...]:
+        """The sessions still to publish: this outbox's, unless it went out already."""
+        return self.sessions if self.pending else ()
+
+    def next(self, new_id: str, closed: Iterable[str]) -> Outbox | None:
+        """The outbox a range writes: what is still owed and what it closed itself; None
+        when it owes nothing (then it writes no outbox)."""
+        sessions = tuple(dict.fromkeys((*self.owed(), *closed)))
+        if not sessions:
+            return None
+        return Outbox(new_id, sessions, self.published)
+
+    def encode(self) -> dict[bytes, bytes]:
+        return {ID: self.id.encode(), SESSIONS: json.dumps(list(self.sessions)).encode()}
+
+    @classmethod
+    def parse(cls, cells: Mapping[bytes, bytes]) -> Outbox:
+        """From the state row's cells (an absent outbox is an empty one)."""
+        return cls(cells.get(ID, b"").decode(),
+                   tuple(json.loads(cells.get(SESSIONS, b"[]"))),
+                   cells.get(PUBLISHED, b"").decode())
+
+
+def outbox_id(batch_ms: int, from_offset: int, until_offset: int, epoch: int) -> str:
+    """Unique per range attempt of a driver: a rewind or a new table prefix never makes an
+    old marker look like a new outbox's."""
+    return f"{batch_ms}:{from_offset}-{until_offset}:{epoch}"

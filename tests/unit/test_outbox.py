@@ -1,0 +1,37 @@
+"""The outbox rules (outbox.py) with literals: what a range owes the output topic."""
+
+from __future__ import annotations
+
+from leakproof.outbox import Outbox, outbox_id
+
+
+def test_a_range_that_closes_nothing_and_owes_nothing_writes_no_outbox() -> None:
+    assert Outbox().next("b1", []) is None
+    published = Outbox("b0", ("a",), published="b0")
+    assert not published.pending and published.next("b1", []) is None
+
+
+def test_a_pending_outbox_is_carried_into_the_next_one() -> None:
+    """A crash after the outbox write: the replay owes those sessions and its own."""
+    crashed = Outbox("b1", ("a", "b"), published="b0")
+    assert crashed.pending and crashed.owed() == ("a", "b")
+    assert crashed.next("b2", ["b", "c"]) == Outbox("b2", ("a", "b", "c"), "b0")
+
+
+def test_a_published_outbox_is_owed_no_more() -> None:
+    """A crash after the transaction committed: the marker marks it published."""
+    done = Outbox("b1", ("a",), published="b1")
+    assert done.owed() == () and done.next("b2", ["c"]) == Outbox("b2", ("c",), "b1")
+
+
+def test_the_cells_round_trip_and_an_absent_outbox_is_empty() -> None:
+    box = Outbox("b1", ("a", "odd,id\n"), published="b0")
+    cells = {**box.encode(), b"w:outbox_published": b"b0", b"w:watermark": b"9"}
+    assert Outbox.parse(cells) == box
+    assert Outbox.parse({b"w:watermark": b"9"}) == Outbox() and not Outbox().pending
+
+
+def test_ids_differ_by_batch_range_and_driver() -> None:
+    ids = {outbox_id(1, 0, 10, 1), outbox_id(2, 0, 10, 1), outbox_id(1, 0, 11, 1),
+           outbox_id(1, 0, 10, 2)}
+    assert len(ids) == 4
