@@ -26,7 +26,7 @@ from typing import Any
 import happybase
 import pytest
 import yaml
-from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import OffsetSpec
 
 from leakproof import codec, config
@@ -272,6 +272,56 @@ def lag_report(env: Env, config: str | None = None) -> dict[str, Any]:
     assert out.returncode in (0, 1), out.stderr[-3000:]
     report: dict[str, Any] = json.loads(out.stdout)
     return report
+
+
+# --------------------------------------------------------------------------- the output topic
+
+
+def closed_rows(env: Env) -> dict[str, dict[str, str]]:
+    """The closed sessions' ``s`` cells, as text."""
+    conn = env.hbase()
+    try:
+        return {k.decode(): {c.decode()[2:]: v.decode() for c, v in cells.items()}
+                for k, cells in conn.table("web_sessions").scan(columns=[b"s"])
+                if cells.get(b"s:state") == b"closed"}
+    finally:
+        conn.close()
+
+
+def summaries(topic: str, isolation: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every summary on the output topic, in order, as a consumer at ``isolation`` sees it."""
+    consumer = KafkaConsumer(topic, bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}", group_id=None,
+                             auto_offset_reset="earliest", consumer_timeout_ms=5000,
+                             isolation_level=isolation)
+    try:
+        return [(m.key.decode(), json.loads(m.value)) for m in consumer]
+    finally:
+        consumer.close()
+
+
+def published_once_per_change(env: Env, topic: str) -> dict[str, dict[str, str]]:
+    """A read_committed consumer sees every closed session, once per change, ending with its
+    row; returns the closed rows.
+
+    A closed session changes again only when a late event reaches it (``late_events`` goes
+    up), so its summaries, in topic order, must each carry more late events than the one
+    before: the same summary twice is a duplicate.
+    """
+    closed = closed_rows(env)
+    by_session: dict[str, list[dict[str, Any]]] = {}
+    for sid, summary in summaries(topic, "read_committed"):
+        by_session.setdefault(sid, []).append(summary)
+    assert set(by_session) == set(closed), (f"{len(set(closed) - set(by_session))} missing, "
+                                            f"{len(set(by_session) - set(closed))} extra")
+    twice = [sid for sid, got in by_session.items()
+             if any(int(b["late_events"]) <= int(a["late_events"])
+                    for a, b in itertools.pairwise(got))]
+    assert not twice, f"{len(twice)} sessions published twice for one change, e.g. {twice[0]}"
+    for sid, got in by_session.items():
+        row, last = closed[sid], got[-1]
+        assert (last["events"], last["bytes"], last["late_events"], last["state"]) == (
+            row["events"], row["bytes"], row["late_events"], "closed"), sid
+    return closed
 
 
 # --------------------------------------------------------------------------- the offsets table

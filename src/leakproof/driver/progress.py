@@ -64,7 +64,9 @@ def text_line(p: dict[str, Any]) -> str:
         f"{' ' + json.dumps(kinds, sort_keys=True) if kinds else ''}) | "
         f"sessions {p['sessions']} closed {p['closed']} | lag {p['lag']} | "
         f"{p['events_per_s']:.0f} ev/s | read {p['read_s']:.2f}s fold {p['fold_s']:.2f}s "
-        f"write {p['write_s']:.2f}s commit {p['commit_s']:.2f}s total {p['total_s']:.2f}s"
+        f"write {p['write_s']:.2f}s"
+        + (f" (publish {p['publish_s']:.2f}s)" if p.get("publish_s") else "")
+        + f" commit {p['commit_s']:.2f}s total {p['total_s']:.2f}s"
         f" | cached consumer {p['cache']['consumer']}/{p['cache']['tasks']}"
         + ("" if p["rate_limit"] is None else f" | rate limit {p['rate_limit']:.0f} ev/s")
         + _held_text(p["held"]))
