@@ -157,18 +157,17 @@ def _run(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int, report: TaskR
         result = folder.finish()
         t2 = time.monotonic()
         report.fold_s = t2 - t1
-        # 4a. the outbox: the closed sessions this range will publish (and any an earlier
-        # attempt still owes), written before their rows (outbox.py says why)
+        # 4. if this driver still holds the lease: the outbox (the closed sessions this range
+        # will publish, and any an earlier attempt still owes: outbox.py says why it comes
+        # first), then the session rows, each with its fence. (Thrift1 has no multi-column
+        # check-and-mutate, so this narrows the zombie window to the time between this read
+        # and the writes; it cannot close it.)
+        _check_lease(state_store, cfg, rng, epoch)
         outbox = None
         if cfg.output.closed_sessions_topic:
             outbox = _owed(cfg, rng, epoch, batch_ms, stored.outbox, result)
             if outbox is not None:
-                _check_lease(state_store, cfg, rng, epoch)
                 state_store.write_outbox(rng.topic, rng.partition, outbox)
-        # 4. session rows, each with its fence -- if this driver still holds the lease.
-        # (Thrift1 has no multi-column check-and-mutate, so this narrows the zombie window
-        # to the time between this read and the writes; it cannot close it.)
-        _check_lease(state_store, cfg, rng, epoch)
         sessions_table.write(result.touched.values(), close=result.closed_untouched)
         crash_point("task_after_sessions")
         # 5. dead letters

@@ -137,8 +137,12 @@ class ClosedSink:
         """
         if not self.txn_id:
             producer = self._ready()
-            self._call("send", lambda: [producer.send(self.topic, key=k, value=v)
-                                        for k, v in records] and producer.flush())
+            def send_all() -> None:
+                for key, value in records:
+                    producer.send(self.topic, key=key, value=value)
+                producer.flush()
+
+            self._call("send", send_all)
             return
         try:
             self._transaction(records, outbox_id, until_offset)
