@@ -100,3 +100,28 @@ def test_reprocessing_into_fresh_tables(env: Env) -> None:
     finally:
         conn.close()
     assert epoch == 2  # the rewind's epoch, then the reprocessing run's
+
+
+@pytest.mark.parametrize("store", ["hbase", "kafka", "zookeeper"])
+def test_reprocessing_recipe_rewinds_the_configured_store(env: Env, store: str) -> None:
+    """The rewind goes where the job resumes from: the store ``offsets.store`` names."""
+    spec = GeneratorSpec(seed=1750 + len(store), events=6_000, sessions=600)
+    env.produce(spec)
+    first = env.variant(f"{store}-first", offsets={"store": store},
+                        kafka={"mirror_group_offsets": False})
+    env.run("--until-idle", "3", config=first)
+    env.verify(spec, config=first)
+    fresh = env.variant(f"{store}-again", offsets={"store": store},
+                        kafka={"mirror_group_offsets": False},
+                        hbase={"table_prefix": f"{env.name}r"})
+    out = rewind(env, "--to-time", "2000-01-01T00:00:00", config=fresh)
+    assert '"0": 0' in out.stdout
+    history = run_cli("offsets", "show", "--config", fresh)
+    assert '"0": 0' in history.stdout, history.stdout  # the store itself says so
+    ran = env.run("--until-idle", "3", "--log-format", "json", config=fresh)
+    assert sum(rec["records"] for rec in progress_lines(ran.stderr)) == records(spec)
+    env.verify(spec, config=fresh)
+    # --to-batch names a row only the HBase store keeps a history of
+    named = rewind(env, "--to-batch", "123", config=fresh, check=False)
+    assert named.returncode == 1
+    assert ("no offsets row" if store == "hbase" else "keeps no history") in named.stderr
