@@ -1,4 +1,5 @@
-"""``leakproof``: argument parsing only; every command calls the modules below it."""
+"""``leakproof``: argument parsing, and one thin function per command that calls the library
+and prints its answer. Each imports (and connects to) only what its command uses."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from leakproof import config as config_mod
@@ -37,6 +38,15 @@ def _iso_ms(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
+def _offsets(text: str) -> dict[int, int]:
+    from leakproof.rewind import parse_offsets
+
+    try:
+        return parse_offsets(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="leakproof", description=__doc__)
     parser.add_argument("--log-level", default="INFO")
@@ -44,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def cmd(name: str, help_: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_)
-        p.add_argument("--config", required=True, help="path to config.yml")
+        p.add_argument("--config", required=name != "offsets", help="path to config.yml",
+                       **({"default": argparse.SUPPRESS} if name == "offsets" else {}))
         return p
 
     run = cmd("run", "run the streaming job")
@@ -77,16 +88,27 @@ def build_parser() -> argparse.ArgumentParser:
     tables.add_argument("action", choices=["create"])
 
     offsets = cmd("offsets", "committed offsets: show, history, lag, rewind")
-    offsets.add_argument("action", choices=["show", "history", "lag", "rewind"])
-    offsets.add_argument("--limit", type=int, default=20)
-    where = offsets.add_mutually_exclusive_group()
+    actions = offsets.add_subparsers(dest="action", required=True)
+
+    def action(name: str, help_: str) -> argparse.ArgumentParser:
+        p = actions.add_parser(name, help=help_)
+        # --config before or after the action; SUPPRESS keeps the sub-parser from resetting it
+        p.add_argument("--config", default=argparse.SUPPRESS, help="path to config.yml")
+        return p
+
+    action("show", "the newest commit")
+    action("history", "the newest commits, newest first").add_argument(
+        "--limit", type=int, default=20)
+    action("lag", "per partition: committed, stable end, log end, state")
+    rewind = action("rewind", "commit earlier offsets for the next run to resume from")
+    where = rewind.add_mutually_exclusive_group(required=True)
     where.add_argument("--to-batch", type=int, metavar="BATCH_MS",
-                       help="rewind: the offsets of this earlier row")
+                       help="the offsets of this earlier commit")
     where.add_argument("--to-time", type=_iso_ms, metavar="ISO8601",
-                       help="rewind: the first records at or after this Kafka record time "
+                       help="the first records at or after this Kafka record time "
                             "(no zone = UTC)")
-    where.add_argument("--to-offsets", metavar="P=O[,P=O...]",
-                       help="rewind: these partitions to these offsets, the rest as they are")
+    where.add_argument("--to-offsets", type=_offsets, metavar="P=O[,P=O...]",
+                       help="these partitions to these offsets, the rest as they are")
 
     sessions = cmd("sessions", "read a session row")
     sessions.add_argument("action", choices=["get"])
@@ -100,14 +122,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "config", None) is None:
+        parser.error("the following arguments are required: --config")
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("kafka", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    command = COMMANDS[args.cmd if args.cmd != "offsets" else f"offsets {args.action}"]
     try:
-        cfg = config_mod.load(args.config)
-        return _dispatch(args, cfg)
+        return command(args, config_mod.load(args.config))
     except ConfigError as exc:
         print(f"leakproof: config error: {exc}", file=sys.stderr)
         return 2
@@ -124,98 +149,125 @@ def _secured_services(cfg: config_mod.Config) -> str:
     return " and ".join(names) or "a secured service"
 
 
-def _dispatch(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    if args.cmd == "run":
-        from leakproof.driver.job import Job, RunLimits, spark_context
+# -- the commands: each one call into the library, and what it prints --------------------
 
-        if cfg.kerberos is not None:  # a bad login stops the run before any JVM starts
-            from leakproof.kerberos import login
 
-            login(cfg.kerberos, _secured_services(cfg))
-        spark_context(cfg)
-        return Job(cfg, RunLimits(args.until_idle, args.max_batches, args.log_format)).run()
-    if args.cmd == "stop":
-        from leakproof.stop import ask_to_stop
+def run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.driver.job import Job, RunLimits, spark_context
 
-        return ask_to_stop(cfg, args.wait)
-    if args.cmd == "produce":
-        from leakproof.generator import generate
-        from leakproof.produce import send_events
+    if cfg.kerberos is not None:  # a bad login stops the run before any JVM starts
+        from leakproof.kerberos import login
 
-        spec = GeneratorSpec(args.seed, args.events, args.sessions, args.start_ts,
-                             span_s=args.span_s)
-        report = send_events(cfg.kafka, cfg.kafka.topic, generate(spec), args.rate)
-        print(f"produced {report.records} events ({spec.sessions} sessions, seed {spec.seed}) "
-              f"to {cfg.kafka.topic} in {report.seconds:.1f}s ({report.rate:.0f} ev/s)")
-        return 0
-    if args.cmd == "topic":
-        from leakproof.produce import create_topic
+        login(cfg.kerberos, _secured_services(cfg))
+    spark_context(cfg)
+    return Job(cfg, RunLimits(args.until_idle, args.max_batches, args.log_format)).run()
 
-        made = create_topic(cfg.kafka, cfg.kafka.topic, args.partitions)
-        print(f"topic {cfg.kafka.topic}: {'created' if made else 'exists'}")
-        return 0
+
+def stop(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.stop import ask_to_stop
+
+    return ask_to_stop(cfg, args.wait)
+
+
+def produce(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.generator import generate
+    from leakproof.produce import send_events
+
+    spec = GeneratorSpec(args.seed, args.events, args.sessions, args.start_ts, span_s=args.span_s)
+    report = send_events(cfg.kafka, cfg.kafka.topic, generate(spec), args.rate)
+    print(f"produced {report.records} events ({spec.sessions} sessions, seed {spec.seed}) "
+          f"to {cfg.kafka.topic} in {report.seconds:.1f}s ({report.rate:.0f} ev/s)")
+    return 0
+
+
+def topic(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.produce import create_topic
+
+    made = create_topic(cfg.kafka, cfg.kafka.topic, args.partitions)
+    print(f"topic {cfg.kafka.topic}: {'created' if made else 'exists'}")
+    return 0
+
+
+def tables(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.hbase.connection import connect, ensure_tables
 
-    if args.cmd == "verify":
-        from leakproof.verify import verify
-
-        v = verify(cfg, args.spec)
-        print(f"oracle: {v.events} events in the topic, {v.bad_records} bad records, "
-              f"{v.sessions} session rows, {v.dead_letters} dead letters: "
-              f"{'EXACT MATCH' if v.ok else 'MISMATCH'}")
-        for problem in v.problems:
-            print(f"  {problem}")
-        return 0 if v.ok else 1
     conn = connect(cfg.hbase)
     try:
-        if args.cmd == "tables":
-            created = ensure_tables(conn, cfg.hbase)
-            print(f"tables created: {', '.join(created) or 'none (all exist)'}")
-        elif args.cmd == "offsets" and args.action == "rewind":
-            from leakproof.rewind import RewindTarget, parse_offsets, rewind
-
-            if args.to_batch is None and args.to_time is None and args.to_offsets is None:
-                print("leakproof: offsets rewind needs --to-batch, --to-time or --to-offsets",
-                      file=sys.stderr)
-                return 2
-            try:
-                explicit = parse_offsets(args.to_offsets) if args.to_offsets else None
-            except ValueError as exc:
-                print(f"leakproof: --to-offsets: {exc}", file=sys.stderr)
-                return 2
-            batch_ms, new = rewind(cfg, RewindTarget(args.to_batch, args.to_time, explicit))
-            print(json.dumps({"batch_ms": batch_ms, "offsets": new}, sort_keys=True))
-        elif args.cmd == "offsets" and args.action == "lag":
-            from leakproof.lag import lag
-
-            behind = lag(cfg)
-            print(json.dumps(behind, sort_keys=True))
-            return 0 if behind["committed_ms"] is not None else 1
-        elif args.cmd == "offsets":
-            from leakproof.commit_stores import open_store
-
-            store = open_store(cfg)
-            try:
-                rows = store.history(1 if args.action == "show" else args.limit)
-            finally:
-                store.close()
-            if not rows:
-                print(f"no committed offsets for {cfg.kafka.topic}:{cfg.kafka.group_id}")
-                return 1
-            for row in rows:
-                print(json.dumps({"batch_ms": row.batch_ms, "offsets": row.offsets,
-                                  "audit": row.audit}, sort_keys=True))
-        elif args.cmd == "sessions":
-            from leakproof.hbase.session_store import SessionStore
-
-            got = SessionStore(conn.table(cfg.hbase.sessions_table)).get(args.session_id)
-            if got is None:
-                print(f"no session {args.session_id}", file=sys.stderr)
-                return 1
-            print(json.dumps(got, indent=2, sort_keys=True))
+        created = ensure_tables(conn, cfg.hbase)
     finally:
         conn.close()
+    print(f"tables created: {', '.join(created) or 'none (all exist)'}")
     return 0
+
+
+def offsets_history(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.commit_stores import open_store
+
+    store = open_store(cfg)
+    try:
+        rows = store.history(1 if args.action == "show" else args.limit)
+    finally:
+        store.close()
+    if not rows:
+        print(f"no committed offsets for {cfg.kafka.topic}:{cfg.kafka.group_id}")
+        return 1
+    for row in rows:
+        print(json.dumps({"batch_ms": row.batch_ms, "offsets": row.offsets,
+                          "audit": row.audit}, sort_keys=True))
+    return 0
+
+
+def offsets_lag(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.lag import lag
+
+    behind = lag(cfg)
+    print(json.dumps(behind, sort_keys=True))
+    return 0 if behind["committed_ms"] is not None else 1
+
+
+def offsets_rewind(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.rewind import RewindTarget, rewind
+
+    batch_ms, new = rewind(cfg, RewindTarget(args.to_batch, args.to_time, args.to_offsets))
+    print(json.dumps({"batch_ms": batch_ms, "offsets": new, "store": cfg.offsets.store},
+                     sort_keys=True))
+    return 0
+
+
+def sessions(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.hbase.connection import connect
+    from leakproof.hbase.session_store import SessionStore
+
+    conn = connect(cfg.hbase)
+    try:
+        got = SessionStore(conn.table(cfg.hbase.sessions_table)).get(args.session_id)
+    finally:
+        conn.close()
+    if got is None:
+        print(f"no session {args.session_id}", file=sys.stderr)
+        return 1
+    print(json.dumps(got, indent=2, sort_keys=True))
+    return 0
+
+
+def verify(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.verify import verify as check
+
+    v = check(cfg, args.spec)
+    print(f"oracle: {v.events} events in the topic, {v.bad_records} bad records, "
+          f"{v.sessions} session rows, {v.dead_letters} dead letters: "
+          f"{'EXACT MATCH' if v.ok else 'MISMATCH'}")
+    for problem in v.problems:
+        print(f"  {problem}")
+    return 0 if v.ok else 1
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, config_mod.Config], int]] = {
+    "run": run, "stop": stop, "produce": produce, "topic": topic, "tables": tables,
+    "offsets show": offsets_history, "offsets history": offsets_history,
+    "offsets lag": offsets_lag, "offsets rewind": offsets_rewind,
+    "sessions": sessions, "verify": verify,
+}
 
 
 if __name__ == "__main__":

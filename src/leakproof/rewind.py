@@ -1,8 +1,9 @@
 """Operator rewinds: write a new offsets row that the next run resumes from.
 
-A rewind never edits history: it appends a row ``<topic>:<group>:<now ms>`` whose offsets
-come from an earlier row, from a point in (Kafka record) time, or from explicit values, and
-records in its ``audit`` family what was asked. It also bumps the driver lease epoch, so a
+A rewind never edits history: it commits a new batch ``<now ms>`` through the store
+``offsets.store`` names (in HBase, a row ``<topic>:<group>:<now ms>`` whose ``audit`` family
+records what was asked), with offsets from an earlier row, from a point in (Kafka record)
+time, or from explicit values. It also bumps the driver lease epoch, so a
 job still running on that topic and group is fenced: its next task or commit sees the new
 epoch and it stops (exit 1) without committing anything after the rewind row.
 
@@ -19,12 +20,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from leakproof.commit_stores.hbase import OffsetStore
 from leakproof.config import Config
+from leakproof.driver.ports import CommitStore, LeaseStore
 from leakproof.errors import OffsetError
-from leakproof.hbase.connection import connect, ensure_tables
-from leakproof.hbase.state_store import StateStore
-from leakproof.kafka.admin import KafkaMetadata
+from leakproof.offsets import LogBounds
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +58,66 @@ def parse_offsets(text: str) -> dict[int, int]:
     return out
 
 
+def rewound_offsets(target: RewindTarget, store: CommitStore, bounds: Mapping[int, LogBounds],
+                    by_time: Mapping[int, int | None] | None,
+                    where: str) -> dict[int, int]:
+    """Where the target points, checked against the log; ``where`` names topic and group."""
+    if target.to_batch is not None:
+        row = store.get(target.to_batch)
+        if row is None:
+            if not store.keeps_history:
+                raise OffsetError(
+                    f"offsets.store: {store.name} keeps no history: only its newest commit "
+                    f"can be named with --to-batch; use --to-time or --to-offsets")
+            raise OffsetError(f"no offsets row {where}:{target.to_batch:013d}; "
+                              f"see `leakproof offsets history`")
+        offsets = dict(row.offsets)
+    elif by_time is not None:
+        # nothing that new: the readable end (an open transaction's records may commit)
+        offsets = {p: bounds[p].readable_end if o is None else o for p, o in by_time.items()}
+    else:
+        latest = store.latest()
+        offsets = {**(latest.offsets if latest else {}), **(target.to_offsets or {})}
+    for p, o in sorted(offsets.items()):
+        if p not in bounds:
+            raise OffsetError(f"{where.split(':')[0]} has no partition {p} "
+                              f"(partitions {sorted(bounds)})")
+        if not bounds[p].log_start <= o <= bounds[p].log_end:
+            raise OffsetError(f"{where.split(':')[0]} partition {p}: offset {o} is outside "
+                              f"the log [{bounds[p].log_start}, {bounds[p].log_end}]")
+    return offsets
+
+
+def write_rewind(target: RewindTarget, offsets: Mapping[int, int], store: CommitStore,
+                 leases: LeaseStore, topic_id: str | None, now_ms: int) -> int:
+    """Fence any running driver, then commit ``offsets`` as a new batch; returns its time.
+
+    The epoch is bumped before the commit, so a driver still running fails its next lease
+    check and commits nothing after the rewind.
+    """
+    latest = store.latest()
+    epoch = leases.take("rewind").epoch
+    if topic_id:  # a rewind accepts the topic as it is now (a recreated one, say)
+        leases.record_topic_id(topic_id)
+    batch_ms = max(now_ms, (latest.batch_ms + 1) if latest else now_ms)
+    store.put(batch_ms, offsets, {
+        "rewind": target.describe(),
+        "rewound_from": str(latest.batch_ms) if latest else "none",
+        "epoch": str(epoch),
+        "committed_ms": str(now_ms),
+        **({"topic_id": topic_id} if topic_id else {}),
+    })
+    return batch_ms
+
+
 def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None) -> tuple[int,
                                                                                   dict[int, int]]:
-    """Write the rewind row; returns its batch time and offsets."""
+    """Rewind through the store ``offsets.store`` names; returns the batch time and offsets."""
+    from leakproof.commit_stores import open_store
+    from leakproof.hbase.connection import connect, ensure_tables
+    from leakproof.hbase.state_store import HBaseLeaseStore
+    from leakproof.kafka.admin import KafkaMetadata
+
     topic, group = cfg.kafka.topic, cfg.kafka.group_id
     meta = KafkaMetadata(cfg.kafka)
     try:
@@ -71,43 +127,20 @@ def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None) -> tupl
                    if target.to_time_ms is not None else None)
     finally:
         meta.close()
-    conn = connect(cfg.hbase)
+    conn = connect(cfg.hbase)  # the lease lives in HBase whatever the store
     try:
         ensure_tables(conn, cfg.hbase)
-        store = OffsetStore(conn.table(cfg.hbase.offsets_table), topic, group)
-        latest = store.latest()
-        if target.to_batch is not None:
-            row = store.get(target.to_batch)
-            if row is None:
-                raise OffsetError(f"no offsets row {topic}:{group}:{target.to_batch:013d}; "
-                                  f"see `leakproof offsets history`")
-            offsets = dict(row.offsets)
-        elif by_time is not None:
-            # nothing that new: the readable end (an open transaction's records may commit)
-            offsets = {p: bounds[p].readable_end if o is None else o for p, o in by_time.items()}
-        else:
-            offsets = {**(latest.offsets if latest else {}), **(target.to_offsets or {})}
-        for p, o in sorted(offsets.items()):
-            if p not in bounds:
-                raise OffsetError(f"{topic} has no partition {p} (partitions {parts})")
-            if not bounds[p].log_start <= o <= bounds[p].log_end:
-                raise OffsetError(f"{topic} partition {p}: offset {o} is outside the log "
-                                  f"[{bounds[p].log_start}, {bounds[p].log_end}]")
-        state = StateStore(conn, cfg.hbase.state_table)
-        epoch = state.bump_epoch(topic, group, "rewind").epoch
-        if topic_id:  # a rewind accepts the topic as it is now (a recreated one, say)
-            state.write_topic_id(topic, group, topic_id)
-        now = int(time.time() * 1000) if now_ms is None else now_ms
-        batch_ms = max(now, (latest.batch_ms + 1) if latest else now)
-        store.put(batch_ms, offsets, {
-            "rewind": target.describe(),
-            "rewound_from": str(latest.batch_ms) if latest else "none",
-            "epoch": str(epoch),
-            "committed_ms": str(now),
-            **({"topic_id": topic_id} if topic_id else {}),
-        })
     finally:
         conn.close()
-    log.info("rewound %s:%s with %s: row %d, offsets %s", topic, group, target.describe(),
-             batch_ms, offsets)
+    store = open_store(cfg)
+    leases = HBaseLeaseStore(cfg.hbase, topic, group)
+    try:
+        offsets = rewound_offsets(target, store, bounds, by_time, f"{topic}:{group}")
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        batch_ms = write_rewind(target, offsets, store, leases, topic_id, now)
+    finally:
+        store.close()
+        leases.close()
+    log.info("rewound %s:%s in offsets.store %s with %s: batch %d, offsets %s", topic, group,
+             store.name, target.describe(), batch_ms, offsets)
     return batch_ms, offsets

@@ -69,9 +69,14 @@ class FakeCommitStore:
 
     name: str = "fake"
     rows: list[CommittedBatch] = field(default_factory=list)
+    keeps_history: bool = True
 
     def latest(self) -> CommittedBatch | None:
         return self.rows[-1] if self.rows else None
+
+    def get(self, batch_ms: int) -> CommittedBatch | None:
+        kept = self.rows if self.keeps_history else self.rows[-1:]
+        return next((r for r in kept if r.batch_ms == batch_ms), None)
 
     def put(self, batch_ms: int, offsets: Mapping[int, int], audit: Mapping[str, str]) -> None:
         self.rows.append(CommittedBatch(batch_ms, dict(offsets), dict(audit)))

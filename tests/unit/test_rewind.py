@@ -1,11 +1,17 @@
-"""Parsing what an operator types for a rewind."""
+"""What an operator types for a rewind, and where the rewind lands (over the fakes)."""
 
 from __future__ import annotations
 
 import pytest
 
 from leakproof.cli import build_parser
-from leakproof.rewind import RewindTarget, parse_offsets
+from leakproof.errors import OffsetError
+from leakproof.lease import Lease
+from leakproof.offsets import CommittedBatch, LogBounds
+from leakproof.rewind import RewindTarget, parse_offsets, rewound_offsets, write_rewind
+from leakproof.testing import FakeCommitStore, FakeLeaseStore
+
+BOUNDS = {0: LogBounds(0, 100), 1: LogBounds(10, 50, stable_end=40)}
 
 
 def test_parse_offsets() -> None:
@@ -33,3 +39,57 @@ def test_only_one_target() -> None:
 def test_describe() -> None:
     assert RewindTarget(to_offsets={1: 5, 0: 2}).describe() == "to-offsets 0=2,1=5"
     assert RewindTarget(to_batch=17).describe() == "to-batch 17"
+
+
+def test_a_target_is_required_and_offsets_are_parsed_by_argparse() -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["offsets", "rewind", "--config", "c"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["offsets", "rewind", "--config", "c", "--to-offsets", "0=x"])
+    args = build_parser().parse_args(["offsets", "--config", "c", "rewind", "--to-offsets",
+                                      "1=12"])
+    assert (args.config, args.to_offsets) == ("c", {1: 12})
+
+
+def store(*rows: CommittedBatch, history: bool = True) -> FakeCommitStore:
+    return FakeCommitStore(rows=list(rows), keeps_history=history)
+
+
+OLD = CommittedBatch(1_000, {0: 30, 1: 20}, {"epoch": "1"})
+NEW = CommittedBatch(3_000, {0: 90, 1: 45}, {"epoch": "1"})
+
+
+def test_targets() -> None:
+    assert rewound_offsets(RewindTarget(to_batch=1_000), store(OLD, NEW), BOUNDS, None,
+                           "t:g") == {0: 30, 1: 20}
+    assert rewound_offsets(RewindTarget(to_offsets={0: 5}), store(OLD, NEW), BOUNDS, None,
+                           "t:g") == {0: 5, 1: 45}
+    # no record that new on partition 1: its readable end, short of an open transaction
+    assert rewound_offsets(RewindTarget(to_time_ms=9), store(), BOUNDS, {0: 7, 1: None},
+                           "t:g") == {0: 7, 1: 40}
+
+
+def test_refusals_name_the_problem() -> None:
+    with pytest.raises(OffsetError, match="no offsets row t:g:0000000000123"):
+        rewound_offsets(RewindTarget(to_batch=123), store(OLD), BOUNDS, None, "t:g")
+    with pytest.raises(OffsetError, match=r"offsets\.store: fake keeps no history"):
+        rewound_offsets(RewindTarget(to_batch=1_000), store(OLD, NEW, history=False), BOUNDS,
+                        None, "t:g")
+    with pytest.raises(OffsetError, match=r"partition 1: offset 5 is outside the log \[10, 50\]"):
+        rewound_offsets(RewindTarget(to_offsets={1: 5}), store(), BOUNDS, None, "t:g")
+    with pytest.raises(OffsetError, match="t has no partition 7"):
+        rewound_offsets(RewindTarget(to_offsets={7: 0}), store(), BOUNDS, None, "t:g")
+
+
+def test_the_rewind_is_committed_through_the_store_after_the_epoch_moves() -> None:
+    commits = store(OLD, NEW, history=False)  # as the Kafka-group and ZooKeeper stores
+    leases = FakeLeaseStore(cell=Lease(4, "driver"))
+    batch_ms = write_rewind(RewindTarget(to_offsets={0: 0}), {0: 0, 1: 45}, commits, leases,
+                            "TOPIC-ID", now_ms=2_000)
+    assert batch_ms == 3_001  # after the newest commit, though the clock says earlier
+    row = commits.latest()
+    assert row == CommittedBatch(3_001, {0: 0, 1: 45}, {
+        "rewind": "to-offsets 0=0", "rewound_from": "3000", "epoch": "5",
+        "committed_ms": "2000", "topic_id": "TOPIC-ID"})
+    assert leases.cell is not None and leases.cell.epoch == 5  # the old driver is fenced
+    assert leases.recorded_topic_id == "TOPIC-ID"

@@ -7,38 +7,17 @@
 - ``zookeeper`` (zookeeper.py): ``/consumers/<group>/offsets/<topic>/<partition>``, as Kafka's
   old ZooKeeper consumers kept them; no history.
 
-The job resumes from ``latest()`` and calls ``put`` only after the batch's tasks succeeded and
-the lease check passed. Whatever else it keeps, every store must give back from ``latest()``
-the audit keys in ``REQUIRED_AUDIT``: the start-up checks read them (``topic_id`` is how a
-deleted and recreated topic is recognised). The driver lease stays in HBase whatever the store.
+Each is a ``driver.ports.CommitStore``: the job resumes from ``latest()``, ``put`` commits
+(after the batch's tasks and the lease check) and ``offsets rewind`` writes through it. Whatever
+else it keeps, every store gives back from ``latest()`` the audit keys in ``REQUIRED_AUDIT``
+(``topic_id`` is how a deleted and recreated topic is recognised). The driver lease stays in
+HBase whatever the store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
-
 from leakproof.config import Config
-from leakproof.offsets import CommittedBatch
-
-# epoch: the lease epoch of the driver that committed; topic_id: Kafka's id of the topic the
-# offsets belong to (absent only where the broker has no topic ids).
-REQUIRED_AUDIT = ("epoch", "topic_id")
-
-
-class CommitStore(Protocol):
-    """Committed batches for one topic and group."""
-
-    name: str
-
-    def latest(self) -> CommittedBatch | None: ...
-
-    def put(self, batch_ms: int, offsets: Mapping[int, int],
-            audit: Mapping[str, str]) -> None: ...
-
-    def history(self, limit: int) -> list[CommittedBatch]: ...
-
-    def close(self) -> None: ...
+from leakproof.driver.ports import CommitStore
 
 
 def open_store(cfg: Config) -> CommitStore:

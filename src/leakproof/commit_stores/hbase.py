@@ -12,8 +12,8 @@ from collections.abc import Mapping
 
 import happybase
 
-from leakproof.commit_stores import REQUIRED_AUDIT
 from leakproof.config import Config
+from leakproof.driver.ports import REQUIRED_AUDIT
 from leakproof.hbase.connection import Connections
 from leakproof.offsets import CommittedBatch
 
@@ -75,6 +75,7 @@ class HBaseCommitStore:
     """
 
     name = "hbase"
+    keeps_history = True
 
     def __init__(self, cfg: Config) -> None:
         self._cfg = cfg
@@ -120,6 +121,14 @@ class HBaseCommitStore:
             conn.table(self._hb.state_table).put(self._last_row(), copy)
 
         self._conns.call("offsets commit", write)
+
+    def get(self, batch_ms: int) -> CommittedBatch | None:
+        found = self._conns.call("offsets read", lambda c: self._rows(c).get(batch_ms))
+        if found is None:  # expired by the TTL: the copy, if it is that batch
+            latest = self.latest()
+            if latest is not None and latest.batch_ms == batch_ms:
+                return latest
+        return found
 
     def history(self, limit: int) -> list[CommittedBatch]:
         return self._conns.call("offsets history", lambda c: self._rows(c).history(limit))

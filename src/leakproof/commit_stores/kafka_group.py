@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from leakproof.commit_stores import REQUIRED_AUDIT
 from leakproof.config import Config
+from leakproof.driver.ports import REQUIRED_AUDIT
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.offsets import CommittedBatch
 
@@ -23,6 +23,7 @@ class KafkaGroupCommitStore:
     """Commits as consumer-group offsets, through the driver's admin client."""
 
     name = "kafka"
+    keeps_history = False
 
     def __init__(self, cfg: Config) -> None:
         self._topic, self._group = cfg.kafka.topic, cfg.kafka.group_id
@@ -45,10 +46,16 @@ class KafkaGroupCommitStore:
 
     def put(self, batch_ms: int, offsets: Mapping[int, int], audit: Mapping[str, str]) -> None:
         # the broker caps metadata at offset.metadata.max.bytes (4096): keep it small
-        meta = json.dumps({"batch_ms": batch_ms, "writer": "leakproof",
-                           **{k: audit[k] for k in REQUIRED_AUDIT if k in audit}},
+        kept = {k: audit[k] for k in REQUIRED_AUDIT if k in audit}
+        if "rewind" in audit:  # what an operator asked for, shortened to fit
+            kept["rewind"] = audit["rewind"][:200]
+        meta = json.dumps({"batch_ms": batch_ms, "writer": "leakproof", **kept},
                           separators=(",", ":"))
         self._kafka.mirror_group_offsets(self._group, self._topic, offsets, meta)
+
+    def get(self, batch_ms: int) -> CommittedBatch | None:
+        latest = self.latest()  # one commit is kept: only the newest can be named
+        return latest if latest is not None and latest.batch_ms == batch_ms else None
 
     def history(self, limit: int) -> list[CommittedBatch]:
         latest = self.latest()

@@ -25,6 +25,7 @@ class ZooKeeperCommitStore:
     """Commits as znodes, all of one batch in one multi-op transaction."""
 
     name = "zookeeper"
+    keeps_history = False
 
     def __init__(self, cfg: Config, timeout_s: float = 15.0) -> None:
         self._topic, self._group = cfg.kafka.topic, cfg.kafka.group_id
@@ -70,6 +71,10 @@ class ZooKeeperCommitStore:
         failed = [r for r in results if isinstance(r, Exception)]
         if failed:
             raise StoreError(f"ZooKeeper commit of batch {batch_ms} failed: {failed[0]!r}")
+
+    def get(self, batch_ms: int) -> CommittedBatch | None:
+        latest = self.latest()  # one commit is kept: only the newest can be named
+        return latest if latest is not None and latest.batch_ms == batch_ms else None
 
     def history(self, limit: int) -> list[CommittedBatch]:
         latest = self.latest()

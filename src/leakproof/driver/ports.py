@@ -1,7 +1,8 @@
 """What the driver needs from Kafka and HBase, as protocols (leakproof.testing has fakes).
 
 The real ones: ``kafka.admin.KafkaMetadata`` (Metadata, GroupMirror),
-``hbase.state_store.HBaseLeaseStore`` (LeaseStore) and ``commit_stores`` (CommitStore).
+``hbase.state_store.HBaseLeaseStore`` (LeaseStore) and the three of ``commit_stores``
+(CommitStore), which ``offsets.store`` chooses between.
 """
 
 from __future__ import annotations
@@ -9,12 +10,42 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from leakproof.commit_stores import CommitStore
 from leakproof.lease import Lease
-from leakproof.offsets import Gap, HeldTransaction, LogBounds
+from leakproof.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
 from leakproof.runs import RunState
 
-__all__ = ["CommitStore", "GroupMirror", "LeaseStore", "Metadata", "RunRecord", "RunState"]
+__all__ = ["REQUIRED_AUDIT", "CommitStore", "GroupMirror", "LeaseStore", "Metadata",
+           "RunRecord", "RunState"]
+
+# The audit keys every commit store gives back from ``latest()``, because the start-up
+# checks read them. epoch: the lease epoch of the driver that committed; topic_id: Kafka's
+# id of the topic the offsets belong to (absent only where the broker has no topic ids).
+REQUIRED_AUDIT = ("epoch", "topic_id")
+
+
+class CommitStore(Protocol):
+    """Committed batches for one topic and group: where the job resumes from.
+
+    The job calls ``put`` only after the batch's tasks succeeded and the lease check passed;
+    ``offsets rewind`` writes through it too, so a rewind lands where the next run reads.
+    ``keeps_history`` says whether rows older than the newest can be named (``get``).
+    """
+
+    name: str
+    keeps_history: bool
+
+    def latest(self) -> CommittedBatch | None: ...
+
+    def get(self, batch_ms: int) -> CommittedBatch | None:
+        """The batch committed at ``batch_ms``, if the store still holds it."""
+        ...
+
+    def put(self, batch_ms: int, offsets: Mapping[int, int],
+            audit: Mapping[str, str]) -> None: ...
+
+    def history(self, limit: int) -> list[CommittedBatch]: ...
+
+    def close(self) -> None: ...
 
 
 class Metadata(Protocol):
