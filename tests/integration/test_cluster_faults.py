@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 import pytest
 
 from leakproof.generator import GeneratorSpec
+from leakproof.produce import create_topic
 
 from .helpers import (
     Background,
@@ -21,6 +22,7 @@ from .helpers import (
     background,
     finish_exact,
     offsets_rows,
+    published_once_per_change,
     require_standalone,
     stack,
     standalone_submit,
@@ -69,6 +71,28 @@ def test_python_worker_killed_mid_task_is_retried(env: Env) -> None:
 
 def test_executor_jvm_killed_mid_task_is_retried(env: Env) -> None:
     crash_once(env, "task_after_sessions@2:executor", "executor-kill", "ExecutorLostFailure")
+
+
+def test_executor_jvm_killed_with_a_transaction_open_publishes_each_summary_once(
+        env: Env) -> None:
+    """The executor dies between the summaries' sends and their commit: the transaction is
+    left open, the task is retried on the other executor (whose producer of the same
+    transactional id fences the dead one's and aborts what it left), and a read_committed
+    consumer sees every closed session once per change."""
+    topic = f"{env.name}-closed"
+    create_topic(env.cfg.kafka, topic, 2)
+    spec = GeneratorSpec(seed=1790, events=12_000, sessions=1_200, span_s=4 * 3600)
+    env.produce(spec)
+    config = env.variant("closing", output={"closed_sessions_topic": topic},
+                         kafka={"max_rate_per_partition": 500})
+    marker = env.tmp / "publish.crashed"
+    with submit(env, config, "publish-kill", "--until-idle", "6",
+                executor_env={"LEAKPROOF_CRASH_AT": "task_before_publish_commit@2:executor",
+                              "LEAKPROOF_CRASH_ONCE": str(marker)}) as job:
+        wait_for("the crash", marker.exists, timeout=240)
+        text = finish_exact(env, spec, job)
+    assert "ExecutorLostFailure" in text
+    assert len(published_once_per_change(env, topic)) > 500
 
 
 def test_whole_worker_killed_mid_stream(env: Env) -> None:
