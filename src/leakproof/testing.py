@@ -1,20 +1,27 @@
-"""In-memory fakes of the driver's ports, for tests of the commit and planning rules.
+"""In-memory fakes of the driver's ports and of a range's, for tests of their rules.
 
 They keep state the way the real stores do (a lease cell with compare-and-set, one row per
-commit, a topic with partitions and log bounds) and can be told to fail, so every rule of
-``driver.committing`` and ``driver.planning`` is a unit test with literals. The real
-adapters are tested against real Kafka and HBase in tests/integration.
+commit, a topic with partitions and log bounds; session rows as HBase cells, a partition's
+state row and index rows, Kafka transactions that commit or vanish) and can be told to fail
+or to crash at a named step, so every rule of ``driver.committing``, ``driver.planning`` and
+``task.process`` is a unit test with literals. The real adapters are tested against real
+Kafka and HBase in tests/integration.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from leakproof.errors import KafkaReadError
+from leakproof.errors import DecodeError, KafkaReadError
 from leakproof.lease import FIRST_EPOCH, Lease
 from leakproof.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
+from leakproof.open_index import MAX_WIDTH, Entry, IndexChanges
+from leakproof.outbox import PUBLISHED, Outbox
 from leakproof.runs import RUNNING, STOPPED, RunState
+from leakproof.session_cells import from_cells, to_cells
+from leakproof.sessions import NO_WATERMARK, PartitionState, SessionState
+from leakproof.task.ports import StoredPartition
 
 
 @dataclass
@@ -158,3 +165,145 @@ class FakeRunRecord:
         if self.state is None or self.state.epoch == epoch:
             self.state = RunState(epoch, STOPPED, self.clock_ms, stopped_ms=self.clock_ms,
                                   detail=detail)
+
+
+# -- a range's ports (task.ports) ---------------------------------------------------------
+
+
+class Crash(Exception):
+    """The process died here: raised by a fake at the step a ``Journal`` names."""
+
+
+@dataclass
+class Journal:
+    """The writes of a range's fakes in the order they were made; ``crash_at`` names a step
+    at which the next call raises Crash before writing anything (once)."""
+
+    steps: list[str] = field(default_factory=list)
+    crash_at: str | None = None
+
+    def step(self, name: str) -> None:
+        if name == self.crash_at:
+            self.crash_at = None
+            raise Crash(name)
+        self.steps.append(name)
+
+
+@dataclass
+class FakeSessionRows:
+    """Session rows as HBase cells; ``tear_after`` = n: the next write puts n rows, then the
+    process dies (a batch of puts cut short)."""
+
+    journal: Journal
+    cells: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
+    tear_after: int | None = None
+
+    def read(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
+        return {sid: from_cells(sid, self.cells[sid]) for sid in session_ids
+                if sid in self.cells}
+
+    def read_expiry(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
+        return {sid: SessionState(sid, "", events=1, last_ts=int(c[b"s:last_ts"]),
+                                  state=c.get(b"s:state", b"open").decode())
+                for sid in session_ids if (c := self.cells.get(sid)) is not None}
+
+    def write(self, rows: Iterable[SessionState], close: Iterable[str] = ()) -> None:
+        self.journal.step("sessions")
+        for n, s in enumerate(rows):
+            if self.tear_after is not None and n == self.tear_after:
+                self.tear_after = None
+                raise Crash("sessions, part way")
+            self.cells.setdefault(s.session_id, {}).update(to_cells(s))
+        for sid in close:
+            self.cells.setdefault(sid, {})[b"s:state"] = b"closed"
+
+    def readable(self) -> dict[str, dict[str, str]]:
+        """Family ``s`` of every row, as operators and the oracle read it."""
+        return {sid: {k[2:].decode(): v.decode() for k, v in c.items() if k.startswith(b"s:")}
+                for sid, c in self.cells.items()}
+
+
+@dataclass
+class FakePartitionRows:
+    """Each partition's state row (cells as in HBase's ``wm:`` row) and index rows."""
+
+    journal: Journal
+    state: dict[tuple[str, int], dict[bytes, bytes]] = field(default_factory=dict)
+    index: dict[tuple[str, int], dict[int, dict[str, int]]] = field(default_factory=dict)
+
+    def read_partition(self, topic: str, partition: int, width: int) -> StoredPartition:
+        c = self.state.get((topic, partition), {})
+        return StoredPartition(
+            PartitionState(int(c.get(b"w:watermark", NO_WATERMARK)),
+                           int(c.get(b"w:offset", -1))),
+            int(c.get(b"w:cutoff", 0)),
+            max(int(c.get(b"w:check_below", 0)), int(c.get(b"w:pending", 0))),
+            Outbox.parse(c))
+
+    def scan_open(self, topic: str, partition: int, since: int, before: int) -> list[Entry]:
+        rows = self.index.get((topic, partition), {})
+        return [Entry(b, sid, ts) for b in sorted(rows) if since - MAX_WIDTH <= b < before
+                for sid, ts in sorted(rows[b].items())] if before > 0 else []
+
+    def write_partition(self, topic: str, partition: int, state: PartitionState,
+                        index: IndexChanges, cutoff: int, check_below: int) -> None:
+        row = self.state.setdefault((topic, partition), {})
+        self.journal.step("index pending")
+        row[b"w:pending"] = str(state.watermark).encode()
+        self.journal.step("index puts")
+        IndexChanges(puts=index.puts).apply_to(self.index.setdefault((topic, partition), {}))
+        self.journal.step("index deletes")
+        IndexChanges(deletes=index.deletes).apply_to(self.index[(topic, partition)])
+        self.journal.step("watermark")
+        row.update({b"w:watermark": str(state.watermark).encode(),
+                    b"w:offset": str(state.watermark_offset).encode(),
+                    b"w:cutoff": str(max(0, cutoff)).encode(),
+                    b"w:check_below": str(check_below).encode()})
+        row.pop(b"w:pending", None)
+
+    def write_outbox(self, topic: str, partition: int, outbox: Outbox) -> None:
+        self.journal.step("outbox")
+        self.state.setdefault((topic, partition), {}).update(outbox.encode())
+
+    def outbox_published(self, topic: str, partition: int, outbox_id: str) -> None:
+        self.journal.step("outbox published")
+        self.state.setdefault((topic, partition), {})[PUBLISHED] = outbox_id.encode()
+
+
+@dataclass
+class FakeLeaseCheck:
+    journal: Journal
+    held_by: int | None = 1
+
+    def epoch(self) -> int | None:
+        self.journal.step("lease")
+        return self.held_by
+
+
+@dataclass
+class FakeDeadLetters:
+    journal: Journal
+    rows: dict[tuple[str, int, int], str] = field(default_factory=dict)
+
+    def write(self, errors: Iterable[DecodeError], batch_ms: int) -> None:
+        self.journal.step("dead letters")
+        for err in errors:
+            self.rows[(err.topic, err.partition, err.offset)] = err.kind
+
+
+@dataclass
+class FakeSummarySink:
+    """Kafka transactions of one source partition: ``committed`` holds what a read_committed
+    consumer sees, (outbox id, records) per transaction. A crash at "publish" leaves nothing
+    (the broker aborts the transaction a dead producer left open)."""
+
+    journal: Journal
+    committed: list[tuple[str, list[tuple[bytes, bytes]]]] = field(default_factory=list)
+
+    def published(self, outbox_id: str) -> bool:
+        return any(i == outbox_id for i, _ in self.committed)
+
+    def publish(self, records: Sequence[tuple[bytes, bytes]], outbox_id: str,
+                until_offset: int) -> None:
+        self.journal.step("publish")
+        self.committed.append((outbox_id, list(records)))

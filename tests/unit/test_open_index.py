@@ -1,5 +1,5 @@
 """The open-session index: what a range reads, and what it writes back (pure, and through
-StateStore over an in-memory table)."""
+PartitionStore over an in-memory table)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from leakproof import open_index
-from leakproof.hbase.state_store import StateStore
+from leakproof.hbase.partition_store import PartitionStore
 from leakproof.open_index import Entry, bucket_of
 from leakproof.sessions import OpenSessions, PartitionState, SessionState, fold_range
 
@@ -57,7 +57,7 @@ def test_found_entries_close_expire_or_are_dropped_as_their_rows_say() -> None:
 
 
 class StateTable:
-    """The happybase.Table calls StateStore makes, over a dict of rows (keys sorted on scan)."""
+    """The happybase.Table calls PartitionStore makes, over a dict of rows (keys sorted on scan)."""
 
     def __init__(self) -> None:
         self.rows: dict[bytes, dict[bytes, bytes]] = {}
@@ -97,7 +97,7 @@ class StateConnection:
 
 def test_the_store_reads_only_buckets_below_the_cutoff_and_writes_the_watermark_last() -> None:
     conn = StateConnection()
-    store = StateStore(conn, "state")
+    store = PartitionStore(conn, "state")
     changes = open_index.IndexChanges()
     for sid, ts in (("a", 10_000), ("b", 60_000), ("c", 500_000)):
         changes.put(bucket_of(ts, W), sid, ts)
@@ -119,7 +119,7 @@ def test_an_open_set_of_the_old_layout_moves_into_the_index() -> None:
     conn = StateConnection()
     conn.t.rows[b"wm:t:0"] = {b"w:watermark": b"90000", b"w:offset": b"7", b"w:version": b"x",
                               b"o:a": b"10000", b"o:b": b"70000"}
-    store = StateStore(conn, "state")
+    store = PartitionStore(conn, "state")
     assert store.read_partition("t", 0, W)[:3] == (PartitionState(90_000, 7), 0, 0)
     assert conn.t.rows[b"wm:t:0"] == {b"w:watermark": b"90000", b"w:offset": b"7"}
     assert sorted(store.scan_open("t", 0, 0, 10**12), key=lambda e: e.session_id) == [
@@ -128,7 +128,7 @@ def test_an_open_set_of_the_old_layout_moves_into_the_index() -> None:
 
 def test_a_range_that_stops_while_writing_the_index_leaves_its_mark_until_one_completes() -> None:
     conn = StateConnection()
-    store = StateStore(conn, "state")
+    store = PartitionStore(conn, "state")
     moved = open_index.IndexChanges()
     moved.put(bucket_of(700_000, W), "a", 700_000)
     # the puts went out, the deletes and the last put did not: w:pending stays

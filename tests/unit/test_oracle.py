@@ -11,9 +11,20 @@ import pytest
 from leakproof import open_index
 from leakproof.events import WebEvent
 from leakproof.generator import GeneratorSpec, generate
-from leakproof.hbase.session_store import from_cells, readable, to_cells
+from leakproof.kafka.reader import KafkaRecord
+from leakproof.offsets import OffsetRange
 from leakproof.oracle import compare, expected_rows
-from leakproof.sessions import OpenSessions, PartitionState, SeqSet, SessionState, fold_range
+from leakproof.session_cells import from_cells, readable, to_cells
+from leakproof.sessions import SeqSet, SessionState
+from leakproof.task.process import Stores, process_range
+from leakproof.testing import (
+    Crash,
+    FakeDeadLetters,
+    FakeLeaseCheck,
+    FakePartitionRows,
+    FakeSessionRows,
+    Journal,
+)
 
 CLOSE_MS = 600_000
 
@@ -43,75 +54,61 @@ def test_generator_sessions_are_realistic() -> None:
 
 def fold_in_batches(events: list[WebEvent], cut_every: int,
                     crash_every: int = 0) -> dict[str, dict[str, str]]:
-    """Fold like the job does: batches, rows through the HBase cell encoding, the watermark
-    and the open-session index (``open_index``) kept in between as the state table keeps them.
+    """Fold like the job does: ``process_range`` over the in-memory stores, one range of
+    ``cut_every`` records after another.
 
-    With ``crash_every`` = n, every n-th batch "crashes" and is replayed from the same start,
-    as after a restart. Crashes rotate over the task's write steps: after half its session
-    rows; after every session row and the index puts, before the index deletes; after the
-    whole index, before the watermark. The index is marked pending while it is written, and
-    entries below a crashed range's mark are checked against their rows (as the task does);
-    all others are taken at their word.
+    With ``crash_every`` = n, every n-th range "crashes" and is replayed from the same start,
+    as after a restart. Crashes rotate over the range's write steps: half its session rows
+    written; after every session row and the index puts, before the index deletes; after the
+    whole index, before the watermark.
     """
-    width = open_index.bucket_width(CLOSE_MS)
-    watermark, since, check_below, pending = PartitionState(), 0, 0, 0
-    index: dict[int, dict[str, int]] = {}
-    stored: dict[str, dict[bytes, bytes]] = {}
-    indexed = list(enumerate(events))
+    journal = Journal()
+    sessions, partitions = FakeSessionRows(journal), FakePartitionRows(journal)
+    stores = Stores(sessions, partitions, FakeDeadLetters(journal), FakeLeaseCheck(journal))
+    by_value = {str(i).encode(): e for i, e in enumerate(events)}
+
+    def decode(key: bytes | None, value: bytes | None, *, topic: str, partition: int,
+               offset: int, timestamp: int) -> WebEvent:
+        assert value is not None
+        return by_value[value]
+
+    recs = [KafkaRecord(i, e.session_id.encode(), str(i).encode(), e.ts)
+            for i, e in enumerate(events)]
     batch = crashes = 0
     i = 0
-    while i < len(indexed):
-        chunk = indexed[i:i + cut_every]
-        before = open_index.cutoff(max([watermark.watermark, *(e.ts for _, e in chunk)]),
-                                   CLOSE_MS)
-        found = open_index.expiring([open_index.Entry(b, sid, ts) for b in sorted(index)
-                                     if since - open_index.MAX_WIDTH <= b < before
-                                     for sid, ts in index[b].items()], before)
-        check_below = max(check_below, pending)
-        ids = {e.session_id for _, e in chunk}
-        rows = {sid: from_cells(sid, stored[sid]) for sid in ids if sid in stored}
-        stale = open_index.to_check(found, check_below)
-        checked = {sid: from_cells(sid, stored[sid]) for sid in stale if sid in stored}
-        known = open_index.known_rows(found, stale, checked, rows)
-        state = PartitionState(watermark.watermark, watermark.watermark_offset,
-                               OpenSessions(open_index.open_set(found, known)))
-        r = fold_range("t:0", CLOSE_MS, state, rows, chunk)
-        changes = open_index.changes(width, found, known, r)
+    while i < len(recs):
+        chunk = recs[i:i + cut_every]
+        rng = OffsetRange("t", 0, i, i + len(chunk))
         batch += 1
         if crash_every and batch % crash_every == 0:
             crashes += 1
             kind = crashes % 3
-            for s in list(r.touched.values())[::2] if kind == 1 else r.touched.values():
-                stored[s.session_id] = to_cells(s)
-            if kind != 1:
-                pending = r.partition.watermark
-            if kind == 2:
-                open_index.IndexChanges(puts=changes.puts).apply_to(index)
-            elif kind == 0:
-                for sid in r.closed_untouched:
-                    stored[sid][b"s:state"] = b"closed"
-                changes.apply_to(index)
+            if kind == 1:
+                sessions.tear_after = len({r.key for r in chunk}) // 2
+            else:
+                journal.crash_at = "index deletes" if kind == 2 else "watermark"
+            with pytest.raises(Crash):
+                process_range(rng, chunk, decode, stores, batch_ms=batch, epoch=1,
+                              close_after_ms=CLOSE_MS)
             continue  # replay the same range
-        for s in r.touched.values():
-            stored[s.session_id] = to_cells(s)
-        for sid in r.closed_untouched:
-            stored[sid][b"s:state"] = b"closed"
-        changes.apply_to(index)
+        process_range(rng, chunk, decode, stores, batch_ms=batch, epoch=1,
+                      close_after_ms=CLOSE_MS)
         # what the next range's scan skips holds nothing: no entry is left below the cutoff
-        assert all(ts >= before for row in index.values() for ts in row.values())
-        watermark, since = PartitionState(r.partition.watermark,
-                                          r.partition.watermark_offset), max(0, before)
-        pending = 0
+        cutoff = int(partitions.state[("t", 0)][b"w:cutoff"])
+        assert all(ts >= cutoff for row in partitions.index[("t", 0)].values()
+                   for ts in row.values())
         i += cut_every
     # the index holds exactly the sessions left open, each in its own last_ts's bucket
     # (stale entries only until their bucket expires)
+    index = partitions.index[("t", 0)]
+    width = open_index.bucket_width(CLOSE_MS)
     live = {sid for row in index.values() for sid in row}
-    still_open = {sid for sid, c in stored.items() if c[b"s:state"] == b"open"}
+    still_open = {sid for sid, c in sessions.cells.items() if c[b"s:state"] == b"open"}
     assert still_open <= live
     for sid in still_open:
-        ts = int(stored[sid][b"s:last_ts"])
+        ts = int(sessions.cells[sid][b"s:last_ts"])
         assert index[open_index.bucket_of(ts, width)][sid] == ts
-    return {sid: readable(c) for sid, c in stored.items()}
+    return sessions.readable()
 
 
 def test_fold_matches_oracle_for_any_batching() -> None:

@@ -7,7 +7,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from leakproof.events import WebEvent
-from leakproof.hbase.session_store import SessionStore, from_cells, to_cells
+from leakproof.hbase.session_store import SessionStore
+from leakproof.session_cells import from_cells, to_cells
 from leakproof.sessions import PartitionFolder, PartitionState, fence_key
 
 

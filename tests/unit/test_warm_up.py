@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 
-from leakproof import config, partition_task
+from leakproof import config
+from leakproof.task import worker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,11 +30,11 @@ def _config(port: int) -> config.Config:
 
 def test_warm_up_builds_the_decoder_and_survives_an_hbase_that_refuses() -> None:
     cfg = _config(_closed_port())
-    partition_task._decoders.pop(cfg.input, None)
+    worker._decoders.pop(cfg.input, None)
 
-    took = partition_task.warm_up(cfg)
+    took = worker.warm_up(cfg)
 
     assert took >= 0
-    assert cfg.input in partition_task._decoders  # the first range finds it parsed
-    conns = partition_task._connections[cfg.hbase]
+    assert cfg.input in worker._decoders  # the first range finds it parsed
+    conns = worker._connections[cfg.hbase]
     assert conns._conn is None  # the refused connection is not kept for the first range

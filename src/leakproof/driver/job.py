@@ -201,7 +201,7 @@ class Job:
         cfg, batch_ms, epoch = self.cfg, plan.batch_ms, self.committer.lease.epoch
 
         def task(ranges: Iterator[OffsetRange]) -> Iterator[TaskReport]:
-            from leakproof.partition_task import run_range
+            from leakproof.task.worker import run_range
 
             for rng in ranges:
                 yield run_range(cfg, batch_ms, rng, epoch)
@@ -475,7 +475,7 @@ def warm_up_workers(sc: Any, cfg: Config, wanted: Callable[[], bool],
     only costs the head start."""
 
     def run() -> None:
-        from leakproof.partition_task import warm_up
+        from leakproof.task.worker import warm_up
 
         started = time.monotonic()
         try:

@@ -1,4 +1,4 @@
-"""The sessions table: row = session_id; family ``s`` the aggregates as text, ``f`` fences.
+"""The sessions table: row = session_id, cells as ``session_cells`` lays them out.
 
 A row's changes are written in one put, aggregate and fence together: HBase applies a row's
 mutation atomically, so a crash can never leave an aggregate without the fence that says
@@ -6,13 +6,6 @@ which offsets it already holds. Only the cells whose value differs from the row 
 sent: the others already hold the same bytes, so the row reads the same as after a whole-row
 put, and HBase and its Thrift server handle half the cells (a session's counts move with each
 event; its user, entry url, first_ts and most counters do not).
-
-Family ``f``: ``f:p:<topic>:<partition>`` the fence (last applied offset) per source
-partition, and ``f:seqs`` the seqs applied. The lowest and highest applied seq (which decide
-entry_url, exit_url and out_of_order) are the bounds of ``f:seqs``, so they are not stored
-again: every cell costs HBase a memstore insert (its largest cost in ``make bench``). Rows
-written before that keep their ``f:entry_seq`` and ``f:max_seq`` cells, which are read
-first and kept up to date in those rows, so any version reads them right.
 """
 
 from __future__ import annotations
@@ -21,52 +14,8 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import happybase
 
-from leakproof.sessions import SeqSet, SessionState
-
-# family `s`, as docs/DESIGN.md fixes them (decimal text / text), plus the anomaly counts
-# late_events, duplicates and unknown_types.
-_INT_COLUMNS = ("events", "pageviews", "clicks", "purchases", "errors", "bytes", "first_ts",
-                "last_ts", "out_of_order", "late_events", "duplicates", "unknown_types")
-_TEXT_COLUMNS = ("user_id", "entry_url", "exit_url", "state")
-_FENCE_PREFIX = "f:p:"
-_ENTRY_SEQ, _MAX_SEQ = b"f:entry_seq", b"f:max_seq"  # only in rows from before (see above)
-
-
-def to_cells(s: SessionState, bound_cells: bool = False) -> dict[bytes, bytes]:
-    """The row's cells. The seq bounds get cells of their own only where ``f:seqs`` does
-    not say them (a row from before it), or where the row already has them
-    (``bound_cells``: a row an earlier version wrote, whose cells must stay true)."""
-    cells = {f"s:{c}".encode(): str(getattr(s, c)).encode() for c in _INT_COLUMNS}
-    cells.update({f"s:{c}".encode(): getattr(s, c).encode("utf-8") for c in _TEXT_COLUMNS})
-    cells[b"f:seqs"] = s.seqs.to_text().encode()
-    lowest, highest = s.seqs.bounds()
-    if bound_cells or s.entry_seq != lowest:
-        cells[_ENTRY_SEQ] = str(s.entry_seq).encode()
-    if bound_cells or s.max_seq != highest:
-        cells[_MAX_SEQ] = str(s.max_seq).encode()
-    for key, offset in s.fences.items():
-        cells[f"{_FENCE_PREFIX}{key}".encode()] = str(offset).encode()
-    return cells
-
-
-def from_cells(session_id: str, cells: Mapping[bytes, bytes]) -> SessionState:
-    s = SessionState(session_id=session_id, user_id=cells[b"s:user_id"].decode("utf-8"))
-    for c in _INT_COLUMNS:
-        setattr(s, c, int(cells.get(f"s:{c}".encode(), b"0")))
-    for c in ("entry_url", "exit_url", "state"):
-        setattr(s, c, cells.get(f"s:{c}".encode(), b"").decode("utf-8"))
-    s.seqs = SeqSet.from_text(cells.get(b"f:seqs", b"").decode())
-    lowest, highest = s.seqs.bounds()
-    s.entry_seq = int(cells.get(_ENTRY_SEQ, lowest))
-    s.max_seq = int(cells.get(_MAX_SEQ, highest))
-    prefix = _FENCE_PREFIX.encode()
-    s.fences = {k[len(prefix):].decode(): int(v) for k, v in cells.items() if k.startswith(prefix)}
-    return s
-
-
-def readable(cells: Mapping[bytes, bytes]) -> dict[str, str]:
-    """Family ``s`` as {column: text}: what operators and the oracle compare."""
-    return {k[2:].decode(): v.decode("utf-8") for k, v in cells.items() if k.startswith(b"s:")}
+from leakproof.session_cells import ENTRY_SEQ, MAX_SEQ, from_cells, readable, to_cells
+from leakproof.sessions import SessionState
 
 
 class SessionStore:
@@ -115,7 +64,7 @@ class SessionStore:
             for s in rows:
                 stored = self._stored.get(s.session_id)
                 cells = to_cells(s, bound_cells=stored is not None and (
-                    _ENTRY_SEQ in stored or _MAX_SEQ in stored))
+                    ENTRY_SEQ in stored or MAX_SEQ in stored))
                 if stored is not None:
                     cells = {k: v for k, v in cells.items() if stored.get(k) != v}
                     if not cells:

@@ -1,0 +1,146 @@
+"""A source partition's rows in the state table: what an executor's range reads and writes.
+
+- ``wm:<topic>:<partition>`` family ``w`` (watermark, offset, cutoff): written after the
+  partition's session rows and open-session index, so it never runs ahead of them. With an
+  output topic it also holds the partition's outbox (``outbox.py``), written before the
+  session rows.
+- ``op:<topic>:<partition>:<bucket>`` family ``o`` (open session -> its last_ts): the open
+  sessions by bucket of last_ts (``open_index``), so a range reads only what may expire.
+
+The driver's rows of the same table (lease, topic id, gaps, run record) are ``state_store``'s.
+"""
+
+from __future__ import annotations
+
+import happybase
+
+from leakproof.hbase.state_store import read_lease_epoch
+from leakproof.open_index import MAX_BUCKET, MAX_WIDTH, Entry, IndexChanges, bucket_of
+from leakproof.outbox import PUBLISHED, Outbox
+from leakproof.sessions import NO_WATERMARK, PartitionState
+from leakproof.task.ports import StoredPartition
+
+
+def _wm_row(topic: str, partition: int) -> bytes:
+    return f"wm:{topic}:{partition}".encode()
+
+
+def _open_prefix(topic: str, partition: int) -> bytes:
+    return f"op:{topic}:{partition}:".encode()
+
+
+def _open_row(topic: str, partition: int, ts: int) -> bytes:
+    """The index row of the bucket starting at ``ts``, or the key a scan stops at before it:
+    13 digits, so keys sort as times do (clamped: a wider number would sort wrongly)."""
+    return _open_prefix(topic, partition) + b"%013d" % min(MAX_BUCKET, max(0, ts))
+
+
+class PartitionStore:
+    """Reads and writes of partition rows on one happybase connection."""
+
+    def __init__(self, conn: happybase.Connection, table_name: str) -> None:
+        self._table = conn.table(table_name)
+
+    def read_partition(self, topic: str, partition: int, width: int) -> StoredPartition:
+        """The partition's watermark, and below what the index holds nothing any more (its
+        open sessions stay in the index: ``scan_open``).
+
+        A ``wm:`` row of the layout before the index, its open set in family ``o``, is
+        moved into the index first (puts, then the old cells' delete: a crash in between
+        leaves the old cells, moved again next time).
+        """
+        row = _wm_row(topic, partition)
+        cells = self._table.row(row)
+        old = {k[2:].decode("utf-8"): int(v) for k, v in cells.items() if k.startswith(b"o:")}
+        if old:
+            moved = IndexChanges()
+            for sid, ts in old.items():
+                moved.put(bucket_of(ts, width), sid, ts)
+            self._apply(topic, partition, moved)
+            self._table.delete(row, columns=[b"o", b"w:version"])
+        # w:pending is set while a range writes the index; found still set, that range
+        # stopped part way, and may have left entries as old as its watermark stale
+        return StoredPartition(PartitionState(
+            watermark=int(cells.get(b"w:watermark", str(NO_WATERMARK).encode())),
+            watermark_offset=int(cells.get(b"w:offset", b"-1"))),
+            int(cells.get(b"w:cutoff", b"0")),
+            max(int(cells.get(b"w:check_below", b"0")), int(cells.get(b"w:pending", b"0"))),
+            Outbox.parse(cells))
+
+    def write_outbox(self, topic: str, partition: int, outbox: Outbox) -> None:
+        """The sessions this range will publish: before their rows are written."""
+        self._table.put(_wm_row(topic, partition), outbox.encode())
+
+    def outbox_published(self, topic: str, partition: int, outbox_id: str) -> None:
+        """The outbox went out (the Kafka marker says so too: this only saves a look-up)."""
+        self._table.put(_wm_row(topic, partition), {PUBLISHED: outbox_id.encode()})
+
+    def scan_open(self, topic: str, partition: int, since: int, before: int,
+                  batch_size: int = 1000) -> list[Entry]:
+        """The index entries in buckets that start below ``before``: every open session
+        whose last_ts is below it, and the rest of the bucket that straddles it.
+
+        ``since`` is the cutoff of the partition's last range: it left no entry below it.
+        The scan starts a widest bucket before it, not at the first bucket: HBase keeps the
+        delete markers of closed sessions' entries until a compaction, and a scan from the
+        start would walk all of them, a cost that grows with every session ever closed.
+        """
+        if before <= 0:
+            return []
+        start = _open_row(topic, partition, since - MAX_WIDTH)
+        found = []
+        for key, cells in self._table.scan(row_start=start,
+                                           row_stop=_open_row(topic, partition, before),
+                                           batch_size=batch_size):
+            bucket = int(key.rsplit(b":", 1)[1])
+            found += [Entry(bucket, k[2:].decode("utf-8"), int(v)) for k, v in cells.items()]
+        return found
+
+    def write_partition(self, topic: str, partition: int, state: PartitionState,
+                        index: IndexChanges, cutoff: int, check_below: int) -> None:
+        """The index changes, then the watermark and the cutoff the range closed below:
+        the state row never runs ahead.
+
+        ``w:pending`` (this range's watermark: no entry it leaves stale is newer) marks the
+        index writes under way; the last batch writes the watermark, keeping ``check_below``
+        (what ``read_partition`` said, a crashed range's mark included), then clears it.
+        HBase's Thrift ``mutateRows`` applies a batch's puts before its deletes, as two
+        operations: a stop between them leaves the mark, which only makes the next range
+        check more entries.
+        """
+        row = _wm_row(topic, partition)
+        self._table.put(row, {b"w:pending": str(state.watermark).encode()})
+        self._apply(topic, partition, index)
+        with self._table.batch() as batch:  # the put lands first, then the delete
+            batch.put(row, {b"w:watermark": str(state.watermark).encode(),
+                            b"w:offset": str(state.watermark_offset).encode(),
+                            b"w:cutoff": str(max(0, cutoff)).encode(),
+                            b"w:check_below": str(check_below).encode()})
+            batch.delete(row, columns=[b"w:pending"])
+
+    def _apply(self, topic: str, partition: int, index: IndexChanges,
+               batch_size: int = 5000) -> None:
+        """Puts in one round, then deletes in another (never an entry deleted before its
+        replacement is written)."""
+        if index.puts:
+            with self._table.batch(batch_size=batch_size) as batch:
+                for bucket, cells in index.puts.items():
+                    batch.put(_open_row(topic, partition, bucket),
+                              {f"o:{sid}".encode(): str(ts).encode() for sid, ts in cells.items()})
+        if index.deletes:
+            with self._table.batch(batch_size=batch_size) as batch:
+                for bucket, sids in index.deletes.items():
+                    batch.delete(_open_row(topic, partition, bucket),
+                                 columns=[f"o:{sid}".encode() for sid in sorted(sids)])
+
+
+class LeaseReader:
+    """The lease epoch as a range checks it before its writes (the task's LeaseCheck)."""
+
+    def __init__(self, conn: happybase.Connection, table_name: str, topic: str,
+                 group: str) -> None:
+        self._table = conn.table(table_name)
+        self._topic, self._group = topic, group
+
+    def epoch(self) -> int | None:
+        return read_lease_epoch(self._table, self._topic, self._group)

@@ -1,0 +1,123 @@
+"""What a range needs from HBase and Kafka, as protocols.
+
+The real ones: ``hbase.session_store.SessionStore`` (SessionRows), ``hbase.partition_store.
+PartitionStore`` (PartitionRows), ``hbase.dead_letters.DeadLetterStore`` (DeadLetters),
+``hbase.partition_store.LeaseReader`` (LeaseCheck) and ``kafka.closed_sink.ClosedSink``
+(SummarySink). ``leakproof.testing`` has a fake of each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple, Protocol
+
+from leakproof.errors import DecodeError
+from leakproof.events import WebEvent
+from leakproof.open_index import Entry, IndexChanges
+from leakproof.outbox import Outbox
+from leakproof.sessions import PartitionState, SessionState
+
+__all__ = [
+    "DeadLetters",
+    "Decode",
+    "LeaseCheck",
+    "PartitionRows",
+    "Record",
+    "SessionRows",
+    "StoredPartition",
+    "SummarySink",
+]
+
+
+class Record(Protocol):
+    """One Kafka record of the range, in offset order (``kafka.reader.KafkaRecord``)."""
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+    @property
+    def timestamp(self) -> int: ...
+
+
+class Decode(Protocol):
+    """A record's event, or DecodeError naming its kind (``codec.Decoder.decode``)."""
+
+    def __call__(self, key: bytes | None, value: bytes | None, *, topic: str, partition: int,
+                 offset: int, timestamp: int) -> WebEvent: ...
+
+
+class StoredPartition(NamedTuple):
+    """A partition's state row: its watermark; the cutoff its last range closed below (the
+    index holds no entry under it); below what an index entry may be stale, so must be
+    checked against its session row (0: none may be); and its outbox."""
+
+    state: PartitionState
+    cutoff: int
+    check_below: int = 0
+    outbox: Outbox = Outbox()
+
+
+class SessionRows(Protocol):
+    """The session rows: aggregate and fences of a row in one atomic put."""
+
+    def read(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
+        """The rows that exist among ``session_ids``, whole."""
+        ...
+
+    def read_expiry(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
+        """Only last_ts and state of the rows that exist among ``session_ids``."""
+        ...
+
+    def write(self, rows: Iterable[SessionState], close: Iterable[str] = ()) -> None:
+        """Each row with its fences in one put; ``close`` marks expired sessions closed."""
+        ...
+
+
+class PartitionRows(Protocol):
+    """A source partition's state: watermark, open-session index, outbox."""
+
+    def read_partition(self, topic: str, partition: int, width: int) -> StoredPartition: ...
+
+    def scan_open(self, topic: str, partition: int, since: int, before: int) -> list[Entry]:
+        """The index entries in buckets that start below ``before``."""
+        ...
+
+    def write_partition(self, topic: str, partition: int, state: PartitionState,
+                        index: IndexChanges, cutoff: int, check_below: int) -> None:
+        """The index changes (puts, then deletes), then the watermark: never ahead."""
+        ...
+
+    def write_outbox(self, topic: str, partition: int, outbox: Outbox) -> None: ...
+
+    def outbox_published(self, topic: str, partition: int, outbox_id: str) -> None: ...
+
+
+class LeaseCheck(Protocol):
+    """The driver lease's epoch now (None: no driver ever held it)."""
+
+    def epoch(self) -> int | None: ...
+
+
+class DeadLetters(Protocol):
+    def write(self, errors: Iterable[DecodeError], batch_ms: int) -> None:
+        """One row per undecodable record, keyed by topic, partition and offset."""
+        ...
+
+
+class SummarySink(Protocol):
+    """The closed-session summaries of one source partition (Kafka, in transactions)."""
+
+    def published(self, outbox_id: str) -> bool:
+        """Whether the outbox ``outbox_id`` went out (its commit marker says so)."""
+        ...
+
+    def publish(self, records: Sequence[tuple[bytes, bytes]], outbox_id: str,
+                until_offset: int) -> None:
+        """``records`` (key, value) and the outbox's marker: all committed, or none."""
+        ...
