@@ -11,6 +11,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from leakproof.kafka import stalls
+
 
 class JobMetrics:
     def __init__(self, topic: str, group: str, host: str, port: int) -> None:
@@ -41,6 +43,11 @@ class JobMetrics:
                                [*labels, "partition"], registry=r)
         self._committed = Gauge("leakproof_last_commit_batch_time_seconds", "Batch time of the "
                                 "newest commit", list(labels), registry=r).labels(**labels)
+        self._stalls = Counter("leakproof_client_stalls", "Kafka client calls that held "
+                               "the client's IO loop past its warning threshold (1 s), in "
+                               "the driver and the batches' tasks", list(labels),
+                               registry=r).labels(**labels)
+        self._driver_stalls = stalls()
         self._labels = labels
         self.server, _ = start_http_server(port, addr=host, registry=r)
 
@@ -61,6 +68,9 @@ class JobMetrics:
         self._rate.set(progress["events_per_s"])
         self._limit.set(progress.get("rate_limit") or 0)
         self._committed.set(progress["batch_ms"] / 1000)
+        now = stalls()
+        self._stalls.inc(progress.get("client_stalls", 0) + now - self._driver_stalls)
+        self._driver_stalls = now
 
     def close(self) -> None:
         self.server.shutdown()

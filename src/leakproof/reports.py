@@ -39,6 +39,7 @@ class TaskReport:
     # after batch, only if the partition's ranges keep running in the same Python worker
     consumer_cached: bool = False
     expiring: int = 0  # open-session index entries read: sessions that may expire here
+    client_stalls: int = 0  # Kafka client IO-loop stalls in the worker during the range
 
     @property
     def dead_letters(self) -> int:
@@ -72,6 +73,7 @@ class BatchTotals:
     tasks: int = 0
     consumers_cached: int = 0  # tasks whose worker still had the partition's consumer
     expiring: int = 0
+    client_stalls: int = 0
 
     @classmethod
     def of(cls, reports: Iterable[TaskReport]) -> BatchTotals:
@@ -88,7 +90,8 @@ class BatchTotals:
                    publish_s=max((r.publish_s for r in reports), default=0.0),
                    tasks=len(reports),
                    consumers_cached=sum(r.consumer_cached for r in reports),
-                   expiring=sum(r.expiring for r in reports))
+                   expiring=sum(r.expiring for r in reports),
+                   client_stalls=sum(r.client_stalls for r in reports))
 
     def counts(self) -> dict[str, int]:
         return {c: getattr(self, c) for c in COUNTS}

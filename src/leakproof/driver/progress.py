@@ -41,6 +41,7 @@ def progress_record(outcome: BatchOutcome) -> dict[str, Any]:
         "rate_limit": None if outcome.rate_limit is None else round(outcome.rate_limit, 1),
         "cache": {"tasks": t.tasks, "consumer": t.consumers_cached},
         "expiring": t.expiring,
+        "client_stalls": t.client_stalls,
         "held": held_record(outcome),
     }
 

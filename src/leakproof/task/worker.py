@@ -28,6 +28,7 @@ from leakproof.hbase.connection import Connections, ride_out
 from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.partition_store import LeaseReader, PartitionStore
 from leakproof.hbase.session_store import SessionStore
+from leakproof.kafka import stalls
 from leakproof.kafka.closed_sink import ClosedSink
 from leakproof.kafka.reader import consumer_cached, read_range
 from leakproof.offsets import Gap, OffsetRange
@@ -69,6 +70,7 @@ def run_range(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int) -> TaskR
 
     def attempt() -> TaskReport:
         cached = consumer_cached(cfg.kafka, rng.topic, rng.partition)
+        stalled = stalls()
         gaps: list[Gap] = []
         with _no_cycle_collection(), conns.get() as conn:
             stores = Stores(
@@ -81,6 +83,7 @@ def run_range(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int) -> TaskR
                                    _decoder(cfg.input).decode, stores, batch_ms=batch_ms,
                                    epoch=epoch, close_after_ms=cfg.sessions.close_after_ms)
         report.gaps, report.consumer_cached = tuple(gaps), cached
+        report.client_stalls = stalls() - stalled
         return report
 
     return ride_out(cfg.hbase, f"writes of {rng}", attempt, conns.reset)
