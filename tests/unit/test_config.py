@@ -86,3 +86,22 @@ def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
     bad.write_text("kafka: [unclosed")
     with pytest.raises(ConfigError, match="not valid YAML"):
         config.load(bad)
+
+
+def test_config_yml_documents_every_key() -> None:
+    """Each field of each config section appears in the shipped config.yml, by name."""
+    import dataclasses
+    import inspect
+
+    text = (Path(__file__).resolve().parents[2] / "config.yml").read_text()
+    sections = {"KafkaConfig": "kafka", "HBaseConfig": "hbase", "JobConfig": "job",
+                "SessionsConfig": "sessions", "OutputConfig": "output", "InputConfig": "input",
+                "OffsetsConfig": "offsets", "BackpressureConfig": "backpressure",
+                "KerberosConfig": "security.kerberos"}
+    missing = []
+    for name, cls in inspect.getmembers(config, inspect.isclass):
+        if name in sections and dataclasses.is_dataclass(cls):
+            missing += [f"{sections[name]}.{f.name}" for f in dataclasses.fields(cls)
+                        if f.name != "kerberos" and f"{f.name}:" not in text]
+    assert missing == []
+    assert "\nsecurity:\n  kerberos:" in text
