@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 
@@ -21,6 +21,11 @@ from leakproof.errors import ConfigError
 OffsetReset = Literal["earliest", "latest", "none"]
 DataLossPolicy = Literal["fail", "skip"]
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
+ThriftTransport = Literal["buffered", "framed", "http"]
+ThriftProtocol = Literal["binary", "compact"]
+HBaseAuth = Literal["none", "kerberos"]
+SaslQop = Literal["auth", "auth-int", "auth-conf"]
+OffsetsStore = Literal["hbase", "kafka", "zookeeper"]
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -92,12 +97,12 @@ class HBaseConfig:
     port: int = 9090
     # ``http``: Thrift over HTTP (the server's hbase.regionserver.thrift.http), the only
     # Thrift1 transport HBase can serve over TLS (hbase.thrift.ssl.enabled).
-    transport: Literal["buffered", "framed", "http"] = "buffered"
-    protocol: Literal["binary", "compact"] = "binary"
+    transport: ThriftTransport = "buffered"
+    protocol: ThriftProtocol = "binary"
     # ``kerberos``: log in as security.kerberos.principal. Over ``buffered`` that is SASL/GSSAPI
     # (the server's hbase.thrift.security.qop); over ``http`` it is SPNEGO.
-    auth: Literal["none", "kerberos"] = "none"
-    sasl_qop: Literal["auth", "auth-int", "auth-conf"] = "auth-conf"  # the least accepted
+    auth: HBaseAuth = "none"
+    sasl_qop: SaslQop = "auth-conf"  # the least accepted
     # The Thrift server's principal; None: hbase/<host> (buffered) or HTTP/<host> (http),
     # in the realm of security.kerberos.principal.
     service_principal: str | None = None
@@ -167,7 +172,7 @@ class OffsetsConfig:
     The driver lease stays in HBase whatever the store, so two drivers are still fenced.
     """
 
-    store: Literal["hbase", "kafka", "zookeeper"] = "hbase"
+    store: OffsetsStore = "hbase"
     zookeeper_hosts: str = "127.0.0.1:2181"
 
 
@@ -310,7 +315,10 @@ class _Section:
                               f"{pattern.pattern}")
         return value
 
-    def choice(self, name: str, valid: tuple[str, ...]) -> Any:
+    def choice(self, name: str, choices: Any, aliases: tuple[str, ...] = ()) -> Any:
+        """A value among the ``Literal`` type ``choices`` (the dataclass field's own type,
+        so the valid values are written once), or one of ``aliases``."""
+        valid = (*get_args(choices), *aliases)
         value = self.get(name)
         if value not in valid:
             raise ConfigError(f"'{self.key(name)}' = {value!r} is not valid; use one of: "
@@ -374,11 +382,11 @@ def _kafka(data: dict[str, Any]) -> KafkaConfig:
         topic=s.text("topic", pattern=_TOPIC_RE),
         group_id=s.text("group_id", pattern=_NAME_RE),
         partitions=partitions,
-        auto_offset_reset=s.choice("auto_offset_reset", ("earliest", "latest", "none")),
+        auto_offset_reset=s.choice("auto_offset_reset", OffsetReset),
         # docs/DESIGN.md calls the skipping policy `earliest`; both names are accepted.
-        on_data_loss="skip" if s.choice("on_data_loss", ("fail", "skip", "earliest"))
+        on_data_loss="skip" if s.choice("on_data_loss", DataLossPolicy, ("earliest",))
         != "fail" else "fail",
-        isolation_level=s.choice("isolation_level", ("read_committed", "read_uncommitted")),
+        isolation_level=s.choice("isolation_level", IsolationLevel),
         max_rate_per_partition=max_rate,
         min_rate_per_partition=min_rate,
         consumer=dict(consumer),
@@ -408,8 +416,8 @@ def _hbase(data: dict[str, Any]) -> HBaseConfig:
     names = {k: s.text(k, pattern=_NAME_RE) for k in _TABLES}
     if len(set(names.values())) != len(names):
         raise ConfigError(f"'hbase.*_table' names must differ, got {names}")
-    transport = s.choice("transport", ("buffered", "framed", "http"))
-    auth = s.choice("auth", ("none", "kerberos"))
+    transport = s.choice("transport", ThriftTransport)
+    auth = s.choice("auth", HBaseAuth)
     tls = s.flag("tls")
     if auth == "kerberos" and transport == "framed":
         raise ConfigError("'hbase.auth' kerberos needs 'hbase.transport' buffered (SASL) or "
@@ -421,9 +429,9 @@ def _hbase(data: dict[str, Any]) -> HBaseConfig:
         host=s.text("host"),
         port=s.number("port", minimum=1, integer=True),
         transport=transport,
-        protocol=s.choice("protocol", ("binary", "compact")),
+        protocol=s.choice("protocol", ThriftProtocol),
         auth=auth,
-        sasl_qop=s.choice("sasl_qop", ("auth", "auth-int", "auth-conf")),
+        sasl_qop=s.choice("sasl_qop", SaslQop),
         service_principal=s.text("service_principal", optional=True),
         tls=tls,
         tls_ca_file=s.text("tls_ca_file", optional=True),
@@ -514,7 +522,7 @@ def _security(data: dict[str, Any], base: Path) -> KerberosConfig | None:
 
 def _offsets(data: dict[str, Any]) -> OffsetsConfig:
     s = _Section(data, "offsets", OffsetsConfig)
-    return OffsetsConfig(store=s.choice("store", ("hbase", "kafka", "zookeeper")),
+    return OffsetsConfig(store=s.choice("store", OffsetsStore),
                          zookeeper_hosts=s.text("zookeeper_hosts"))
 
 

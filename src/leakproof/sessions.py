@@ -24,10 +24,15 @@ from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import Literal
 
 from leakproof.events import WebEvent
 
 NO_WATERMARK = -1
+# A session row's s:state (docs/DESIGN.md): open until the watermark passes it, then closed.
+SessionStatus = Literal["open", "closed"]
+OPEN: SessionStatus = "open"
+CLOSED: SessionStatus = "closed"
 
 
 def fence_key(topic: str, partition: int) -> str:
@@ -138,7 +143,7 @@ class SessionState:
     entry_seq: int = 0
     exit_url: str = ""
     max_seq: int = -1  # highest seq applied; exit_url belongs to it
-    state: str = "open"
+    state: str = OPEN  # a SessionStatus; str, since rows are read back as text
     out_of_order: int = 0
     late_events: int = 0
     duplicates: int = 0
@@ -148,7 +153,7 @@ class SessionState:
 
     @property
     def closed(self) -> bool:
-        return self.state == "closed"
+        return self.state == CLOSED
 
     def expired(self, watermark: int, close_after_ms: int) -> bool:
         return watermark > self.last_ts + close_after_ms
@@ -340,7 +345,7 @@ class PartitionFolder:
         open_changed: dict[str, int] = {}
         for sid, s in self._seen.items():
             if not s.closed and s.expired(w, after):
-                s.state = "closed"
+                s.state = CLOSED
                 closed_now.append(sid)
                 self._touched[sid] = s
             if s.closed:

@@ -53,7 +53,7 @@ class FakeMetadata:
         self.peeks += 1
         return {p: HeldTransaction(p, at, self.opened_ms.get(p)) for p, at in held.items()}
 
-    def mirror_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int],
+    def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int],
                              note: str) -> None:
         if self.mirror_failures:
             self.mirror_failures -= 1

@@ -14,7 +14,7 @@ import happybase
 
 from leakproof.config import Config
 from leakproof.driver.ports import REQUIRED_AUDIT
-from leakproof.hbase.connection import Connections
+from leakproof.hbase.connection import ConnectionSlot
 from leakproof.offsets import CommittedBatch
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class HBaseCommitStore:
         self._cfg = cfg
         self._hb = cfg.hbase
         self._topic, self._group = cfg.kafka.topic, cfg.kafka.group_id
-        self._conns = Connections(cfg.hbase)
+        self._conns = ConnectionSlot(cfg.hbase)
 
     def _rows(self, conn: happybase.Connection) -> OffsetStore:
         return OffsetStore(conn.table(self._hb.offsets_table), self._topic, self._group)

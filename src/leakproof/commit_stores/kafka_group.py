@@ -51,7 +51,7 @@ class KafkaGroupCommitStore:
             kept["rewind"] = audit["rewind"][:200]
         meta = json.dumps({"batch_ms": batch_ms, "writer": "leakproof", **kept},
                           separators=(",", ":"))
-        self._kafka.mirror_group_offsets(self._group, self._topic, offsets, meta)
+        self._kafka.commit_group_offsets(self._group, self._topic, offsets, meta)
 
     def get(self, batch_ms: int) -> CommittedBatch | None:
         latest = self.latest()  # one commit is kept: only the newest can be named

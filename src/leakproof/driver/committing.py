@@ -162,7 +162,7 @@ class Committer:
             return
         self._unmirrored = (batch_ms, dict(offsets))
         try:
-            self._mirror_to.mirror_group_offsets(self.group, self.topic, offsets,
+            self._mirror_to.commit_group_offsets(self.group, self.topic, offsets,
                                                  f"leakproof batch {batch_ms}")
             self._unmirrored = None
         except CoordinatorNotReady as exc:  # a new broker: normal, not a fault

@@ -41,7 +41,7 @@ from leakproof.driver.planning import Planner
 from leakproof.driver.progress import Progress, log_line
 from leakproof.driver.stopping import StopRequests
 from leakproof.errors import BatchFailed, KafkaReadError, LeakproofError
-from leakproof.hbase.connection import Connections, ensure_tables
+from leakproof.hbase.connection import ConnectionSlot, ensure_tables
 from leakproof.hbase.state_store import HBaseLeaseStore, HBaseRunRecord
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.offsets import OffsetRange
@@ -84,7 +84,7 @@ class Job:
         Returns each assigned partition's start offset.
         """
         cfg = self.cfg
-        conns = Connections(cfg.hbase)
+        conns = ConnectionSlot(cfg.hbase)
         created = conns.call("create tables", lambda c: ensure_tables(c, cfg.hbase))
         conns.reset()
         if created:

@@ -68,7 +68,7 @@ class Metadata(Protocol):
 class GroupMirror(Protocol):
     """Where each commit is copied for Kafka's own lag tools (the consumer group)."""
 
-    def mirror_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int],
+    def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int],
                              note: str) -> None: ...
 
     def close(self) -> None: ...

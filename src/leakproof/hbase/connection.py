@@ -92,8 +92,8 @@ def describe(cfg: HBaseConfig) -> str:
     return ", ".join(parts)
 
 
-class Connections:
-    """One cached connection per process, replaced after any transport error."""
+class ConnectionSlot:
+    """One cached connection (per process and config), replaced after any transport error."""
 
     def __init__(self, cfg: HBaseConfig) -> None:
         self.cfg = cfg

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 import happybase
 
 from leakproof.session_cells import ENTRY_SEQ, MAX_SEQ, from_cells, readable, to_cells
-from leakproof.sessions import SessionState
+from leakproof.sessions import CLOSED, OPEN, SessionState
 
 
 class SessionStore:
@@ -53,7 +53,7 @@ class SessionStore:
         """What expiry needs of the rows that exist among ``session_ids``: last_ts and
         state only (a session as ``SessionState`` with no other field read)."""
         return {sid: SessionState(sid, "", events=1, last_ts=int(cells[b"s:last_ts"]),
-                                  state=cells.get(b"s:state", b"open").decode())
+                                  state=cells.get(b"s:state", OPEN.encode()).decode())
                 for sid, cells in self._rows(session_ids, [b"s:last_ts", b"s:state"])
                 if b"s:last_ts" in cells}
 
@@ -71,7 +71,7 @@ class SessionStore:
                         continue
                 batch.put(s.session_id.encode("utf-8"), cells)
             for sid in close:
-                batch.put(sid.encode("utf-8"), {b"s:state": b"closed"})
+                batch.put(sid.encode("utf-8"), {b"s:state": CLOSED.encode()})
 
     def get(self, session_id: str) -> dict[str, str] | None:
         cells = self._table.row(session_id.encode("utf-8"))

@@ -17,7 +17,7 @@ import happybase
 
 from leakproof.config import HBaseConfig
 from leakproof.errors import CommitRefused
-from leakproof.hbase.connection import Connections, check_and_put
+from leakproof.hbase.connection import ConnectionSlot, check_and_put
 from leakproof.lease import FIRST_EPOCH, Lease
 from leakproof.offsets import Gap
 from leakproof.runs import RUNNING, STOPPED, RunState
@@ -110,7 +110,7 @@ class HBaseLeaseStore:
     def __init__(self, cfg: HBaseConfig, topic: str, group: str) -> None:
         self._cfg = cfg
         self._topic, self._group = topic, group
-        self._conns = Connections(cfg)
+        self._conns = ConnectionSlot(cfg)
 
     def _state(self, conn: happybase.Connection) -> StateStore:
         return StateStore(conn, self._cfg.state_table)
@@ -158,7 +158,7 @@ class HBaseRunRecord:
     def __init__(self, cfg: HBaseConfig, topic: str, group: str) -> None:
         self._cfg = cfg
         self._row = _run_row(topic, group)
-        self._conns = Connections(cfg)
+        self._conns = ConnectionSlot(cfg)
 
     def _table(self, conn: happybase.Connection) -> happybase.Table:
         return conn.table(self._cfg.state_table)

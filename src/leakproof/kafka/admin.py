@@ -132,7 +132,7 @@ class KafkaMetadata:
         return {tp.partition: (found[tp].offset if found[tp].offset >= 0 else None)
                 for tp in tps}
 
-    def mirror_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int],
+    def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int],
                              note: str, coordinator_wait_s: float = 3.0) -> None:
         """Commit the offsets to the Kafka consumer group, with ``note`` as the metadata:
         the mirror for Kafka's own lag tools, or the commit of offsets.store: kafka.

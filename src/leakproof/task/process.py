@@ -30,6 +30,7 @@ from leakproof.outbox import Outbox, outbox_id
 from leakproof.reports import TaskReport
 from leakproof.session_cells import readable, to_cells
 from leakproof.sessions import (
+    CLOSED,
     NO_WATERMARK,
     FoldResult,
     PartitionFolder,
@@ -146,7 +147,7 @@ def summaries(rows: Mapping[str, SessionState]) -> list[tuple[bytes, bytes]]:
     out = []
     for sid, s in rows.items():
         summary = readable(to_cells(s))
-        summary["state"] = "closed"
+        summary["state"] = CLOSED
         out.append((sid.encode("utf-8"),
                     json.dumps({"session_id": sid, **summary}).encode()))
     return out

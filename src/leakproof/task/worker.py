@@ -4,7 +4,7 @@ The worker's caches live here, all of them, each for as long as the Python worke
 (PySpark reuses a worker for task after task, ``spark.python.worker.reuse``) and each keyed
 by the settings that made it, so a task of another config never gets a wrong one:
 
-- HBase connections (``Connections``, per ``HBaseConfig``): reset after an error;
+- HBase connections (``ConnectionSlot``, per ``HBaseConfig``): reset after an error;
 - Avro decoders (per ``InputConfig``): parsing schemas is not free;
 - the closed-session sinks (per servers, group, topic, output settings and partition): a
   transactional producer lives until the broker fences it, then the next range makes another;
@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 from leakproof import codec
 from leakproof.config import Config, HBaseConfig, InputConfig, OutputConfig
-from leakproof.hbase.connection import Connections, ride_out
+from leakproof.hbase.connection import ConnectionSlot, ride_out
 from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.partition_store import LeaseReader, PartitionStore
 from leakproof.hbase.session_store import SessionStore
@@ -35,15 +35,15 @@ from leakproof.offsets import Gap, OffsetRange
 from leakproof.reports import TaskReport
 from leakproof.task.process import Stores, process_range
 
-_connections: dict[HBaseConfig, Connections] = {}
+_connections: dict[HBaseConfig, ConnectionSlot] = {}
 _decoders: dict[InputConfig, codec.Decoder] = {}
 _sinks: dict[tuple[str, str, str, OutputConfig, int], ClosedSink] = {}
 
 
-def _connection(cfg: HBaseConfig) -> Connections:
+def _connection(cfg: HBaseConfig) -> ConnectionSlot:
     conns = _connections.get(cfg)
     if conns is None:
-        conns = _connections[cfg] = Connections(cfg)
+        conns = _connections[cfg] = ConnectionSlot(cfg)
     return conns
 
 
