@@ -6,11 +6,11 @@ own (not the process-global one), so two jobs in one process never collide.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from leakproof.driver.batch import BatchOutcome
 from leakproof.kafka import stalls
 
 
@@ -51,26 +51,29 @@ class JobMetrics:
         self._labels = labels
         self.server, _ = start_http_server(port, addr=host, registry=r)
 
-    def batch(self, progress: Mapping[str, Any], lag: Mapping[int, int]) -> None:
+    def batch(self, outcome: BatchOutcome, now_ms: int | None = None) -> None:
+        """Feed one committed batch (the typed outcome the progress line is made from)."""
+        plan, t = outcome.plan, outcome.committed.totals
         self._batches.inc()
-        for outcome in ("applied", "replayed", "late", "duplicates"):
-            self._records.labels(**self._labels, outcome=outcome).inc(progress[outcome])
-        for kind, n in progress["dead_letter_kinds"].items():
+        for name, n in (("applied", t.applied), ("replayed", t.replayed), ("late", t.late),
+                        ("duplicates", t.duplicates)):
+            self._records.labels(**self._labels, outcome=name).inc(n)
+        for kind, n in t.dead_letter_kinds.items():
             self._dead.labels(**self._labels, kind=kind).inc(n)
-        held = {h["partition"]: h for h in progress.get("held", ())}
-        for p, behind in lag.items():
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        for p, behind in plan.lag_by_partition().items():
             self._lag.labels(**self._labels, partition=str(p)).set(behind)
-            hold = held.get(p)
+            hold = plan.held.get(p)
             self._held.labels(**self._labels, partition=str(p)).set(1 if hold else 0)
             self._held_age.labels(**self._labels, partition=str(p)).set(
-                (hold["age_s"] or 0) if hold else 0)
-        self._duration.observe(progress["total_s"])
-        self._rate.set(progress["events_per_s"])
-        self._limit.set(progress.get("rate_limit") or 0)
-        self._committed.set(progress["batch_ms"] / 1000)
-        now = stalls()
-        self._stalls.inc(progress.get("client_stalls", 0) + now - self._driver_stalls)
-        self._driver_stalls = now
+                (hold.age_s(now) or 0) if hold else 0)
+        self._duration.observe(outcome.took_s)
+        self._rate.set(t.records / outcome.took_s if outcome.took_s else 0.0)
+        self._limit.set(outcome.rate_limit or 0)
+        self._committed.set(plan.batch_ms / 1000)
+        in_driver = stalls()
+        self._stalls.inc(t.client_stalls + in_driver - self._driver_stalls)
+        self._driver_stalls = in_driver
 
     def close(self) -> None:
         self.server.shutdown()

@@ -62,3 +62,21 @@ def test_the_line_goes_to_the_logger_operators_filter_on(
 def test_batch_millis_round_trips_pyspark_times() -> None:
     for ms in (1_700_000_000_000, 1_795_306_756_001, 1_795_306_756_999):
         assert batch_millis(datetime.fromtimestamp(ms / 1000.0)) == ms
+
+
+def test_metrics_from_the_typed_outcome() -> None:
+    from prometheus_client import generate_latest
+
+    from leakproof.metrics import JobMetrics
+
+    m = JobMetrics("t", "g", "127.0.0.1", 0)  # port 0: any free port
+    try:
+        m.batch(outcome())
+        text = generate_latest(m.registry).decode()
+    finally:
+        m.close()
+    assert 'leakproof_records_total{group="g",outcome="applied",topic="t"} 8.0' in text
+    assert 'leakproof_dead_letters_total{group="g",kind="tombstone",topic="t"} 1.0' in text
+    assert 'leakproof_lag_records{group="g",partition="0",topic="t"} 5.0' in text
+    assert 'leakproof_events_per_second{group="g",topic="t"} 5.0' in text
+    assert 'leakproof_client_stalls_total{group="g",topic="t"} 0.0' in text

@@ -327,8 +327,7 @@ class Job:
         cfg = self.cfg.job
         metrics = self._closes(JobMetrics(self.topic, self.group, cfg.metrics_host,
                                           cfg.metrics_port))
-        self.progress.add(lambda outcome, record: metrics.batch(
-            record, outcome.plan.lag_by_partition()))
+        self.progress.add(lambda outcome, _record: metrics.batch(outcome))
         log.info("metrics at http://%s:%d/metrics", cfg.metrics_host, cfg.metrics_port)
 
 
