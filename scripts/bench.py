@@ -17,6 +17,9 @@
 
 Figures, not assertions: the point is the ratios on the same machine in the same run.
 TOPIC= reuses an earlier run's topic; RATE_PER_PARTITION= caps batches lower (more of them);
+ISOLATION=read_uncommitted reads as before transactions were honoured (the same-run baseline of
+read_committed's cost); CLOSED=1 also publishes closed-session summaries to a topic of their
+own, in transactions (TRANSACTIONAL=0: plain sends), and prints what publishing cost per batch;
 KEEP=1 keeps the run's HBase tables (dropped otherwise: HBase slows as they pile up).
 """
 
@@ -361,6 +364,13 @@ def run_job(cfg_path: Path, cfg: config.Config, work: Path) -> Drain | None:
     assert spy is not None
     print(spy.summary(), flush=True)
     print(f"   cache: {cache_hits(log)}", flush=True)
+    if cfg.output.closed_sessions_topic:
+        publish = sorted(r["publish_s"] * 1000 for r in _batch_records(log))
+        mode = "transactions" if cfg.output.transactional else "plain sends"
+        if publish:
+            print(f"   closed-session summaries ({mode}): slowest task's publish per batch "
+                  f"median {publish[len(publish) // 2]:.0f} ms, max {publish[-1]:.0f} ms, "
+                  f"over {len(publish)} batches", flush=True)
     tasks = task_times(log)
     if len(tasks) >= 5:
         print(f"   slowest task per batch (read+fold+write): 2nd {tasks[1]:.2f}s, last three "
@@ -550,6 +560,11 @@ def measure(name: str) -> int:
         data["job"]["master"] = os.environ["MASTER"]
     if os.environ.get("RATE_PER_PARTITION"):  # smaller batches: a longer drain of more batches
         data["kafka"]["max_rate_per_partition"] = int(os.environ["RATE_PER_PARTITION"])
+    if os.environ.get("ISOLATION"):
+        data["kafka"]["isolation_level"] = os.environ["ISOLATION"]
+    if os.environ.get("CLOSED") == "1":
+        data.setdefault("output", {})["closed_sessions_topic"] = f"{name}-closed"
+        data["output"]["transactional"] = os.environ.get("TRANSACTIONAL", "1") == "1"
     if os.environ.get("LATENCY"):
         return latency_mode(data, work, name)
     cfg_path = work / "config.yml"
@@ -567,6 +582,8 @@ def measure(name: str) -> int:
         report = send_events(cfg.kafka, name, generate(SPEC))
         print(f"   produced in {report.seconds:.1f}s ({report.rate:.0f} ev/s)", flush=True)
 
+    if cfg.output.closed_sessions_topic:
+        create_topic(cfg.kafka, cfg.output.closed_sessions_topic, PARTITIONS)
     meta = KafkaMetadata(cfg.kafka)
     bounds = meta.log_bounds(name, meta.partitions(name))
     meta.close()
