@@ -63,3 +63,28 @@ def test_without_transactions_every_closed_session_is_still_published(env: Env) 
     closed = closed_rows(env)
     assert closed and {s for s, _ in summaries(topic, "read_uncommitted")} == set(closed)
     assert len(summaries(topic, "read_uncommitted")) >= len(closed)
+
+
+def test_two_workers_taking_turns_on_a_partition_each_publish(env: Env) -> None:
+    """A partition's ranges move between Python workers, each with its own producer of the
+    partition's transactional id: each new one fences the last, and the fenced one, when the
+    partition comes back to it, makes a new producer and publishes -- wherever the broker's
+    refusal surfaces (begin, a send, the commit)."""
+    from leakproof import config as config_mod
+    from leakproof.kafka.closed_sink import ClosedSink
+
+    topic = f"{env.name}-closed"
+    create_topic(env.cfg.kafka, topic, 1)
+    cfg = config_mod.load(env.variant("sink", output={"closed_sessions_topic": topic}))
+    a, b = ClosedSink(cfg.kafka, cfg.output, 0), ClosedSink(cfg.kafka, cfg.output, 0)
+    try:
+        for turn, sink in enumerate((a, b, a, b, a)):
+            # enough records that the broker's refusal arrives while they are being sent
+            sink.publish([(f"s{turn}-{i}".encode(), b"{}") for i in range(3000)],
+                         f"box-{turn}", 10 * (turn + 1))
+            assert sink.published(f"box-{turn}")
+    finally:
+        a.close()
+        b.close()
+    seen = [sid for sid, _ in summaries(topic, "read_committed")]
+    assert seen == [f"s{turn}-{i}" for turn in range(5) for i in range(3000)]
