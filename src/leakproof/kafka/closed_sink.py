@@ -159,8 +159,13 @@ class ClosedSink:
         producer = self._ready()
         try:
             self._call("begin_transaction", producer.begin_transaction)
-            for key, value in records:
-                producer.send(self.topic, key=key, value=value)
+
+            def send_all() -> None:
+                for key, value in records:
+                    producer.send(self.topic, key=key, value=value)
+
+            # a fence reported while sending is a KafkaError like any other: PublishError
+            self._call("send", send_all)
             marker = {TopicPartition(self._kafka.topic, self.partition):
                       OffsetAndMetadata(until_offset, outbox_id, -1)}
             self._call("send_offsets_to_transaction", lambda: producer.send_offsets_to_transaction(
