@@ -45,10 +45,10 @@ import yaml
 from leakproof import codec, config
 from leakproof.commit_stores import open_store
 from leakproof.errors import DecodeError
-from leakproof.events import WebEvent
+from leakproof.events import Event, WebEvent
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import connect
-from leakproof.hbase.session_store import SessionStore
+from leakproof.hbase.session_store import scan_readable
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
@@ -222,7 +222,7 @@ def task_times(log: Path) -> list[float]:
 def read_ranges(cfg_path: str, ranges: list[OffsetRange]) -> int:
     cfg = config.load(cfg_path)
     n = 0
-    decoder = codec.Decoder(cfg.input.writer_schemas, cfg.input.max_ahead_ms)
+    decoder = codec.Decoder(cfg.model, cfg.input.writer_schemas, cfg.input.max_ahead_ms)
     for rng in ranges:
         for offset, key, value, timestamp in read_range(cfg.kafka, rng):
             with contextlib.suppress(DecodeError):  # the job dead-letters; same cost here
@@ -296,13 +296,14 @@ def measured(cmd: list[str], log: Path, profile: Path | None = None
     return rc, cpu_s, peak, spent, spy
 
 
-def peer_fold(partitions: Mapping[int, Sequence[WebEvent]]) -> dict[str, dict[str, str]]:
+def peer_fold(partitions: Mapping[int, Sequence[Event]]) -> dict[str, dict[str, str]]:
     """What the peer's semantics give, folded in plain Python: the first of each repeated
     (session_id, seq) counts, every other event is summed; no late rule, no state."""
     kept: dict[str, dict[int, WebEvent]] = {}
     for events in partitions.values():
         for e in events:
-            kept.setdefault(e.session_id, {}).setdefault(e.seq, e)
+            assert e.seq is not None  # the web model has a sequence
+            kept.setdefault(e.session_id, {}).setdefault(e.seq, WebEvent(**e.record))
     rows = {}
     for sid, by_seq in kept.items():
         evs = [by_seq[k] for k in sorted(by_seq)]
@@ -323,7 +324,7 @@ def check_peer(cfg: config.Config, table: str,
                expected: Mapping[str, Mapping[str, str]]) -> str:
     conn = connect(cfg.hbase)
     try:
-        got = SessionStore(conn.table(table)).scan_readable()
+        got = scan_readable(conn.table(table))
     finally:
         conn.close()
     wrong = [sid for sid in expected.keys() | got.keys() if expected.get(sid) != got.get(sid)]

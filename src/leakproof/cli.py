@@ -236,11 +236,11 @@ def offsets_rewind(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 def sessions(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.hbase.connection import connect
-    from leakproof.hbase.session_store import SessionStore
+    from leakproof.hbase.session_store import readable_row
 
     conn = connect(cfg.hbase)
     try:
-        got = SessionStore(conn.table(cfg.hbase.sessions_table)).get(args.session_id)
+        got = readable_row(conn.table(cfg.hbase.sessions_table), args.session_id)
     finally:
         conn.close()
     if got is None:

@@ -17,6 +17,7 @@ from typing import Any, Literal, get_args
 import yaml
 
 from leakproof.errors import ConfigError
+from leakproof.model.spec import Model, read_model, web_model
 
 OffsetReset = Literal["earliest", "latest", "none"]
 DataLossPolicy = Literal["fail", "skip"]
@@ -220,6 +221,7 @@ class Config:
     input: InputConfig = InputConfig()
     offsets: OffsetsConfig = OffsetsConfig()
     kerberos: KerberosConfig | None = field(default=None, repr=False)
+    model: Model = field(default_factory=web_model, repr=False)
 
 
 # --------------------------------------------------------------------------- loading
@@ -241,11 +243,12 @@ def load(path: str | Path) -> Config:
 def from_dict(data: Any, base: Path | None = None) -> Config:
     """Validate a parsed YAML document; every error names the dotted key at fault.
 
-    Relative file paths in it (``input.writer_schemas``) are read relative to ``base``.
+    Relative file paths in it (``input.writer_schemas``, ``events.schema``) are read
+    relative to ``base``. ``events:`` and ``aggregates:`` are the model (``model.spec``).
     """
     root = _section(data, "")
     _no_unknown(root, "", {"kafka", "hbase", "job", "sessions", "output", "input", "offsets",
-                           "security"})
+                           "security", "events", "aggregates"})
     kerberos = _security(_section(root.get("security", {}), "security"), base or Path.cwd())
     kafka = replace(_kafka(_section(root.get("kafka"), "kafka")), kerberos=kerberos)
     hbase = replace(_hbase(_section(root.get("hbase", {}), "hbase")), kerberos=kerberos)
@@ -265,6 +268,7 @@ def from_dict(data: Any, base: Path | None = None) -> Config:
         output=_output(_section(root.get("output", {}), "output")),
         input=_input(_section(root.get("input", {}), "input"), base or Path.cwd()),
         offsets=_offsets(_section(root.get("offsets", {}), "offsets")),
+        model=read_model(root.get("events"), root.get("aggregates"), base or Path.cwd()),
     )
 
 

@@ -1,4 +1,6 @@
-"""The WebEvent record and its Avro schema (the contract in docs/DESIGN.md, field order too)."""
+"""Events as the fold sees them (``Event``), and the shipped web model's record, ``WebEvent``,
+with its Avro schema (the contract in docs/DESIGN.md, field order too): the demo producer,
+the generator and the benchmarks write WebEvents; the job reads any model's records."""
 
 from __future__ import annotations
 
@@ -6,9 +8,19 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 SCHEMA_RESOURCE = "schemas/web_event.avsc"
+
+
+class Event(NamedTuple):
+    """One decoded event of any model: its session, event time (epoch ms), sequence (None
+    without ``events.sequence``) and the whole record by field name (what aggregates read)."""
+
+    session_id: str
+    ts: int
+    seq: int | None
+    record: dict[str, Any]
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -29,6 +41,10 @@ class WebEvent:
     bytes: int
     referrer: str | None = None
     user_agent: str | None = None
+
+    def as_event(self) -> Event:
+        """The event as the web model's decoder gives it."""
+        return Event(self.session_id, self.ts, self.seq, self.to_record())
 
     def to_record(self) -> dict[str, Any]:
         """The dict fastavro writes; keys in schema order."""

@@ -77,7 +77,7 @@ def known_rows(found: Iterable[Entry], stale: set[str], checked: Mapping[str, Se
     (``rows``: touched sessions; ``checked``: the last_ts and state of the ``stale`` ones,
     as ``to_check`` names them), else its entry's word; a stale session that has no row is
     left out (its entries are deleted)."""
-    known = {e.session_id: SessionState(e.session_id, "", events=1, last_ts=e.last_ts)
+    known = {e.session_id: SessionState(e.session_id, last_ts=e.last_ts)
              for e in found if e.session_id not in stale}
     known.update(checked)
     known.update(rows)
@@ -133,7 +133,7 @@ def changes(width: int, found: Iterable[Entry], before: Mapping[str, SessionStat
             out.put(bucket_of(ts, width), sid, ts)
     known = [(e.bucket, e.session_id) for e in found]
     known += [(bucket_of(row.last_ts, width), sid) for sid, row in before.items()
-              if sid in wanted and not row.closed and row.events]
+              if sid in wanted and not row.closed]
     for b, sid in known:
         ts = wanted.get(sid)
         if ts is None or bucket_of(ts, width) != b:

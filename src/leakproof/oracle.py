@@ -1,40 +1,84 @@
 """Expected session rows, computed independently of the fold (pure).
 
-Written from docs/DESIGN.md's definitions, not from sessions.py: all events of a partition are
-scanned in order to decide which are late or repeat a (session_id, seq) already applied, then
-each session's aggregates are computed from the list of its applied events with plain
-min/max/sum.
+Written from docs/DESIGN.md's definitions, and sharing no code with the compiled fold
+(``model.compiled``, ``sessions``): all events of a partition are scanned in order to decide
+which are late or repeat a (session, seq) already applied, then each session's aggregates are
+computed from the list of its applied events with plain min/max/sum, each ``where`` evaluated
+by walking its parse tree. Only the parser (``model.where.parse``) and the loading of Python
+aggregates are shared: they say what the model is, not how it folds.
 """
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
-from leakproof.events import WebEvent
+from leakproof.events import Event
+from leakproof.model import where
+from leakproof.model.spec import Model, load_python
 
-# The columns of family `s` the oracle predicts, as docs/DESIGN.md names them.
-COLUMNS = ("user_id", "events", "pageviews", "clicks", "purchases", "errors", "bytes",
-           "first_ts", "last_ts", "entry_url", "exit_url", "state", "out_of_order",
-           "late_events", "duplicates", "unknown_types")
-EVENT_TYPES = {"pageview", "click", "purchase"}
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+    ">": operator.gt, ">=": operator.ge}
 
 
-def expected_rows(partitions: Mapping[int, Iterable[WebEvent]],
-                  close_after_ms: int) -> dict[str, dict[str, str]]:
-    """session_id -> {column: text value} for events given per partition in offset order."""
+def holds(node: where.Node, record: Mapping[str, Any]) -> bool:
+    """The ``where`` tree's truth for one record (nulls as model.where's docstring says)."""
+    def value(n: where.Node) -> Any:
+        return record[n.args[0]] if n.op == "field" else n.args[0]
+
+    if node.op == "and":
+        return holds(node.args[0], record) and holds(node.args[1], record)
+    if node.op == "or":
+        return holds(node.args[0], record) or holds(node.args[1], record)
+    if node.op == "not":
+        return not holds(node.args[0], record)
+    if node.op == "cmp":
+        op, a, b = node.args
+        x, y = value(a), value(b)
+        if x is None or y is None:
+            if op == "==":
+                return x is None and y is None
+            if op == "!=":
+                return (x is None) != (y is None)
+            return False
+        return _OPS[op](x, y)
+    if node.op in ("in", "not_in"):
+        x, values = value(node.args[0]), node.args[1]
+        if x is None:
+            return node.op == "in" and None in values
+        return (x in values) == (node.op == "in")
+    return value(node) is True
+
+
+def _text(kind: str, v: Any) -> str:
+    if kind == "boolean":
+        return "true" if v else "false"
+    if kind == "float":
+        return repr(float(v))
+    return str(v)
+
+
+def expected_rows(partitions: Mapping[int, Iterable[Event]], close_after_ms: int,
+                  model: Model) -> dict[str, dict[str, str]]:
+    """session -> {column: text value} for events given per partition in offset order."""
+    fields = model.fields()
+    sequenced = model.sequence is not None
+    conditions = {a.name: where.parse(a.where) if a.where else None for a in model.aggregates}
     rows: dict[str, dict[str, str]] = {}
     for events in partitions.values():
-        applied: dict[str, list[WebEvent]] = defaultdict(list)
-        newest: dict[str, int] = {}  # highest ts among a session's applied events
+        applied: dict[str, list[Event]] = defaultdict(list)
+        newest: dict[str, int] = {}  # highest time among a session's applied events
         late: dict[str, int] = defaultdict(int)
         dups: dict[str, int] = defaultdict(int)
-        applied_keys: set[tuple[str, int]] = set()
+        applied_keys: set[tuple[str, int | None]] = set()
         watermark = -1
         for e in events:
             if e.session_id in newest and watermark > newest[e.session_id] + close_after_ms:
                 late[e.session_id] += 1
-            elif (e.session_id, e.seq) in applied_keys:
+            elif sequenced and (e.session_id, e.seq) in applied_keys:
                 dups[e.session_id] += 1
             else:
                 applied_keys.add((e.session_id, e.seq))
@@ -43,31 +87,59 @@ def expected_rows(partitions: Mapping[int, Iterable[WebEvent]],
             watermark = max(watermark, e.ts)
         for sid, evs in applied.items():
             last_ts = max(e.ts for e in evs)
-            prefix_max = [max(x.seq for x in evs[:1])]
-            for e in evs[1:]:
-                prefix_max.append(max(prefix_max[-1], e.seq))
-            ooo = sum(1 for i in range(1, len(evs)) if evs[i].seq <= prefix_max[i - 1])
-            lowest = min(range(len(evs)), key=lambda i: (evs[i].seq, i))
-            highest = min(range(len(evs)), key=lambda i: (-evs[i].seq, i))
-            rows[sid] = {
-                "user_id": evs[0].user_id,
-                "events": str(len(evs)),
-                "pageviews": str(sum(e.event_type == "pageview" for e in evs)),
-                "clicks": str(sum(e.event_type == "click" for e in evs)),
-                "purchases": str(sum(e.event_type == "purchase" for e in evs)),
-                "errors": str(sum(e.status >= 500 for e in evs)),
-                "bytes": str(sum(e.bytes for e in evs)),
-                "first_ts": str(min(e.ts for e in evs)),
-                "last_ts": str(last_ts),
-                "entry_url": evs[lowest].url,
-                "exit_url": evs[highest].url,
-                "state": "closed" if watermark > last_ts + close_after_ms else "open",
-                "out_of_order": str(ooo),
-                "late_events": str(late[sid]),
-                "duplicates": str(dups[sid]),
-                "unknown_types": str(sum(e.event_type not in EVENT_TYPES for e in evs)),
-            }
+            row = {"first_ts": str(min(e.ts for e in evs)), "last_ts": str(last_ts),
+                   "state": "closed" if watermark > last_ts + close_after_ms else "open",
+                   "late_events": str(late[sid])}
+            if sequenced:
+                ooo, highest = 0, None
+                for e in evs:
+                    seq = e.seq or 0
+                    if highest is not None and seq <= highest:
+                        ooo += 1
+                    highest = seq if highest is None else max(highest, seq)
+                row["duplicates"], row["out_of_order"] = str(dups[sid]), str(ooo)
+            for agg in model.aggregates:
+                cond = conditions[agg.name]
+                chosen = [e for e in evs if cond is None or holds(cond, e.record)]
+                text = _aggregate(agg, chosen, fields, sequenced)
+                if text is not None:
+                    row[agg.name] = text
+            rows[sid] = row
     return rows
+
+
+def _aggregate(agg: Any, chosen: list[Event], fields: Mapping[str, Any], sequenced: bool
+               ) -> str | None:
+    if agg.python:
+        impl = load_python(agg)
+        v = impl.initial()
+        for e in chosen:
+            v = impl.apply(v, e.record)
+        text: str | None = impl.to_text(v)
+        return text
+    if agg.fn == "count" and agg.field is None:
+        return str(len(chosen))
+    # (order key, value) of each event with a value: the seq, else the place in offset order
+    pairs = [((e.seq or 0) if sequenced else i, e.record[agg.field])
+             for i, e in enumerate(chosen) if e.record[agg.field] is not None]
+    if agg.fn == "count":
+        return str(len(pairs))
+    if not pairs:
+        return None
+    values = [v for _, v in pairs]
+    kind = fields[agg.field].kind
+    if agg.fn == "sum":
+        total = values[0]
+        for v in values[1:]:
+            total = total + v
+        return _text(kind, total)
+    if agg.fn == "min":
+        return _text(kind, min(values))
+    if agg.fn == "max":
+        return _text(kind, max(values))
+    pick = min(pairs, key=lambda p: p[0]) if agg.fn == "first" else max(pairs,
+                                                                          key=lambda p: p[0])
+    return _text(kind, pick[1])
 
 
 def compare(expected: Mapping[str, Mapping[str, str]],
@@ -76,7 +148,7 @@ def compare(expected: Mapping[str, Mapping[str, str]],
     problems = [f"missing session {sid}" for sid in sorted(set(expected) - set(actual))]
     problems += [f"unexpected session {sid}" for sid in sorted(set(actual) - set(expected))]
     for sid in sorted(set(expected) & set(actual)):
-        for col in COLUMNS:
+        for col in sorted(set(expected[sid]) | set(actual[sid])):
             want, got = expected[sid].get(col), actual[sid].get(col)
             if want != got:
                 problems.append(f"{sid}.{col}: expected {want!r}, HBase has {got!r}")

@@ -26,7 +26,6 @@ class TaskReport:
     replayed: int = 0
     late: int = 0
     duplicates: int = 0
-    unknown_types: int = 0
     dead_letter_kinds: dict[str, int] = field(default_factory=dict)
     gaps: tuple[Gap, ...] = ()  # deleted by retention after planning, before being read
     sessions: int = 0
@@ -47,8 +46,8 @@ class TaskReport:
 
 
 # The counts summed over tasks, in the order the progress line and the audit show them.
-COUNTS = ("records", "applied", "replayed", "late", "duplicates", "unknown_types",
-          "dead_letters", "sessions", "closed")
+COUNTS = ("records", "applied", "replayed", "late", "duplicates", "dead_letters", "sessions",
+          "closed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +59,6 @@ class BatchTotals:
     replayed: int = 0
     late: int = 0
     duplicates: int = 0
-    unknown_types: int = 0
     dead_letters: int = 0
     sessions: int = 0
     closed: int = 0

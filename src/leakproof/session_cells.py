@@ -1,59 +1,88 @@
 """A session row's cells (pure): how a ``SessionState`` is written to and read from HBase.
 
-Row = session_id; family ``s`` the aggregates as text, ``f`` fences. Family ``f``:
-``f:p:<topic>:<partition>`` the fence (last applied offset) per source partition, and
-``f:seqs`` the seqs applied. The lowest and highest applied seq (which decide entry_url,
-exit_url and out_of_order) are the bounds of ``f:seqs``, so they are not stored again: every
-cell costs HBase a memstore insert (its largest cost in ``make bench``). Rows written before
-that keep their ``f:entry_seq`` and ``f:max_seq`` cells, which are read first and kept up to
-date in those rows, so any version reads them right.
+Row = session_id. Family ``s``: each aggregate of the model as ``s:<name>`` (decimal text,
+the shortest text of a double, UTF-8 text; no cell while the session has no value for it),
+and the cells every row has: ``first_ts``, ``last_ts``, ``state``, ``late_events``, and with a
+sequence ``duplicates`` and ``out_of_order``. Family ``f``: ``f:p:<topic>:<partition>`` the
+fence (last applied offset) per source partition; with a sequence ``f:seqs``, the seqs
+applied, and ``f:o:<name>`` the seq a ``first`` / ``last`` value came from -- only where it
+is not the lowest / highest seq of ``f:seqs`` (the usual case needs no cell: every cell
+costs HBase a memstore insert, its largest cost in ``make bench``), or where the row already
+has that cell, which must stay true.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from leakproof.model.compiled import CompiledModel
 from leakproof.sessions import SeqSet, SessionState
 
-# family `s`, as docs/DESIGN.md fixes them (decimal text / text), plus the anomaly counts
-# late_events, duplicates and unknown_types.
-_INT_COLUMNS = ("events", "pageviews", "clicks", "purchases", "errors", "bytes", "first_ts",
-                "last_ts", "out_of_order", "late_events", "duplicates", "unknown_types")
-_TEXT_COLUMNS = ("user_id", "entry_url", "exit_url", "state")
 _FENCE_PREFIX = "f:p:"
-ENTRY_SEQ, MAX_SEQ = b"f:entry_seq", b"f:max_seq"  # only in rows from before (see above)
+_FENCE = _FENCE_PREFIX.encode()
 
 
-def to_cells(s: SessionState, bound_cells: bool = False) -> dict[bytes, bytes]:
-    """The row's cells. The seq bounds get cells of their own only where ``f:seqs`` does
-    not say them (a row from before it), or where the row already has them
-    (``bound_cells``: a row an earlier version wrote, whose cells must stay true)."""
-    cells = {f"s:{c}".encode(): str(getattr(s, c)).encode() for c in _INT_COLUMNS}
-    cells.update({f"s:{c}".encode(): getattr(s, c).encode("utf-8") for c in _TEXT_COLUMNS})
-    cells[b"f:seqs"] = s.seqs.to_text().encode()
-    lowest, highest = s.seqs.bounds()
-    if bound_cells or s.entry_seq != lowest:
-        cells[ENTRY_SEQ] = str(s.entry_seq).encode()
-    if bound_cells or s.max_seq != highest:
-        cells[MAX_SEQ] = str(s.max_seq).encode()
+def to_cells(s: SessionState, model: CompiledModel,
+             order_cells: frozenset[bytes] = frozenset()) -> dict[bytes, bytes]:
+    """The row's cells; ``order_cells``: the ``f:o:`` cells the stored row already has."""
+    cells: dict[bytes, bytes] = {}
+    to_text, names = model.to_text, model.cell_names
+    for i, v in enumerate(s.values):
+        text = None if v is None else to_text[i](v)
+        if text is not None:
+            cells[names[i]] = text.encode("utf-8")
+    cells[b"s:first_ts"] = str(s.first_ts).encode()
+    cells[b"s:last_ts"] = str(s.last_ts).encode()
+    cells[b"s:state"] = s.state.encode()
+    cells[b"s:late_events"] = str(s.late_events).encode()
+    if model.sequenced:
+        cells[b"s:duplicates"] = str(s.duplicates).encode()
+        cells[b"s:out_of_order"] = str(s.out_of_order).encode()
+        cells[b"f:seqs"] = s.seqs.to_text().encode()
+        lowest, highest = s.seqs.bounds()
+        for i, fn in model.ordered.items():
+            order = s.orders[i]
+            if order is None:
+                continue
+            cell = model.order_cells[i]
+            if cell in order_cells or order != (lowest if fn == "first" else highest):
+                cells[cell] = str(order).encode()
     for key, offset in s.fences.items():
         cells[f"{_FENCE_PREFIX}{key}".encode()] = str(offset).encode()
     return cells
 
 
-def from_cells(session_id: str, cells: Mapping[bytes, bytes]) -> SessionState:
-    s = SessionState(session_id=session_id, user_id=cells[b"s:user_id"].decode("utf-8"))
-    for c in _INT_COLUMNS:
-        setattr(s, c, int(cells.get(f"s:{c}".encode(), b"0")))
-    for c in ("entry_url", "exit_url", "state"):
-        setattr(s, c, cells.get(f"s:{c}".encode(), b"").decode("utf-8"))
-    s.seqs = SeqSet.from_text(cells.get(b"f:seqs", b"").decode())
-    lowest, highest = s.seqs.bounds()
-    s.entry_seq = int(cells.get(ENTRY_SEQ, lowest))
-    s.max_seq = int(cells.get(MAX_SEQ, highest))
-    prefix = _FENCE_PREFIX.encode()
-    s.fences = {k[len(prefix):].decode(): int(v) for k, v in cells.items() if k.startswith(prefix)}
+def from_cells(session_id: str, cells: Mapping[bytes, bytes],
+               model: CompiledModel) -> SessionState:
+    values, orders = model.initial()
+    from_text = model.from_text
+    for i, name in enumerate(model.cell_names):
+        raw = cells.get(name)
+        if raw is not None:
+            values[i] = from_text[i](raw.decode("utf-8"))
+    s = SessionState(session_id, values, orders,
+                     first_ts=int(cells.get(b"s:first_ts", b"0")),
+                     last_ts=int(cells.get(b"s:last_ts", b"0")),
+                     state=cells.get(b"s:state", b"open").decode(),
+                     late_events=int(cells.get(b"s:late_events", b"0")),
+                     duplicates=int(cells.get(b"s:duplicates", b"0")),
+                     out_of_order=int(cells.get(b"s:out_of_order", b"0")))
+    if model.sequenced:
+        s.seqs = SeqSet.from_text(cells.get(b"f:seqs", b"").decode())
+        lowest, highest = s.seqs.bounds()
+        for i, fn in model.ordered.items():
+            if values[i] is not None:
+                raw = cells.get(model.order_cells[i])
+                orders[i] = int(raw) if raw is not None else (
+                    lowest if fn == "first" else highest)
+    s.fences = {k[len(_FENCE):].decode(): int(v) for k, v in cells.items()
+                if k.startswith(_FENCE)}
     return s
+
+
+def order_cells_of(cells: Mapping[bytes, bytes]) -> frozenset[bytes]:
+    """The ``f:o:`` cells a stored row has."""
+    return frozenset(k for k in cells if k.startswith(b"f:o:"))
 
 
 def readable(cells: Mapping[bytes, bytes]) -> dict[str, str]:

@@ -10,9 +10,13 @@ batch boundaries fall (a replay gives the same answer as the first run):
   closed) session is *late*: counted in ``late_events``, not folded into the aggregates.
 - Each session row carries a fence per ``topic:partition``: the offset of the last event it
   applied. An event at or below the fence was applied before this replay and is skipped.
-- Each session row keeps the set of seqs it applied. An event whose (session_id, seq) is
-  already in it is a *duplicate* (a producer retry, a copied record): counted in
-  ``duplicates``, not folded, so no event is counted twice even when it is sent twice.
+- With a sequence (``events.sequence``), each session row keeps the set of seqs it applied.
+  An event whose (session_id, seq) is already in it is a *duplicate* (a producer retry, a
+  copied record): counted in ``duplicates``, not folded, so no event is counted twice even
+  when it is sent twice; one whose seq is not above every seq applied before it counts in
+  ``out_of_order``.
+- What an applied event does to the aggregates is the model's (``model.compiled``): the
+  rules above are the same for every model.
 - At the end of the range, every open session of the partition that has expired is closed.
   Sessions the range only replayed count too: their rows may be newer than the open set.
 """
@@ -24,9 +28,10 @@ from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Literal
+from typing import Any, Literal
 
-from leakproof.events import WebEvent
+from leakproof.events import Event
+from leakproof.model.compiled import CompiledModel
 
 NO_WATERMARK = -1
 # A session row's s:state (docs/DESIGN.md): open until the watermark passes it, then closed.
@@ -127,27 +132,23 @@ class SeqSet:
 
 @dataclass(slots=True)
 class SessionState:
-    """A session row: the aggregates of docs/DESIGN.md plus what folding needs to go on."""
+    """A session row: the model's aggregate values (``model.compiled``), the built-in cells
+    every row has, and what folding needs to go on (seqs, fences).
+
+    ``values`` are in the model's order, None where the session has no value yet; ``orders``
+    the seq each ``first`` / ``last`` value came from (with a sequence; else None). A row
+    read for its expiry only has ``last_ts`` and ``state``.
+    """
 
     session_id: str
-    user_id: str
-    events: int = 0
-    pageviews: int = 0
-    clicks: int = 0
-    purchases: int = 0
-    errors: int = 0
-    bytes: int = 0
+    values: list[Any] = field(default_factory=list)
+    orders: list[Any] = field(default_factory=list)
     first_ts: int = 0
     last_ts: int = 0
-    entry_url: str = ""
-    entry_seq: int = 0
-    exit_url: str = ""
-    max_seq: int = -1  # highest seq applied; exit_url belongs to it
     state: str = OPEN  # a SessionStatus; str, since rows are read back as text
     out_of_order: int = 0
     late_events: int = 0
     duplicates: int = 0
-    unknown_types: int = 0  # applied events whose event_type is not pageview, click, purchase
     seqs: SeqSet = field(default_factory=SeqSet)
     fences: dict[str, int] = field(default_factory=dict)
 
@@ -157,40 +158,6 @@ class SessionState:
 
     def expired(self, watermark: int, close_after_ms: int) -> bool:
         return watermark > self.last_ts + close_after_ms
-
-
-def apply_event(s: SessionState, e: WebEvent) -> None:
-    """Fold one event into its session (the caller has ruled out replays, late events and
-    duplicates). An unknown event_type still counts as an event (the schema says "..."), and
-    in ``unknown_types`` so a producer bug shows up."""
-    first = s.events == 0
-    s.events += 1
-    s.seqs.add(e.seq)
-    if e.event_type == "pageview":
-        s.pageviews += 1
-    elif e.event_type == "click":
-        s.clicks += 1
-    elif e.event_type == "purchase":
-        s.purchases += 1
-    else:
-        s.unknown_types += 1
-    if e.status >= 500:
-        s.errors += 1
-    s.bytes += e.bytes
-    if first:
-        s.user_id = e.user_id
-        s.first_ts = s.last_ts = e.ts
-        s.entry_url, s.entry_seq = e.url, e.seq
-        s.exit_url, s.max_seq = e.url, e.seq
-        return
-    s.first_ts = min(s.first_ts, e.ts)
-    s.last_ts = max(s.last_ts, e.ts)
-    if e.seq < s.entry_seq:
-        s.entry_url, s.entry_seq = e.url, e.seq
-    if e.seq > s.max_seq:
-        s.exit_url, s.max_seq = e.url, e.seq
-    else:
-        s.out_of_order += 1  # not greater than the highest seq applied before it
 
 
 class OpenSessions:
@@ -277,7 +244,6 @@ class FoldResult:
     replayed: int = 0
     late: int = 0
     duplicates: int = 0
-    unknown_types: int = 0
 
 
 class PartitionFolder:
@@ -288,54 +254,77 @@ class PartitionFolder:
     copied. A caller that may retry must not reuse ``state`` after a failed range.
     """
 
-    def __init__(self, fence_key: str, close_after_ms: int, state: PartitionState,
-                 sessions: Mapping[str, SessionState]) -> None:
+    def __init__(self, model: CompiledModel, fence_key: str, close_after_ms: int,
+                 state: PartitionState, sessions: Mapping[str, SessionState]) -> None:
+        self._model = model
+        self._apply = model.apply
         self._fence_key = fence_key
         self._close_after_ms = close_after_ms
         self._state = state
         self._watermark = state.watermark
         self._last_offset = state.watermark_offset
-        self._sessions = {sid: replace(s, fences=dict(s.fences), seqs=s.seqs.copy())
+        self._sessions = {sid: replace(s, fences=dict(s.fences), seqs=s.seqs.copy(),
+                                       values=list(s.values), orders=list(s.orders))
                           for sid, s in sessions.items()}
         self._touched: dict[str, SessionState] = {}  # changed: rows to write
         self._seen: dict[str, SessionState] = {}  # every session the range has events for
         self._counts = {o: 0 for o in Outcome}
-        self._unknown_types = 0
 
     @property
     def watermark(self) -> int:
         return self._watermark
 
-    def feed(self, offset: int, event: WebEvent) -> Outcome:
+    def feed(self, offset: int, event: Event) -> Outcome:
         """Fold one event; events must come in increasing offset order."""
+        sid, ts, seq, record = event
         watermark_before = self._watermark
-        self._watermark = max(self._watermark, event.ts)
-        self._last_offset = max(self._last_offset, offset)
-        s = self._sessions.get(event.session_id)
+        if ts > self._watermark:
+            self._watermark = ts
+        if offset > self._last_offset:
+            self._last_offset = offset
+        s = self._sessions.get(sid)
         if s is not None and s.fences.get(self._fence_key, -1) >= offset:
             outcome = Outcome.REPLAYED
         else:
             if s is None:
-                s = SessionState(event.session_id, event.user_id)
-                self._sessions[event.session_id] = s
-            if s.events and (s.closed or s.expired(watermark_before, self._close_after_ms)):
+                values, orders = self._model.initial()
+                s = SessionState(sid, values, orders, first_ts=ts, last_ts=ts)
+                self._sessions[sid] = s
+                if seq is not None:
+                    s.seqs.add(seq)
+                self._apply(values, orders, record, offset if seq is None else seq)
+                outcome = Outcome.APPLIED
+            elif s.closed or s.expired(watermark_before, self._close_after_ms):
                 s.late_events += 1
                 outcome = Outcome.LATE
-            elif event.seq in s.seqs:
+            elif seq is not None and seq in s.seqs:
                 s.duplicates += 1
                 outcome = Outcome.DUPLICATE
             else:
-                unknown_before = s.unknown_types
-                apply_event(s, event)
+                self._next(s, ts, seq, record, offset)
                 outcome = Outcome.APPLIED
-                self._unknown_types += s.unknown_types - unknown_before
             s.fences[self._fence_key] = offset
-            self._touched[event.session_id] = s
+            self._touched[sid] = s
         # A replayed session still counts as seen: its row (written by an attempt that died
         # before the partition state) may be newer than the open set, or even missing from it.
-        self._seen[event.session_id] = s
+        self._seen[sid] = s
         self._counts[outcome] += 1
         return outcome
+
+    def _next(self, s: SessionState, ts: int, seq: int | None, record: dict[str, Any],
+              offset: int) -> None:
+        """A later event of a session that counts (neither late nor a duplicate)."""
+        if ts < s.first_ts:
+            s.first_ts = ts
+        if ts > s.last_ts:
+            s.last_ts = ts
+        if seq is None:
+            self._apply(s.values, s.orders, record, offset)
+            return
+        if seq <= s.seqs.bounds()[1]:
+            s.out_of_order += 1  # not greater than the highest seq applied before it
+        s.seqs.add(seq)
+        self._apply(s.values, s.orders, record, seq)
 
     def finish(self) -> FoldResult:
         """Close what expired and say what to write; the folder is not fed after this."""
@@ -366,15 +355,14 @@ class PartitionFolder:
             replayed=self._counts[Outcome.REPLAYED],
             late=self._counts[Outcome.LATE],
             duplicates=self._counts[Outcome.DUPLICATE],
-            unknown_types=self._unknown_types,
         )
 
 
-def fold_range(fence_key: str, close_after_ms: int, state: PartitionState,
-               sessions: Mapping[str, SessionState],
-               events: Iterable[tuple[int, WebEvent]]) -> FoldResult:
+def fold_range(model: CompiledModel, fence_key: str, close_after_ms: int,
+               state: PartitionState, sessions: Mapping[str, SessionState],
+               events: Iterable[tuple[int, Event]]) -> FoldResult:
     """Fold a whole range at once (offset, event pairs in offset order)."""
-    folder = PartitionFolder(fence_key, close_after_ms, state, sessions)
+    folder = PartitionFolder(model, fence_key, close_after_ms, state, sessions)
     for offset, event in events:
         folder.feed(offset, event)
     return folder.finish()

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field, replace
 
 from leakproof.errors import DecodeError, KafkaReadError
 from leakproof.lease import FIRST_EPOCH, Lease
+from leakproof.model.compiled import CompiledModel, compile_model
+from leakproof.model.spec import web_model
 from leakproof.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
 from leakproof.open_index import MAX_WIDTH, Entry, IndexChanges
 from leakproof.outbox import PUBLISHED, Outbox
 from leakproof.runs import RUNNING, STOPPED, RunState
-from leakproof.session_cells import from_cells, to_cells
+from leakproof.session_cells import from_cells, order_cells_of, to_cells
 from leakproof.sessions import NO_WATERMARK, PartitionState, SessionState
 from leakproof.task.ports import StoredPartition
 
@@ -197,13 +199,14 @@ class FakeSessionRows:
     journal: Journal
     cells: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
     tear_after: int | None = None
+    model: CompiledModel = field(default_factory=lambda: compile_model(web_model()))
 
     def read(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
-        return {sid: from_cells(sid, self.cells[sid]) for sid in session_ids
+        return {sid: from_cells(sid, self.cells[sid], self.model) for sid in session_ids
                 if sid in self.cells}
 
     def read_expiry(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
-        return {sid: SessionState(sid, "", events=1, last_ts=int(c[b"s:last_ts"]),
+        return {sid: SessionState(sid, last_ts=int(c[b"s:last_ts"]),
                                   state=c.get(b"s:state", b"open").decode())
                 for sid in session_ids if (c := self.cells.get(sid)) is not None}
 
@@ -213,7 +216,8 @@ class FakeSessionRows:
             if self.tear_after is not None and n == self.tear_after:
                 self.tear_after = None
                 raise Crash("sessions, part way")
-            self.cells.setdefault(s.session_id, {}).update(to_cells(s))
+            row = self.cells.setdefault(s.session_id, {})
+            row.update(to_cells(s, self.model, order_cells_of(row)))
         for sid in close:
             self.cells.setdefault(sid, {})[b"s:state"] = b"closed"
 

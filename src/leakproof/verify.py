@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from leakproof import codec, oracle
 from leakproof.config import Config
 from leakproof.errors import DecodeError
-from leakproof.events import WebEvent
+from leakproof.events import Event
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import connect
 from leakproof.hbase.dead_letters import DeadLetterStore
-from leakproof.hbase.session_store import SessionStore
+from leakproof.hbase.session_store import scan_readable
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
@@ -39,7 +39,7 @@ class Verdict:
         return not self.problems
 
 
-def read_topic(cfg: Config) -> tuple[dict[int, list[WebEvent]], list[DecodeError]]:
+def read_topic(cfg: Config) -> tuple[dict[int, list[Event]], list[DecodeError]]:
     """Every record of the topic, decoded, per partition in offset order."""
     meta = KafkaMetadata(cfg.kafka)
     try:
@@ -47,9 +47,9 @@ def read_topic(cfg: Config) -> tuple[dict[int, list[WebEvent]], list[DecodeError
         bounds = meta.log_bounds(cfg.kafka.topic, parts)
     finally:
         meta.close()
-    events: dict[int, list[WebEvent]] = {p: [] for p in parts}
+    events: dict[int, list[Event]] = {p: [] for p in parts}
     bad: list[DecodeError] = []
-    decoder = codec.Decoder(cfg.input.writer_schemas, cfg.input.max_ahead_ms)
+    decoder = codec.Decoder(cfg.model, cfg.input.writer_schemas, cfg.input.max_ahead_ms)
     for p in parts:
         rng = OffsetRange(cfg.kafka.topic, p, bounds[p].log_start, bounds[p].readable_end)
         for rec in read_range(cfg.kafka, rng):
@@ -66,8 +66,9 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec]) -> Verdict:
     """Compare every session row and dead letter with what the topic and seeds imply."""
     verdict = Verdict()
     per_partition, bad = read_topic(cfg)
-    in_topic = Counter(e for evs in per_partition.values() for e in evs)
-    produced = Counter(e for spec in specs for e in generate(spec))
+    # the seeds' events are WebEvents: compared field by field with the records read back
+    in_topic = Counter(tuple(e.record.values()) for evs in per_partition.values() for e in evs)
+    produced = Counter(tuple(w.to_record().values()) for spec in specs for w in generate(spec))
     verdict.events = sum(in_topic.values())
     verdict.bad_records = len(bad)
     if specs and in_topic != produced:
@@ -76,10 +77,10 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec]) -> Verdict:
         verdict.problems.append(f"topic holds {sum(in_topic.values())} events, the seeds give "
                                 f"{sum(produced.values())}: {sum(missing.values())} missing, "
                                 f"{sum(extra.values())} extra")
-    expected = oracle.expected_rows(per_partition, cfg.sessions.close_after_ms)
+    expected = oracle.expected_rows(per_partition, cfg.sessions.close_after_ms, cfg.model)
     conn = connect(cfg.hbase)
     try:
-        actual = SessionStore(conn.table(cfg.hbase.sessions_table)).scan_readable()
+        actual = scan_readable(conn.table(cfg.hbase.sessions_table))
         dead = DeadLetterStore(conn.table(cfg.hbase.dead_letter_table)).scan(cfg.kafka.topic)
     finally:
         conn.close()

@@ -12,10 +12,12 @@ import pytest
 from leakproof import codec
 from leakproof.errors import DecodeError, KeyDecodeError, ValueDecodeError
 from leakproof.events import WebEvent, schema_json
+from leakproof.model.spec import web_model
 
 EVENT = WebEvent("s1", "u1", 3, 1_700_000_000_123, "click", "https://x/a", 200, 512,
                  referrer=None, user_agent="curl/8")
 WHERE: dict[str, Any] = {"topic": "t", "partition": 2, "offset": 41}
+WEB = web_model()
 
 
 def test_schema_field_order_is_the_contract() -> None:
@@ -26,7 +28,7 @@ def test_schema_field_order_is_the_contract() -> None:
 
 def test_round_trip() -> None:
     value = codec.encode_value(EVENT)
-    assert codec.decode(b"s1", value, **WHERE) == EVENT
+    assert codec.decode(b"s1", value, **WHERE) == EVENT.as_event()
 
 
 def test_value_is_schemaless_binary_readable_by_plain_fastavro() -> None:
@@ -46,9 +48,9 @@ def good() -> bytes:
     [
         (b"s1", None, ValueDecodeError, "tombstone", "null value"),
         (b"s1", b"", ValueDecodeError, "empty_value", "empty value"),
-        (b"s1", good()[:7], ValueDecodeError, "not_avro", "not a WebEvent"),
+        (b"s1", good()[:7], ValueDecodeError, "not_avro", "not a record"),
         (b"s1", good() + b"\x00\x01", ValueDecodeError, "trailing_bytes", "bytes left over"),
-        (b"s1", b"\xff" * 40, ValueDecodeError, "not_avro", "not a WebEvent"),
+        (b"s1", b"\xff" * 40, ValueDecodeError, "not_avro", "not a record"),
         (b"s1", b"\xc3\x01" + b"\x00" * 8 + good(), ValueDecodeError, "unknown_schema",
          "fingerprint 0000000000000000"),
         (b"s1", b"\xc3\x01\x07", ValueDecodeError, "unknown_schema", "fingerprint 07"),
@@ -124,7 +126,7 @@ def test_single_object_fingerprint_matches_the_avro_spec() -> None:
 
 def test_single_object_of_the_shipped_schema_decodes_without_config() -> None:
     value = codec.encode_single_object(EVENT.to_record(), schema_json())
-    assert codec.decode(b"s1", value, **WHERE) == EVENT
+    assert codec.decode(b"s1", value, **WHERE) == EVENT.as_event()
 
 
 def test_evolved_single_object_needs_its_schema_listed_then_decodes() -> None:
@@ -132,8 +134,8 @@ def test_evolved_single_object_needs_its_schema_listed_then_decodes() -> None:
     with pytest.raises(ValueDecodeError) as err:
         codec.decode(b"s1", value, **WHERE)
     assert err.value.kind == "unknown_schema"
-    decoder = codec.Decoder([json.dumps(EVOLVED)])
-    assert decoder.decode(b"s1", value, **WHERE) == EVENT  # the added field is dropped
+    decoder = codec.Decoder(WEB, [json.dumps(EVOLVED)])
+    assert decoder.decode(b"s1", value, **WHERE) == EVENT.as_event()  # the added field is dropped
 
 
 def test_evolved_schemaless_decodes_with_a_listed_writer_schema() -> None:
@@ -143,33 +145,35 @@ def test_evolved_schemaless_decodes_with_a_listed_writer_schema() -> None:
     with pytest.raises(ValueDecodeError) as err:
         codec.decode(b"s1", value, **WHERE)
     assert err.value.kind == "trailing_bytes"  # without the schema: the extra field is left
-    decoder = codec.Decoder([json.dumps(EVOLVED)])
-    assert decoder.decode(b"s1", value, **WHERE) == EVENT
-    assert decoder.decode(b"s1", good(), **WHERE) == EVENT  # the old writer still decodes
+    decoder = codec.Decoder(WEB, [json.dumps(EVOLVED)])
+    assert decoder.decode(b"s1", value, **WHERE) == EVENT.as_event()
+    # the old writer still decodes
+    assert decoder.decode(b"s1", good(), **WHERE) == EVENT.as_event()
     with pytest.raises(ValueDecodeError) as err:  # garbage after a record is still garbage,
         decoder.decode(b"s1", good() + b"trailing", **WHERE)  # though "country" could skip it
     assert err.value.kind == "trailing_bytes"
 
 
 def test_future_ts_is_judged_against_the_kafka_timestamp() -> None:
-    decoder = codec.Decoder(max_ahead_ms=60_000)
+    decoder = codec.Decoder(WEB, max_ahead_ms=60_000)
     at = EVENT.ts - 60_000
-    assert decoder.decode(b"s1", good(), **WHERE, timestamp=at) == EVENT  # at the limit
+    assert decoder.decode(b"s1", good(), **WHERE, timestamp=at) == EVENT.as_event()  # at the limit
     with pytest.raises(ValueDecodeError) as err:
         decoder.decode(b"s1", good(), **WHERE, timestamp=at - 1)
     assert err.value.kind == "future_ts" and "input.max_ahead_s" in err.value.reason
-    assert decoder.decode(b"s1", good(), **WHERE, timestamp=-1) == EVENT  # no timestamp
-    assert codec.Decoder().decode(b"s1", good(), **WHERE, timestamp=0) == EVENT  # check off
+    assert decoder.decode(b"s1", good(), **WHERE, timestamp=-1) == EVENT.as_event()  # no timestamp
+    check_off = codec.Decoder(WEB)
+    assert check_off.decode(b"s1", good(), **WHERE, timestamp=0) == EVENT.as_event()
 
 
 def test_unknown_event_type_decodes() -> None:
     odd = WebEvent(**{**EVENT.to_record(), "event_type": "scroll"})
-    assert codec.decode(b"s1", codec.encode_value(odd), **WHERE) == odd
+    assert codec.decode(b"s1", codec.encode_value(odd), **WHERE) == odd.as_event()
 
 
 def test_near_max_size_record_decodes() -> None:
     big = WebEvent(**{**EVENT.to_record(), "url": "https://x/" + "a" * 1_000_000})
-    assert codec.decode(b"s1", codec.encode_value(big), **WHERE) == big
+    assert codec.decode(b"s1", codec.encode_value(big), **WHERE) == big.as_event()
 
 
 # -- the fast path takes only what the checked path accepts, and gives the same event
@@ -193,7 +197,7 @@ def _mutations(value: bytes) -> list[bytes]:
 @pytest.mark.parametrize("key", [b"s1", b"s2", None, b"\xff"])
 def test_fast_and_checked_paths_agree_on_every_mutated_record(
         writer_schemas: tuple[str, ...], key: bytes | None) -> None:
-    decoder = codec.Decoder(writer_schemas, max_ahead_ms=60_000)
+    decoder = codec.Decoder(WEB, writer_schemas, max_ahead_ms=60_000)
     for value in _mutations(good()):
         for ts in (None, -1, EVENT.ts, EVENT.ts - 60_001):
             try:

@@ -3,24 +3,32 @@ PartitionStore over an in-memory table)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from leakproof import open_index
+from leakproof import open_index, sessions
+from leakproof.events import WebEvent
 from leakproof.hbase.partition_store import PartitionStore
 from leakproof.open_index import Entry, bucket_of
-from leakproof.sessions import OpenSessions, PartitionState, SessionState, fold_range
+from leakproof.sessions import FoldResult, OpenSessions, PartitionState, SessionState
 
-from .test_session_store import event
+from .test_session_store import WEB, event
 
 CLOSE = 1_800_000
 W = open_index.bucket_width(CLOSE)  # 56 250 ms
 
 
 def row(sid: str, last_ts: int, state: str = "open") -> SessionState:
-    return SessionState(sid, "u", events=1, first_ts=last_ts, last_ts=last_ts, state=state,
-                        max_seq=0)
+    values, orders = WEB.initial()
+    return SessionState(sid, values, orders, first_ts=last_ts, last_ts=last_ts, state=state)
+
+
+def fold_range(fence: str, close: int, state: PartitionState,
+               rows: Mapping[str, SessionState], events: list[tuple[int, WebEvent]]
+               ) -> FoldResult:
+    return sessions.fold_range(WEB, fence, close, state, rows,
+                               [(o, e.as_event()) for o, e in events])
 
 
 def test_bucket_width_follows_close_after_within_bounds() -> None:

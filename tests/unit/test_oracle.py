@@ -9,9 +9,11 @@ from dataclasses import replace
 import pytest
 
 from leakproof import open_index
-from leakproof.events import WebEvent
+from leakproof.events import Event, WebEvent
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.kafka.reader import KafkaRecord
+from leakproof.model.compiled import compile_model
+from leakproof.model.spec import web_model
 from leakproof.offsets import OffsetRange
 from leakproof.oracle import compare, expected_rows
 from leakproof.session_cells import from_cells, readable, to_cells
@@ -27,6 +29,7 @@ from leakproof.testing import (
 )
 
 CLOSE_MS = 600_000
+WEB = compile_model(web_model())
 
 
 def test_generator_is_deterministic_and_sized() -> None:
@@ -68,9 +71,9 @@ def fold_in_batches(events: list[WebEvent], cut_every: int,
     by_value = {str(i).encode(): e for i, e in enumerate(events)}
 
     def decode(key: bytes | None, value: bytes | None, *, topic: str, partition: int,
-               offset: int, timestamp: int) -> WebEvent:
+               offset: int, timestamp: int) -> Event:
         assert value is not None
-        return by_value[value]
+        return by_value[value].as_event()
 
     recs = [KafkaRecord(i, e.session_id.encode(), str(i).encode(), e.ts)
             for i, e in enumerate(events)]
@@ -88,10 +91,10 @@ def fold_in_batches(events: list[WebEvent], cut_every: int,
             else:
                 journal.crash_at = "index deletes" if kind == 2 else "watermark"
             with pytest.raises(Crash):
-                process_range(rng, chunk, decode, stores, batch_ms=batch, epoch=1,
+                process_range(rng, chunk, decode, stores, WEB, batch_ms=batch, epoch=1,
                               close_after_ms=CLOSE_MS)
             continue  # replay the same range
-        process_range(rng, chunk, decode, stores, batch_ms=batch, epoch=1,
+        process_range(rng, chunk, decode, stores, WEB, batch_ms=batch, epoch=1,
                       close_after_ms=CLOSE_MS)
         # what the next range's scan skips holds nothing: no entry is left below the cutoff
         cutoff = int(partitions.state[("t", 0)][b"w:cutoff"])
@@ -116,7 +119,7 @@ def test_fold_matches_oracle_for_any_batching() -> None:
                                     late_fraction=0.05, duplicate_fraction=0.03))
     events = [replace(e, event_type="scroll") if i % 97 == 0 else e
               for i, e in enumerate(events)]
-    expected = expected_rows({0: events}, CLOSE_MS)
+    expected = expected_rows({0: [e.as_event() for e in events]}, CLOSE_MS, web_model())
     assert any(r["late_events"] != "0" for r in expected.values())
     assert any(r["duplicates"] != "0" for r in expected.values())
     assert any(r["unknown_types"] != "0" for r in expected.values())
@@ -128,7 +131,7 @@ def test_fold_matches_oracle_for_any_batching() -> None:
 def test_replays_after_partial_writes_match_the_oracle() -> None:
     events = generate(GeneratorSpec(seed=12, events=4000, sessions=400, mean_think_s=120,
                                     late_fraction=0.05, duplicate_fraction=0.03))
-    expected = expected_rows({0: events}, CLOSE_MS)
+    expected = expected_rows({0: [e.as_event() for e in events]}, CLOSE_MS, web_model())
     for cut, crash_every in ((50, 2), (333, 3), (700, 2), (17, 2), (120, 1 + 1)):
         assert compare(expected, fold_in_batches(events, cut, crash_every)) == [], cut
 
@@ -143,12 +146,20 @@ def test_compare_reports_each_difference() -> None:
 
 
 def test_cells_round_trip() -> None:
-    s = SessionState("a", "ü-user", events=3, bytes=99, first_ts=1, last_ts=5, entry_url="/x",
-                     exit_url="/y", max_seq=4, entry_seq=0, out_of_order=1, late_events=2,
-                     duplicates=3, unknown_types=1, seqs=SeqSet([(0, 2), (4, 4)]),
+    values, orders = WEB.initial()
+    for name, value, order in (("user_id", "ü-user", 1), ("events", 3, None),
+                               ("bytes", 99, None), ("entry_url", "/x", 0),
+                               ("exit_url", "/y", 4), ("unknown_types", 1, None)):
+        values[WEB.names.index(name)], orders[WEB.names.index(name)] = value, order
+    s = SessionState("a", values, orders, first_ts=1, last_ts=5, out_of_order=1,
+                     late_events=2, duplicates=3, seqs=SeqSet([(0, 2), (4, 4)]),
                      fences={"t:0": 7, "t:3": 9})
-    assert from_cells("a", to_cells(s)) == s
-    assert readable(to_cells(s))["user_id"] == "ü-user"
+    cells = to_cells(s, WEB)
+    assert cells[b"f:o:user_id"] == b"1"  # not the lowest seq: kept in a cell of its own
+    assert b"f:o:entry_url" not in cells and b"f:o:exit_url" not in cells
+    assert from_cells("a", cells, WEB) == s
+    assert readable(cells)["user_id"] == "ü-user"
+    assert "clicks" in readable(cells) and readable(cells)["clicks"] == "0"
 
 
 def test_a_short_span_puts_many_sessions_open_at_once() -> None:

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from leakproof.errors import CommitRefused, DecodeError
-from leakproof.events import WebEvent
+from leakproof.events import Event, WebEvent
+from leakproof.model.compiled import compile_model
+from leakproof.model.spec import web_model
 from leakproof.offsets import OffsetRange
 from leakproof.reports import TaskReport
 from leakproof.task.process import Stores, process_range
@@ -39,12 +41,12 @@ def ev(sid: str, seq: int, ts: int, kind: str = "pageview") -> WebEvent:
 
 
 def decode(key: bytes | None, value: bytes | None, *, topic: str, partition: int,
-           offset: int, timestamp: int) -> WebEvent:
+           offset: int, timestamp: int) -> Event:
     """The fake wire format: a key into EVENTS; a null value is a tombstone."""
     if value is None:
         raise DecodeError("null value", kind="tombstone", topic=topic, partition=partition,
                           offset=offset, key=key, value=value)
-    return EVENTS[value]
+    return EVENTS[value].as_event()
 
 
 EVENTS: dict[bytes, WebEvent] = {}
@@ -78,8 +80,8 @@ class Rig:
         rng = OffsetRange("t", 0, recs[0].offset, recs[-1].offset + 1)
         stores = Stores(self.sessions, self.partitions, self.dead, self.lease,
                         self.sink if self.with_output else None)
-        return process_range(rng, recs, decode, stores, batch_ms=batch_ms, epoch=epoch,
-                             close_after_ms=CLOSE_MS)
+        return process_range(rng, recs, decode, stores, compile_model(web_model()),
+                             batch_ms=batch_ms, epoch=epoch, close_after_ms=CLOSE_MS)
 
     def state(self) -> tuple[object, ...]:
         """Everything a range leaves behind, but the journal, the outbox and the mark a

@@ -8,8 +8,12 @@ from typing import Any
 
 from leakproof.events import WebEvent
 from leakproof.hbase.session_store import SessionStore
-from leakproof.session_cells import from_cells, to_cells
+from leakproof.model.compiled import compile_model
+from leakproof.model.spec import web_model
+from leakproof.session_cells import from_cells, readable, to_cells
 from leakproof.sessions import PartitionFolder, PartitionState, fence_key
+
+WEB = compile_model(web_model())
 
 
 class MemoryTable:
@@ -46,11 +50,11 @@ def event(seq: int, kind: str = "click", url: str = "/a") -> WebEvent:
 
 
 def fold(table: MemoryTable, offset: int, *events: WebEvent) -> None:
-    store = SessionStore(table)
+    store = SessionStore(table, WEB)
     rows = store.read(["s1"])
-    folder = PartitionFolder(fence_key("t", 0), 1_800_000, PartitionState(), rows)
+    folder = PartitionFolder(WEB, fence_key("t", 0), 1_800_000, PartitionState(), rows)
     for i, e in enumerate(events):
-        folder.feed(offset + i, e)
+        folder.feed(offset + i, e.as_event())
     store.write(folder.finish().touched.values())
 
 
@@ -58,7 +62,7 @@ def test_a_new_row_is_written_whole_and_a_known_one_only_where_it_changed() -> N
     table = MemoryTable()
     fold(table, 0, event(0, "pageview", "/"))
     first_key, first = table.puts[-1]
-    assert first_key == b"s1" and set(first) == set(to_cells(from_cells("s1", first)))
+    assert first_key == b"s1" and set(first) == set(to_cells(from_cells("s1", first, WEB), WEB))
 
     fold(table, 1, event(1, "click", "/b"))
     _, second = table.puts[-1]
@@ -81,35 +85,16 @@ def test_a_replayed_range_that_changes_nothing_writes_nothing() -> None:
     assert len(table.puts) == puts
 
 
-def test_seq_bounds_live_in_f_seqs_and_rows_that_stored_them_apart_keep_them_true() -> None:
+def test_first_and_last_follow_the_seq_bounds_of_f_seqs_without_cells_of_their_own() -> None:
     table = MemoryTable()
     fold(table, 0, event(2, "pageview", "/two"), event(3, url="/three"))
     row = table.rows_by_key[b"s1"]
     assert row[b"f:seqs"] == b"2-3"
-    assert b"f:entry_seq" not in row and b"f:max_seq" not in row
-    again = from_cells("s1", row)
-    assert (again.entry_seq, again.max_seq) == (2, 3)
-
-    # a row as older versions wrote it: the bounds in cells of their own, kept up to date
-    old = MemoryTable()
-    fold(old, 0, event(2, "pageview", "/two"), event(3, url="/three"))
-    old.rows_by_key[b"s1"].update({b"f:entry_seq": b"2", b"f:max_seq": b"3"})
-    fold(old, 2, event(1, url="/one"), event(5, url="/five"))
+    assert not any(k.startswith(b"f:o:") for k in row)  # url is never null: orders = bounds
     fold(table, 2, event(1, url="/one"), event(5, url="/five"))
-    assert old.rows_by_key[b"s1"][b"f:entry_seq"] == b"1"
-    assert old.rows_by_key[b"s1"][b"f:max_seq"] == b"5"
-    for t in (old, table):
-        s = from_cells("s1", t.rows_by_key[b"s1"])
-        assert (s.entry_url, s.exit_url, s.out_of_order) == ("/one", "/five", 1)
-
-
-def test_a_row_from_before_f_seqs_reads_its_bounds_from_their_cells() -> None:
-    table = MemoryTable()
-    fold(table, 0, event(0, "pageview", "/"), event(1, url="/b"), event(4, url="/e"))
-    row = table.rows_by_key[b"s1"]
-    del row[b"f:seqs"]
-    row.update({b"f:entry_seq": b"0", b"f:max_seq": b"4"})
-    fold(table, 3, event(3, url="/d"))  # below the highest seq: out of order, exit stays
-    s = from_cells("s1", table.rows_by_key[b"s1"])
-    assert (s.entry_seq, s.max_seq, s.exit_url, s.out_of_order) == (0, 4, "/e", 1)
-    assert table.rows_by_key[b"s1"][b"f:seqs"] == b"3"  # what this version applied
+    cells = readable(table.rows_by_key[b"s1"])
+    assert (cells["entry_url"], cells["exit_url"], cells["out_of_order"]) == ("/one", "/five",
+                                                                             "1")
+    again = from_cells("s1", table.rows_by_key[b"s1"], WEB)
+    assert again.orders[WEB.names.index("entry_url")] == 1
+    assert again.orders[WEB.names.index("exit_url")] == 5

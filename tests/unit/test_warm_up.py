@@ -30,11 +30,11 @@ def _config(port: int) -> config.Config:
 
 def test_warm_up_builds_the_decoder_and_survives_an_hbase_that_refuses() -> None:
     cfg = _config(_closed_port())
-    worker._decoders.pop(cfg.input, None)
+    worker._decoders.pop((cfg.model, cfg.input), None)
 
     took = worker.warm_up(cfg)
 
     assert took >= 0
-    assert cfg.input in worker._decoders  # the first range finds it parsed
+    assert (cfg.model, cfg.input) in worker._decoders  # the first range finds it parsed
     conns = worker._connections[cfg.hbase]
     assert conns._conn is None  # the refused connection is not kept for the first range

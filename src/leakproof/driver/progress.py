@@ -61,7 +61,7 @@ def text_line(p: dict[str, Any]) -> str:
     return (
         f"batch {p['batch_ms']} | {ranges} | records {p['records']} (applied {p['applied']}, "
         f"replayed {p['replayed']}, late {p['late']}, duplicate {p['duplicates']}, "
-        f"unknown type {p['unknown_types']}, dead {p['dead_letters']}"
+        f"dead {p['dead_letters']}"
         f"{' ' + json.dumps(kinds, sort_keys=True) if kinds else ''}) | "
         f"sessions {p['sessions']} closed {p['closed']} | lag {p['lag']} | "
         f"{p['events_per_s']:.0f} ev/s | read {p['read_s']:.2f}s fold {p['fold_s']:.2f}s "

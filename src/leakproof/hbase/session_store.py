@@ -14,20 +14,22 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import happybase
 
-from leakproof.session_cells import ENTRY_SEQ, MAX_SEQ, from_cells, readable, to_cells
+from leakproof.model.compiled import CompiledModel
+from leakproof.session_cells import from_cells, order_cells_of, readable, to_cells
 from leakproof.sessions import CLOSED, OPEN, SessionState
 
 
 class SessionStore:
     """Batched reads and writes of session rows on one happybase table."""
 
-    def __init__(self, table: happybase.Table, batch_size: int = 1000,
+    def __init__(self, table: happybase.Table, model: CompiledModel, batch_size: int = 1000,
                  write_cells: int = 5000) -> None:
         """``batch_size`` rows per getRows; ``write_cells`` cells per mutateRows: each call
         costs the Thrift server and HBase a round of their own: 5 000 cells in place of
         1 000 took the Thrift server 0.8-1.0 CPU s against 1.2-1.9 for the same 60 000 rows
         of 8 cells (idle stack, four runs each)."""
         self._table = table
+        self._model = model
         self._batch_size = batch_size
         self._write_cells = write_cells
         self._stored: dict[str, Mapping[bytes, bytes]] = {}  # the cells ``read`` saw
@@ -45,14 +47,14 @@ class SessionStore:
         """The rows that exist among ``session_ids``, whole."""
         found: dict[str, SessionState] = {}
         for sid, cells in self._rows(session_ids):
-            found[sid] = from_cells(sid, cells)
+            found[sid] = from_cells(sid, cells, self._model)
             self._stored[sid] = cells
         return found
 
     def read_expiry(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
         """What expiry needs of the rows that exist among ``session_ids``: last_ts and
         state only (a session as ``SessionState`` with no other field read)."""
-        return {sid: SessionState(sid, "", events=1, last_ts=int(cells[b"s:last_ts"]),
+        return {sid: SessionState(sid, last_ts=int(cells[b"s:last_ts"]),
                                   state=cells.get(b"s:state", OPEN.encode()).decode())
                 for sid, cells in self._rows(session_ids, [b"s:last_ts", b"s:state"])
                 if b"s:last_ts" in cells}
@@ -63,8 +65,8 @@ class SessionStore:
         with self._table.batch(batch_size=self._write_cells) as batch:
             for s in rows:
                 stored = self._stored.get(s.session_id)
-                cells = to_cells(s, bound_cells=stored is not None and (
-                    ENTRY_SEQ in stored or MAX_SEQ in stored))
+                cells = to_cells(s, self._model,
+                                 order_cells_of(stored) if stored is not None else frozenset())
                 if stored is not None:
                     cells = {k: v for k, v in cells.items() if stored.get(k) != v}
                     if not cells:
@@ -73,11 +75,14 @@ class SessionStore:
             for sid in close:
                 batch.put(sid.encode("utf-8"), {b"s:state": CLOSED.encode()})
 
-    def get(self, session_id: str) -> dict[str, str] | None:
-        cells = self._table.row(session_id.encode("utf-8"))
-        return readable(cells) if cells else None
 
-    def scan_readable(self, batch_size: int = 5000) -> dict[str, dict[str, str]]:
-        """Every session row as text (for verification; a full table scan)."""
-        return {k.decode("utf-8"): readable(v)
-                for k, v in self._table.scan(columns=[b"s"], batch_size=batch_size)}
+def readable_row(table: happybase.Table, session_id: str) -> dict[str, str] | None:
+    """One session row's family ``s`` as text (None: no such row); no model needed."""
+    cells = table.row(session_id.encode("utf-8"))
+    return readable(cells) if cells else None
+
+
+def scan_readable(table: happybase.Table, batch_size: int = 5000) -> dict[str, dict[str, str]]:
+    """Every session row as text (for verification; a full table scan)."""
+    return {k.decode("utf-8"): readable(v)
+            for k, v in table.scan(columns=[b"s"], batch_size=batch_size)}

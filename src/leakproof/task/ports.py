@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple, Protocol
 
 from leakproof.errors import DecodeError
-from leakproof.events import WebEvent
+from leakproof.events import Event
 from leakproof.open_index import Entry, IndexChanges
 from leakproof.outbox import Outbox
 from leakproof.sessions import PartitionState, SessionState
@@ -49,7 +49,7 @@ class Decode(Protocol):
     """A record's event, or DecodeError naming its kind (``codec.Decoder.decode``)."""
 
     def __call__(self, key: bytes | None, value: bytes | None, *, topic: str, partition: int,
-                 offset: int, timestamp: int) -> WebEvent: ...
+                 offset: int, timestamp: int) -> Event: ...
 
 
 class StoredPartition(NamedTuple):

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from leakproof.crashpoints import crash_point
 from leakproof.errors import CommitRefused, DecodeError
-from leakproof.events import WebEvent
+from leakproof.events import Event
+from leakproof.model.compiled import CompiledModel
 from leakproof.offsets import OffsetRange
 from leakproof.outbox import Outbox, outbox_id
 from leakproof.reports import TaskReport
@@ -61,7 +62,8 @@ class Stores:
 
 
 def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, stores: Stores,
-                  *, batch_ms: int, epoch: int, close_after_ms: int) -> TaskReport:
+                  model: CompiledModel, *, batch_ms: int, epoch: int, close_after_ms: int
+                  ) -> TaskReport:
     """Steps 1-7 of the module docstring for one range; returns its counts and timings.
 
     ``epoch`` is the driver's lease epoch: a task of a driver that another one has replaced
@@ -70,7 +72,7 @@ def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, s
     report = TaskReport(rng.partition, rng.from_offset, rng.until_offset)
     # 1. read and decode
     t0 = time.monotonic()
-    events: list[tuple[int, WebEvent]] = []
+    events: list[tuple[int, Event]] = []
     dead: list[DecodeError] = []
     keep, topic, partition = events.append, rng.topic, rng.partition
     for rec in records:  # once per record: locals only
@@ -89,8 +91,8 @@ def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, s
                         max((e.ts for _, e in events), default=NO_WATERMARK))
     report.expiring = len(loaded.found)
     # 3. fold
-    folder = PartitionFolder(fence_key(topic, partition), close_after_ms, loaded.state,
-                             loaded.rows)
+    folder = PartitionFolder(model, fence_key(topic, partition), close_after_ms,
+                             loaded.state, loaded.rows)
     for offset, event in events:
         folder.feed(offset, event)
     result = folder.finish()
@@ -120,13 +122,13 @@ def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, s
         rows = {sid: s for sid, s in result.touched.items() if s.closed}
         rows.update(stores.sessions.read(set(outbox.sessions) - rows.keys()))
         t_pub = time.monotonic()
-        stores.summaries.publish(summaries(rows), outbox.id, rng.until_offset)
+        stores.summaries.publish(summaries(rows, model), outbox.id, rng.until_offset)
         crash_point("task_after_publish")
         stores.partitions.outbox_published(topic, partition, outbox.id)
         report.publish_s = time.monotonic() - t_pub
     report.write_s = time.monotonic() - t2
     report.applied, report.replayed, report.late = result.applied, result.replayed, result.late
-    report.duplicates, report.unknown_types = result.duplicates, result.unknown_types
+    report.duplicates = result.duplicates
     report.sessions = len(result.touched)
     report.closed = len(result.closed_now)
     return report
@@ -141,12 +143,14 @@ def owed(sink: SummarySink, stored: Outbox, result: FoldResult, new_id: str) -> 
     return stored.next(new_id, [*closed, *result.closed_untouched])
 
 
-def summaries(rows: Mapping[str, SessionState]) -> list[tuple[bytes, bytes]]:
-    """Key = session id, value = the row's cells as JSON, state closed: on a compacted topic
-    the newest summary of a session is the one kept."""
+def summaries(rows: Mapping[str, SessionState], model: CompiledModel
+              ) -> list[tuple[bytes, bytes]]:
+    """Key = session id, value = the row's family ``s`` (the model's aggregates and the
+    built-in cells) as JSON, state closed: on a compacted topic the newest summary of a
+    session is the one kept."""
     out = []
     for sid, s in rows.items():
-        summary = readable(to_cells(s))
+        summary = readable(to_cells(s, model))
         summary["state"] = CLOSED
         out.append((sid.encode("utf-8"),
                     json.dumps({"session_id": sid, **summary}).encode()))

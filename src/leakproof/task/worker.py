@@ -5,7 +5,8 @@ The worker's caches live here, all of them, each for as long as the Python worke
 by the settings that made it, so a task of another config never gets a wrong one:
 
 - HBase connections (``ConnectionSlot``, per ``HBaseConfig``): reset after an error;
-- Avro decoders (per ``InputConfig``): parsing schemas is not free;
+- decoders (per model and ``InputConfig``) and compiled models (per model, in
+  ``model.compiled.compile_model``): parsing schemas and compiling the fold are not free;
 - the closed-session sinks (per servers, group, topic, output settings and partition): a
   transactional producer lives until the broker fences it, then the next range makes another;
 - Kafka consumers: ``kafka.reader`` keeps them (per config, topic and partition), since
@@ -31,12 +32,14 @@ from leakproof.hbase.session_store import SessionStore
 from leakproof.kafka import stalls
 from leakproof.kafka.closed_sink import ClosedSink
 from leakproof.kafka.reader import consumer_cached, read_range
+from leakproof.model.compiled import compile_model
+from leakproof.model.spec import Model
 from leakproof.offsets import Gap, OffsetRange
 from leakproof.reports import TaskReport
 from leakproof.task.process import Stores, process_range
 
 _connections: dict[HBaseConfig, ConnectionSlot] = {}
-_decoders: dict[InputConfig, codec.Decoder] = {}
+_decoders: dict[tuple[Model, InputConfig], codec.Decoder] = {}
 _sinks: dict[tuple[str, str, str, OutputConfig, int], ClosedSink] = {}
 
 
@@ -47,10 +50,11 @@ def _connection(cfg: HBaseConfig) -> ConnectionSlot:
     return conns
 
 
-def _decoder(cfg: InputConfig) -> codec.Decoder:
-    decoder = _decoders.get(cfg)
+def _decoder(model: Model, cfg: InputConfig) -> codec.Decoder:
+    decoder = _decoders.get((model, cfg))
     if decoder is None:
-        decoder = _decoders[cfg] = codec.Decoder(cfg.writer_schemas, cfg.max_ahead_ms)
+        decoder = _decoders[model, cfg] = codec.Decoder(model, cfg.writer_schemas,
+                                                        cfg.max_ahead_ms)
     return decoder
 
 
@@ -67,6 +71,7 @@ def run_range(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int) -> TaskR
     """Process one range end to end (``task.process``), riding out an HBase outage: every
     step is idempotent, so a range interrupted by one is redone whole."""
     conns = _connection(cfg.hbase)
+    model = compile_model(cfg.model)
 
     def attempt() -> TaskReport:
         cached = consumer_cached(cfg.kafka, rng.topic, rng.partition)
@@ -74,13 +79,14 @@ def run_range(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int) -> TaskR
         gaps: list[Gap] = []
         with _no_cycle_collection(), conns.get() as conn:
             stores = Stores(
-                SessionStore(conn.table(cfg.hbase.sessions_table)),
+                SessionStore(conn.table(cfg.hbase.sessions_table), model),
                 PartitionStore(conn, cfg.hbase.state_table),
                 DeadLetterStore(conn.table(cfg.hbase.dead_letter_table)),
                 LeaseReader(conn, cfg.hbase.state_table, rng.topic, cfg.kafka.group_id),
                 _sink(cfg, rng.partition) if cfg.output.closed_sessions_topic else None)
             report = process_range(rng, read_range(cfg.kafka, rng, gaps),
-                                   _decoder(cfg.input).decode, stores, batch_ms=batch_ms,
+                                   _decoder(cfg.model, cfg.input).decode, stores, model,
+                                   batch_ms=batch_ms,
                                    epoch=epoch, close_after_ms=cfg.sessions.close_after_ms)
         report.gaps, report.consumer_cached = tuple(gaps), cached
         report.client_stalls = stalls() - stalled
@@ -91,12 +97,14 @@ def run_range(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int) -> TaskR
 
 def warm_up(cfg: Config) -> float:
     """What a worker's first range would do before it reads a record: this module's imports
-    (Kafka, Thrift, Avro: done by unpickling the call), the decoder, an HBase connection.
+    (Kafka, Thrift, Avro: done by unpickling the call), the decoder and the compiled model,
+    an HBase connection.
     Run at start by the driver, so the first batch finds its workers ready. Never raises: a
     connection that fails here is left to the first range, which rides out or reports it.
     Returns the seconds it took."""
     t0 = time.monotonic()
-    _decoder(cfg.input)
+    _decoder(cfg.model, cfg.input)
+    compile_model(cfg.model)
     conns = _connection(cfg.hbase)
     try:
         with conns.get():
