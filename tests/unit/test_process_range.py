@@ -149,6 +149,19 @@ def test_a_replay_after_a_partial_write_of_the_session_rows() -> None:
     assert rig.state() == clean().state()
 
 
+def test_an_index_entry_a_torn_write_left_behind_does_not_close_its_session_early() -> None:
+    rig = Rig()
+    rig.run(records(ev("m", 0, 0)))  # m's index entry: last_ts 0, bucket 0
+    moved = records(ev("m", 1, 5_000), ev("n", 0, 5_000), start=1)
+    rig.sessions.tear_after = 1  # m's row moves on to 5 000; its entry still says 0
+    with pytest.raises(Crash):
+        rig.run(moved, batch_ms=2_000)
+    rig.run(moved, batch_ms=3_000)  # the replay reads m's row as it now stands
+    # the watermark passes 0 + close, not 5 000 + close: m must stay open
+    rig.run(records(ev("o", 0, CLOSE_MS + 1_000), start=3), batch_ms=4_000)
+    assert rig.sessions.readable()["m"]["state"] == "open"
+
+
 def test_a_zombie_task_writes_nothing() -> None:
     rig = Rig()
     rig.lease.held_by = 2  # a newer driver took the lease
