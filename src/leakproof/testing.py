@@ -252,8 +252,6 @@ class FakePartitionRows:
     def write_partition(self, topic: str, partition: int, state: PartitionState,
                         index: IndexChanges, cutoff: int, check_below: int) -> None:
         row = self.state.setdefault((topic, partition), {})
-        self.journal.step("index pending")
-        row[b"w:pending"] = str(state.watermark).encode()
         self.journal.step("index puts")
         IndexChanges(puts=index.puts).apply_to(self.index.setdefault((topic, partition), {}))
         self.journal.step("index deletes")
@@ -265,9 +263,13 @@ class FakePartitionRows:
                     b"w:check_below": str(check_below).encode()})
         row.pop(b"w:pending", None)
 
-    def write_outbox(self, topic: str, partition: int, outbox: Outbox) -> None:
-        self.journal.step("outbox")
-        self.state.setdefault((topic, partition), {}).update(outbox.encode())
+    def begin_writes(self, topic: str, partition: int, pending: int,
+                     outbox: Outbox | None) -> None:
+        self.journal.step("pending" if outbox is None else "pending, outbox")
+        row = self.state.setdefault((topic, partition), {})
+        row[b"w:pending"] = str(pending).encode()
+        if outbox is not None:
+            row.update(outbox.encode())
 
     def outbox_published(self, topic: str, partition: int, outbox_id: str) -> None:
         self.journal.step("outbox published")

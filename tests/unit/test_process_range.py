@@ -107,8 +107,8 @@ def clean() -> Rig:
 def test_write_order_and_counts() -> None:
     rig = Rig(with_output=True)
     report = rig.run(FIRST)
-    assert rig.journal.steps == ["lease", "sessions", "dead letters",  # nothing closed yet
-                                 "index pending", "index puts", "index deletes", "watermark"]
+    assert rig.journal.steps == ["lease", "pending", "sessions", "dead letters",  # none closed
+                                 "index puts", "index deletes", "watermark"]
     assert (report.records, report.applied, report.sessions, report.dead_letters) == (4, 3, 2, 1)
     assert rig.dead.rows == {("t", 0, 2): "tombstone"}
     assert rig.sessions.readable()["a"]["events"] == "2"
@@ -118,8 +118,8 @@ def test_write_order_and_counts() -> None:
     # the summaries after the watermark
     rig.journal.steps.clear()
     report = rig.run(SECOND, batch_ms=2_000)
-    assert rig.journal.steps == ["lease", "outbox", "sessions", "dead letters",
-                                 "index pending", "index puts", "index deletes", "watermark",
+    assert rig.journal.steps == ["lease", "pending, outbox", "sessions", "dead letters",
+                                 "index puts", "index deletes", "watermark",
                                  "publish", "outbox published"]
     assert report.closed == 1
     assert [(ids, [k for k, _ in recs]) for ids, recs in rig.sink.committed] == [
@@ -127,7 +127,7 @@ def test_write_order_and_counts() -> None:
 
 
 def test_a_crash_between_the_session_rows_and_the_index_is_replayed_exactly() -> None:
-    for step in ("dead letters", "index pending", "index puts", "index deletes", "watermark"):
+    for step in ("dead letters", "index puts", "index deletes", "watermark"):
         rig = Rig()
         rig.run(FIRST)
         rig.journal.crash_at = step

@@ -58,8 +58,9 @@ class PartitionStore:
                 moved.put(bucket_of(ts, width), sid, ts)
             self._apply(topic, partition, moved)
             self._table.delete(row, columns=[b"o", b"w:version"])
-        # w:pending is set while a range writes the index; found still set, that range
-        # stopped part way, and may have left entries as old as its watermark stale
+        # w:pending is set while a range writes its rows and the index; found still set,
+        # that range stopped part way, and may have left entries as old as its watermark
+        # stale (a session row it wrote moved on; the row's old entry is still there)
         return StoredPartition(PartitionState(
             watermark=int(cells.get(b"w:watermark", str(NO_WATERMARK).encode())),
             watermark_offset=int(cells.get(b"w:offset", b"-1"))),
@@ -67,9 +68,14 @@ class PartitionStore:
             max(int(cells.get(b"w:check_below", b"0")), int(cells.get(b"w:pending", b"0"))),
             Outbox.parse(cells))
 
-    def write_outbox(self, topic: str, partition: int, outbox: Outbox) -> None:
-        """The sessions this range will publish: before their rows are written."""
-        self._table.put(_wm_row(topic, partition), outbox.encode())
+    def begin_writes(self, topic: str, partition: int, pending: int,
+                     outbox: Outbox | None) -> None:
+        """``w:pending`` before the range writes anything, and the sessions it will
+        publish: in one put, before their rows are written."""
+        cells = {b"w:pending": str(pending).encode()}
+        if outbox is not None:
+            cells.update(outbox.encode())
+        self._table.put(_wm_row(topic, partition), cells)
 
     def outbox_published(self, topic: str, partition: int, outbox_id: str) -> None:
         """The outbox went out (the Kafka marker says so too: this only saves a look-up)."""
@@ -101,15 +107,15 @@ class PartitionStore:
         """The index changes, then the watermark and the cutoff the range closed below:
         the state row never runs ahead.
 
-        ``w:pending`` (this range's watermark: no entry it leaves stale is newer) marks the
-        index writes under way; the last batch writes the watermark, keeping ``check_below``
-        (what ``read_partition`` said, a crashed range's mark included), then clears it.
+        ``w:pending`` (``begin_writes``: this range's watermark, no entry it leaves stale is
+        newer) marks the writes under way; the last batch writes the watermark, keeping
+        ``check_below`` (what ``read_partition`` said, a crashed range's mark included), then
+        clears the mark.
         HBase's Thrift ``mutateRows`` applies a batch's puts before its deletes, as two
         operations: a stop between them leaves the mark, which only makes the next range
         check more entries.
         """
         row = _wm_row(topic, partition)
-        self._table.put(row, {b"w:pending": str(state.watermark).encode()})
         self._apply(topic, partition, index)
         with self._table.batch() as batch:  # the put lands first, then the delete
             batch.put(row, {b"w:watermark": str(state.watermark).encode(),

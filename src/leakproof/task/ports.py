@@ -90,10 +90,15 @@ class PartitionRows(Protocol):
 
     def write_partition(self, topic: str, partition: int, state: PartitionState,
                         index: IndexChanges, cutoff: int, check_below: int) -> None:
-        """The index changes (puts, then deletes), then the watermark: never ahead."""
+        """The index changes (puts, then deletes), then the watermark: never ahead; then
+        the pending mark is cleared."""
         ...
 
-    def write_outbox(self, topic: str, partition: int, outbox: Outbox) -> None: ...
+    def begin_writes(self, topic: str, partition: int, pending: int,
+                     outbox: Outbox | None) -> None:
+        """Before any session row: the mark that the range's writes are under way (its
+        watermark: no index entry they may leave stale is newer), with its outbox if any."""
+        ...
 
     def outbox_published(self, topic: str, partition: int, outbox_id: str) -> None: ...
 

@@ -4,8 +4,8 @@
 2. load: the partition's watermark, the touched sessions' rows, and the open sessions that
    may expire in the range (``index.load``);
 3. fold the events into the sessions (fences skip what an earlier attempt applied);
-4. if this driver still holds the lease: the outbox (with an output topic), then the
-   session rows, aggregate and fence in one put per row;
+4. if this driver still holds the lease: the pending mark (with the outbox, with an output
+   topic), then the session rows, aggregate and fence in one put per row;
 5. the dead letters;
 6. the open-session index, then the watermark -- last, so neither runs ahead of the
    session rows (``index.save``);
@@ -109,8 +109,9 @@ def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, s
     if stores.summaries is not None:
         outbox = owed(stores.summaries, loaded.stored.outbox, result,
                       outbox_id(batch_ms, rng.from_offset, rng.until_offset, epoch))
-        if outbox is not None:
-            stores.partitions.write_outbox(topic, partition, outbox)
+    # A row written before a stop moves its session on while its old index entry stays: the
+    # replay reads the row, not the entry, so only the mark says to check that entry later.
+    stores.partitions.begin_writes(topic, partition, result.partition.watermark, outbox)
     stores.sessions.write(result.touched.values(), close=result.closed_untouched)
     crash_point("task_after_sessions")
     # 5. dead letters
