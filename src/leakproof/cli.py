@@ -114,6 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
     sessions.add_argument("action", choices=["get"])
     sessions.add_argument("session_id")
 
+    model = cmd("model", "check the event model (events:, aggregates:) against its schema and "
+                         "the topic's newest records; writes nothing")
+    model.add_argument("action", choices=["check"])
+    model.add_argument("--sample", type=int, default=20, metavar="N",
+                       help="fold the newest N records and print the rows they would give "
+                            "(0: check the schema only)")
+    model.add_argument("--show-source", action="store_true",
+                       help="print the fold the model compiles to")
+
     verify = cmd("verify", "compare HBase with the oracle for the given production runs")
     verify.add_argument("--spec", type=_spec, action="append", default=[],
                         metavar="SEED:EVENTS:SESSIONS[:START_TS[:SPAN_S]]",
@@ -250,6 +259,30 @@ def sessions(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     return 0
 
 
+def model(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    """The config loaded: the model is valid (a bad one stopped at ``load``). Then a sample."""
+    from collections import Counter
+
+    from leakproof.model_check import sample
+
+    m = cfg.model
+    print(f"model: {m.schema_file} ({m.format}), session {m.session_key}, time "
+          f"{m.event_time}, sequence {m.sequence or '-'}; aggregates: "
+          f"{', '.join(a.name for a in m.aggregates)}: OK")
+    got = sample(cfg, args.sample)
+    if args.show_source:
+        print(got.model.source)
+    if args.sample > 0:
+        kinds = Counter(err.kind for err in got.dead)
+        print(f"the newest {got.records} records of {cfg.kafka.topic}: {len(got.rows)} "
+              f"sessions, {len(got.dead)} dead letters {dict(kinds) if kinds else ''}".rstrip())
+        for err in got.dead[:5]:
+            print(f"  dead letter {err}")
+        for sid, row in sorted(got.rows.items()):
+            print(json.dumps({"session": sid, **row}, sort_keys=True))
+    return 0
+
+
 def verify(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.verify import verify as check
 
@@ -266,7 +299,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, config_mod.Config], int]] = {
     "run": run, "stop": stop, "produce": produce, "topic": topic, "tables": tables,
     "offsets show": offsets_history, "offsets history": offsets_history,
     "offsets lag": offsets_lag, "offsets rewind": offsets_rewind,
-    "sessions": sessions, "verify": verify,
+    "sessions": sessions, "verify": verify, "model": model,
 }
 
 

@@ -404,10 +404,12 @@ def progress_lines(stderr: str) -> list[dict[str, Any]]:
 
 
 def submit_yarn(env: Env, mode: str, config: str, label: str, *args: str,
-                files: tuple[str, ...] = ()) -> AbstractContextManager[Background]:
+                files: tuple[str, ...] = (), py_files: tuple[str, ...] = ()
+                ) -> AbstractContextManager[Background]:
     """spark-submit to YARN in the background, for a ``with`` block: the packed environment
     with --archives; in cluster mode the config (and ``files``) with --files, named by file
-    name, as the driver's container finds them in its working directory."""
+    name, as the driver's container finds them in its working directory; ``py_files`` (the
+    user's own modules, say a Python aggregate) with --py-files."""
     cmd = [str(spark_submit()), "--master", "yarn", "--deploy-mode", mode,
            "--name", f"leakproof-{label}",
            "--archives", f"{YARN_ARCHIVE}#environment",
@@ -424,5 +426,7 @@ def submit_yarn(env: Env, mode: str, config: str, label: str, *args: str,
     else:
         cmd += ["--files", ",".join((*files, config))]
         config_arg = Path(config).name
+    if py_files:
+        cmd += ["--py-files", ",".join(py_files)]
     cmd += [str(ROOT / "scripts" / "spark_main.py"), "run", "--config", config_arg, *args]
     return background(cmd, env.tmp / f"{label}.log", {"HADOOP_CONF_DIR": str(YARN_CONF)})

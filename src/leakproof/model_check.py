@@ -1,0 +1,64 @@
+"""``leakproof model check``: the model against its schema, then against the topic.
+
+How a user debugs a model before the first run: the newest ``sample`` records (spread over
+the partitions) are read, decoded and folded exactly as the job would fold them into empty
+session rows -- nothing is committed, nothing is written anywhere -- and the rows they would
+give are returned with the records that would be dead letters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from leakproof.codec import Decoder
+from leakproof.config import Config
+from leakproof.errors import DecodeError
+from leakproof.kafka.admin import KafkaMetadata
+from leakproof.kafka.reader import read_range
+from leakproof.model.compiled import CompiledModel, compile_model
+from leakproof.offsets import OffsetRange
+from leakproof.session_cells import readable, to_cells
+from leakproof.sessions import PartitionFolder, PartitionState, fence_key
+
+
+@dataclass
+class Sample:
+    """What the newest records would give."""
+
+    model: CompiledModel
+    records: int = 0
+    rows: dict[str, dict[str, str]] = field(default_factory=dict)
+    dead: list[DecodeError] = field(default_factory=list)
+
+
+def sample(cfg: Config, n: int) -> Sample:
+    """Fold the newest ``n`` records of the topic (about n / partitions from each)."""
+    model = compile_model(cfg.model)
+    out = Sample(model)
+    if n <= 0:
+        return out
+    meta = KafkaMetadata(cfg.kafka)
+    try:
+        parts = meta.partitions(cfg.kafka.topic)
+        bounds = meta.log_bounds(cfg.kafka.topic, parts)
+    finally:
+        meta.close()
+    each = -(-n // max(1, len(parts)))
+    decoder = Decoder(cfg.model, cfg.input.writer_schemas, cfg.input.max_ahead_ms)
+    for p in parts:
+        end = bounds[p].readable_end
+        rng = OffsetRange(cfg.kafka.topic, p, max(bounds[p].log_start, end - each), end)
+        folder = PartitionFolder(model, fence_key(rng.topic, p), cfg.sessions.close_after_ms,
+                                 PartitionState(), {})
+        for rec in read_range(cfg.kafka, rng):
+            out.records += 1
+            try:
+                event = decoder.decode(rec.key, rec.value, topic=rng.topic, partition=p,
+                                       offset=rec.offset, timestamp=rec.timestamp)
+            except DecodeError as err:
+                out.dead.append(err)
+                continue
+            folder.feed(rec.offset, event)
+        for sid, s in folder.finish().touched.items():
+            out.rows[sid] = readable(to_cells(s, model))
+    return out
