@@ -16,6 +16,13 @@ import pytest
 from leakproof import config
 from leakproof.codec import Decoder
 from leakproof.errors import ConfigError, DecodeError
+from leakproof.examples.access_log import (
+    DATA,
+    avro_value,
+    json_value,
+    model_sections,
+    requests,
+)
 from leakproof.kafka.reader import KafkaRecord
 from leakproof.model import where
 from leakproof.model.compiled import compile_model, float_text
@@ -30,13 +37,6 @@ from leakproof.testing import (
     FakePartitionRows,
     FakeSessionRows,
     Journal,
-)
-from tests.access_log import (
-    DATA,
-    avro_value,
-    json_value,
-    model_sections,
-    requests,
 )
 
 ROOT = Path(__file__).resolve().parents[2]

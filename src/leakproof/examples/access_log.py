@@ -1,4 +1,4 @@
-"""A proxy access log from a seed (tests/data/access_log.avsc): a schema that is not the web
+"""A proxy access log from a seed (``access_log.avsc``): a schema that is not the web
 event's -- timestamp-millis time, an enum, a double, a boolean, nullable fields -- with the
 disorder real topics have: requests delivered late, requests sent twice, visits that log in
 part way (``account`` null before)."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import random
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import yaml
 
 from leakproof.model.schema import without_logical_types
 
-DATA = Path(__file__).with_name("data")
+DATA = Path(__file__).parent
 SCHEMA = DATA / "access_log.avsc"
 MODEL = DATA / "access_log.yml"
 START = 1_767_225_600_000
@@ -61,10 +62,15 @@ def requests(seed: int, visits: int, per_visit: int = 12, gap_ms: int = 600_000
     return [rec for _, _, rec in sorted(out, key=lambda t: (t[0], t[1]))]
 
 
+@cache
+def _writer() -> Any:
+    return fastavro.parse_schema(without_logical_types(json.loads(SCHEMA.read_text())))
+
+
 def avro_value(rec: dict[str, Any]) -> bytes:
+    """Schemaless Avro, as the proxy's producer writes it."""
     out = io.BytesIO()
-    schema = fastavro.parse_schema(without_logical_types(json.loads(SCHEMA.read_text())))
-    fastavro.schemaless_writer(out, schema, rec)
+    fastavro.schemaless_writer(out, _writer(), rec)
     return out.getvalue()
 
 
