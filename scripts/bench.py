@@ -73,8 +73,10 @@ PROFILE_S = int(os.environ.get("PROFILE_S", "12"))  # py-spy window on the job's
 # the peer's variants: decode in the JVM / in mapInPandas; capped batches / one batch
 PEERS = os.environ.get("PEERS", "jvm,jvm-one-batch,pandas").split(",")
 # MODEL=access: the proxy access-log example (a foreign schema, 13 aggregates with where
-# filters and a Python aggregate) in place of the web model; no peers (theirs is the web fold)
+# filters and a Python aggregate) in place of the web model; no peers (theirs is the web
+# fold). FORMAT=json: its records as JSON objects.
 ACCESS = os.environ.get("MODEL") == "access"
+ACCESS_JSON = ACCESS and os.environ.get("FORMAT") == "json"  # the same records as JSON
 if ACCESS:
     PEERS = []
 
@@ -576,6 +578,7 @@ def measure(name: str) -> int:
         return latency_mode(data, work, name)
     if ACCESS:
         data.update(access_log.model_sections())
+        data["events"]["format"] = "json" if ACCESS_JSON else "avro"
     cfg_path = work / "config.yml"
     cfg_path.write_text(yaml.safe_dump(data))
     cfg = config.load(cfg_path)
@@ -590,9 +593,9 @@ def measure(name: str) -> int:
         print(f"== pre-fill {what} into {name} ({PARTITIONS} partitions)", flush=True)
         create_topic(cfg.kafka, name, PARTITIONS)
         if ACCESS:
-            report = send_raw(cfg.kafka, name, (
-                (r["visit"].encode(), access_log.avro_value(r))
-                for r in access_log.requests(7, EVENTS // 12)))
+            encode = access_log.json_value if ACCESS_JSON else access_log.avro_value
+            report = send_raw(cfg.kafka, name, ((r["visit"].encode(), encode(r))
+                                                for r in access_log.requests(7, EVENTS // 12)))
         else:
             report = send_events(cfg.kafka, name, generate(SPEC))
         print(f"   produced in {report.seconds:.1f}s ({report.rate:.0f} ev/s)", flush=True)
