@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,6 +37,7 @@ from leakproof.testing import (
     FakeLeaseCheck,
     FakePartitionRows,
     FakeSessionRows,
+    FakeSummarySink,
     Journal,
 )
 
@@ -318,3 +320,27 @@ def test_random_batches_of_a_foreign_model_match_whatever_the_cut() -> None:
     cut = random.Random(4).randrange(2, 300)
     assert fold(model, values, cut)[0] == whole
     assert compare(expected_rows(events, CLOSE_MS, model), whole) == []
+
+
+def test_closed_summaries_carry_the_models_cells() -> None:
+    model = access_model()
+    compiled = compile_model(model)
+    journal = Journal()
+    sink = FakeSummarySink(journal)
+    stores = Stores(FakeSessionRows(journal, model=compiled), FakePartitionRows(journal),
+                    FakeDeadLetters(journal), FakeLeaseCheck(journal), sink)
+    recs = requests(seed=12, visits=40)
+    krecs = [KafkaRecord(i, r["visit"].encode(), avro_value(r), 0) for i, r in enumerate(recs)]
+    decoder = Decoder(model)
+    events = [decoder.decode(k.key, k.value, topic="t", partition=0, offset=k.offset)
+              for k in krecs]
+    process_range(OffsetRange("t", 0, 0, len(krecs)), krecs, decoder.decode, stores, compiled,
+                  batch_ms=1, epoch=1, close_after_ms=CLOSE_MS)
+    want = {sid: row for sid, row in expected_rows({0: events}, CLOSE_MS, model).items()
+            if row["state"] == "closed"}
+    got = {key.decode(): json.loads(value) for _, recs_ in sink.committed
+           for key, value in recs_}
+    assert want and got.keys() == want.keys()
+    for sid, summary in got.items():
+        assert summary == {"session_id": sid, **want[sid]}
+        assert {"hits", "funnel", "landing", "slowest_ms"} <= summary.keys()
