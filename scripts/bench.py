@@ -54,6 +54,7 @@ from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
 from leakproof.produce import create_topic, send_events, send_raw
+from leakproof.registry import schema_lookup
 from leakproof.verify import read_topic
 from proctools import CpuByRole, pids_matching, tree_rss_mib
 
@@ -230,7 +231,8 @@ def task_times(log: Path) -> list[float]:
 def read_ranges(cfg_path: str, ranges: list[OffsetRange]) -> int:
     cfg = config.load(cfg_path)
     n = 0
-    decoder = codec.Decoder(cfg.model, cfg.input.writer_schemas, cfg.input.max_ahead_ms)
+    decoder = codec.Decoder(cfg.model, cfg.input.writer_schemas, cfg.input.max_ahead_ms,
+                            schema_lookup(cfg.model))
     for rng in ranges:
         for offset, key, value, timestamp in read_range(cfg.kafka, rng):
             with contextlib.suppress(DecodeError):  # the job dead-letters; same cost here

@@ -29,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 import uuid
 from collections.abc import Callable
@@ -58,7 +59,9 @@ THRIFT_FC_PORT = 9091  # optional second Thrift server: framed transport, compac
 THRIFT_SPARE_PORT = 9096  # optional: one the tests may stop and kill (not 9095: Thrift's UI)
 SPARK_MASTER_PORT = 7077
 SPARK_MASTER_UI_PORT = 8080
-SPARK_WORKER_PORTS = ((7078, 8081), (7079, 8082))
+SPARK_WORKER_PORTS = ((7078, 8083), (7079, 8084))  # (8081 is the schema registry's)
+REGISTRY_PORT = 8081
+REGISTRY_API = f"http://127.0.0.1:{REGISTRY_PORT}/apis/ccompat/v7"  # Confluent-compatible
 YARN_RM_PORT = 8032
 
 # The secured stack (``up --secure``): a KDC, a Kerberized Kafka broker and a Kerberized HBase
@@ -112,8 +115,10 @@ def log(msg: str) -> None:
 # --------------------------------------------------------------------------- jars
 
 
-def fetch(names: tuple[str, ...] = ("kafka", "hbase", "kafka-tools", "kdc")) -> None:
-    """Copy each service's runtime classpath out of Maven Central, once per pom version."""
+def fetch(names: tuple[str, ...] = ("kafka", "hbase", "kafka-tools", "kdc", "registry")
+          ) -> None:
+    """Copy each service's runtime classpath out of Maven Central, once per pom version
+    (the registry's is a distribution: unpacked into its ``app`` directory)."""
     for name in names:
         pom = SERVICES / name / "pom.xml"
         lib = RUN / name / "lib"
@@ -139,12 +144,24 @@ def fetch(names: tuple[str, ...] = ("kafka", "hbase", "kafka-tools", "kdc")) -> 
         size = sum(p.stat().st_size for p in lib.iterdir())
         log(f"{name}: {len(list(lib.iterdir()))} jars, {size / 2**20:.0f} MiB, "
             f"{time.monotonic() - started:.0f}s")
+        if name == "registry":
+            unpack_registry(lib)
         stamp.write_text(digest)
     hbase_lib = RUN / "hbase" / "lib"
     bad = [p.name for p in (hbase_lib.iterdir() if hbase_lib.is_dir() else ())
            if any(k in p.name for k in ("logback", "reload4j", "slf4j-log4j12"))]
     if bad:
         raise StackError(f"a second SLF4J binding leaked into the HBase classpath: {bad}")
+
+
+def unpack_registry(lib: Path) -> None:
+    """The registry's distribution (``*-all.tar.gz``) unpacked into ``registry/app``."""
+    app = RUN / "registry" / "app"
+    shutil.rmtree(app, ignore_errors=True)
+    app.mkdir(parents=True)
+    (tarball,) = lib.glob("*.tar.gz")
+    with tarfile.open(tarball) as tar:
+        tar.extractall(app, filter="data")
 
 
 # --------------------------------------------------------------------------- processes
@@ -472,6 +489,23 @@ def secure_services() -> list[Service]:
     ]
 
 
+def registry_service() -> Service:
+    """Apicurio Registry, in memory: its Confluent API at REGISTRY_API."""
+    runner = next((RUN / "registry" / "app").glob("*-runner.jar"), Path("runner.jar"))
+    return Service("registry", "registry", REGISTRY_PORT,
+                   ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                    f"-Dquarkus.http.port={REGISTRY_PORT}", f"-Dquarkus.http.host={HOST}",
+                    "-jar", str(runner)])
+
+
+def probe_registry() -> None:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{REGISTRY_API}/subjects", timeout=5) as resp:
+        if resp.status != 200:
+            raise ConnectionError(f"registry answered {resp.status}")
+
+
 def optional_services() -> list[Service]:
     """Started only on request (``stack.py start NAME``), e.g. by the transport tests."""
     return [thrift_service("thrift-framed-compact", THRIFT_FC_PORT, framed=True, compact=True),
@@ -481,7 +515,7 @@ def optional_services() -> list[Service]:
 
 def all_services() -> list[Service]:
     return [*secure_services(), kafka_service(), hbase_service(), thrift_service(),
-            *spark_services(), *optional_services()]
+            registry_service(), *spark_services(), *optional_services()]
 
 
 def by_name(name: str) -> Service:
@@ -551,6 +585,8 @@ def wait_ready(svc: Service) -> None:
     t0 = time.monotonic()
     if svc.name == "kafka":
         wait_until(svc, "describe_cluster", probe_kafka)
+    elif svc.name == "registry":
+        wait_until(svc, "GET /subjects", probe_registry)
     elif svc.group == "hbase" and THRIFT_CLASS in svc.argv:  # any plain Thrift server
         # the transport and protocol its thrift_service flags (-f, -c) chose
         transport = "framed" if "-f" in svc.argv else "buffered"
@@ -651,6 +687,7 @@ def up(spark: bool, wipe: bool) -> None:
     fetch()
     ensure_hostname_resolves()
     kafka, hbase, thrift = kafka_service(), hbase_service(), thrift_service()
+    registry = registry_service()
     if wipe:
         down(wipe=False)
     t0 = time.monotonic()
@@ -660,6 +697,7 @@ def up(spark: bool, wipe: bool) -> None:
         prepare_hbase(wipe)
     kafka.start()
     hbase.start()
+    registry.start()  # about 3 s, while HBase starts: it adds nothing to the wait
     if spark:
         master, *workers = spark_services()
         master.start()
@@ -669,6 +707,8 @@ def up(spark: bool, wipe: bool) -> None:
     thrift.start()
     wait_until(thrift, "create/put/get", probe_hbase)
     log(f"hbase + thrift ready on {HOST}:{THRIFT_PORT} ({time.monotonic() - t0:.1f}s)")
+    wait_until(registry, "GET /subjects", probe_registry)
+    log(f"schema registry ready at {REGISTRY_API} ({time.monotonic() - t0:.1f}s)")
     if spark:
         wait_until(master, "master port", probe_port(SPARK_MASTER_PORT))
         for worker in workers:

@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="event time over which sessions start (default: 2 s per session)")
     produce.add_argument("--start-ts", type=int, default=DEFAULT_START_TS,
                          help="event time of the first session, epoch ms")
+    produce.add_argument("--format", choices=["avro", "confluent"], default="avro",
+                         help="plain schemaless Avro, or registry-framed (the Confluent wire "
+                              "format; the schema registered at events.registry.url)")
 
     topic = cmd("topic", "create the configured topic")
     topic.add_argument("action", choices=["create"])
@@ -168,6 +171,10 @@ def run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         from leakproof.kerberos import login
 
         login(cfg.kerberos, _secured_services(cfg))
+    if cfg.model.registry is not None:  # refused credentials stop the run before Spark
+        from leakproof.registry import client
+
+        client(cfg.model.registry).check_at_start()
     spark_context(cfg)
     return Job(cfg, RunLimits(args.until_idle, args.max_batches, args.log_format)).run()
 
@@ -180,10 +187,17 @@ def stop(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 def produce(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.generator import generate
-    from leakproof.produce import send_events
+    from leakproof.produce import send_confluent, send_events
 
     spec = GeneratorSpec(args.seed, args.events, args.sessions, args.start_ts, span_s=args.span_s)
-    report = send_events(cfg.kafka, cfg.kafka.topic, generate(spec), args.rate)
+    if args.format == "confluent":
+        if cfg.model.registry is None:
+            raise ConfigError("produce --format confluent needs 'events.registry.url' (with "
+                              "'events.format: confluent')")
+        report = send_confluent(cfg.kafka, cfg.kafka.topic, generate(spec), cfg.model.registry,
+                                args.rate)
+    else:
+        report = send_events(cfg.kafka, cfg.kafka.topic, generate(spec), args.rate)
     print(f"produced {report.records} events ({spec.sessions} sessions, seed {spec.seed}) "
           f"to {cfg.kafka.topic} in {report.seconds:.1f}s ({report.rate:.0f} ev/s)")
     return 0

@@ -13,6 +13,12 @@ the caller can dead-letter the record and go on. The rules, in the order they ar
   or leaves bytes over, each ``input.writer_schemas`` entry is tried as the writer, and the
   first that consumes the value exactly wins; if none does -> ``not_avro`` or
   ``trailing_bytes``. A string field that is not UTF-8 -> ``invalid_utf8``;
+- ``events.format: confluent``: the Confluent wire format, magic byte 0 then the writer
+  schema's 4-byte big-endian registry id, then the record. Another first byte (or a value
+  shorter than 5 bytes) -> ``unknown_magic``; an id the registry does not know ->
+  ``unknown_schema_id``. The writer schema is fetched once per id and resolved against the
+  reader schema (read directly when the two are the same). A registry that cannot be reached
+  raises RegistryUnavailable: an outage, never a dead letter;
 - ``events.format: json``: the value must be UTF-8 (``invalid_utf8``) JSON (``not_json``)
   holding an object (``not_json``); each field of the reader schema is taken from it: a
   missing one takes the schema's default, or is ``missing_field``; a value of the wrong type
@@ -32,7 +38,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
@@ -76,6 +82,15 @@ def encode_single_object(record: dict[str, Any], writer_schema: Any) -> bytes:
     return out.getvalue()
 
 
+def encode_confluent(record: dict[str, Any], schema_id: int, writer_schema: Any) -> bytes:
+    """The Confluent wire format: magic byte 0, the schema's 4-byte big-endian registry id,
+    then the record as schemaless Avro of ``writer_schema`` (parsed)."""
+    out = io.BytesIO()
+    out.write(b"\x00" + schema_id.to_bytes(4, "big"))
+    fastavro.schemaless_writer(out, writer_schema, record)
+    return out.getvalue()
+
+
 def encode_key(event: WebEvent) -> bytes:
     return event.session_id.encode("utf-8")
 
@@ -88,7 +103,9 @@ class Decoder:
     """Decodes and validates records; built once per worker from the model and ``input``."""
 
     def __init__(self, model: Model, writer_schemas: Sequence[str] = (),
-                 max_ahead_ms: int = 0) -> None:
+                 max_ahead_ms: int = 0,
+                 lookup: Callable[[int], str | None] | None = None) -> None:
+        """``lookup``: a registry id's schema text, or None (``events.format: confluent``)."""
         schema = model.schema
         reader = fastavro.parse_schema(without_logical_types(schema))
         self._reader = reader
@@ -101,6 +118,12 @@ class Decoder:
             self._by_fingerprint.setdefault(schema_fingerprint(writer), writer)
         self._max_ahead_ms = max_ahead_ms
         self._json = model.format == "json"
+        self._framed = model.format == "confluent"
+        if self._framed and lookup is None:
+            raise ValueError("events.format: confluent needs a schema lookup")
+        self._lookup = lookup
+        self._reader_form = to_parsing_canonical_form(reader)
+        self._by_id: dict[int, Any] = {}  # registry id -> parsed writer (the reader if same)
         self._fields: list[Field] = list(model.fields().values())
         self._by_key = model.session_key == KEY
         self._key_field = model.session_key
@@ -119,6 +142,8 @@ class Decoder:
         """
         if self._json:
             return self._from_json(key, value, topic, partition, offset, timestamp)
+        if self._framed:
+            return self._from_registry(key, value, topic, partition, offset, timestamp)
         if value and value[:2] != SINGLE_OBJECT_MAGIC:
             event = self._fast(key, value, timestamp)
             if event is not None:
@@ -167,6 +192,54 @@ class Decoder:
             return event
         error, kind, reason = event
         raise error(reason, kind=kind, **where)
+
+    def _from_registry(self, key: bytes | None, value: bytes | None, topic: str,
+                       partition: int, offset: int, timestamp: int | None) -> Event:
+        """Confluent framing: the common case -- a known id whose schema is the reader's --
+        reads the record straight after the 5-byte header."""
+        if value and len(value) >= 5 and value[0] == 0:
+            writer = self._by_id.get(int.from_bytes(value[1:5], "big"))
+            if writer is self._reader:
+                buf = io.BytesIO(value)
+                buf.seek(5)
+                try:
+                    rec = fastavro.schemaless_reader(buf, writer, None)
+                except Exception:  # noqa: BLE001 - the checked path reads it again, names it
+                    rec = None
+                if type(rec) is dict and buf.tell() == len(value):
+                    event = self._event(rec, key, timestamp)
+                    if type(event) is Event:
+                        return event
+        where = self._where(key, value, topic, partition, offset)
+        assert value is not None  # _where raised for a tombstone
+        if len(value) < 5 or value[0] != 0:
+            raise ValueDecodeError(f"not the Confluent wire format: magic byte "
+                                   f"{value[0]:#04x}{' (short value)' if len(value) < 5 else ''}"
+                                   f", expected 0x00", kind="unknown_magic", **where)
+        rec = self._read(value, 5, self._writer(int.from_bytes(value[1:5], "big"), where),
+                         where)
+        return self._valid(rec, key, timestamp, where)
+
+    def _writer(self, schema_id: int, where: dict[str, Any]) -> Any:
+        """The parsed writer schema of a registry id, fetched once (ids never change)."""
+        writer = self._by_id.get(schema_id)
+        if writer is not None:
+            return writer
+        assert self._lookup is not None
+        text = self._lookup(schema_id)  # RegistryUnavailable passes up: an outage
+        if text is None:
+            raise ValueDecodeError(f"schema id {schema_id} is not in the registry",
+                                   kind="unknown_schema_id", **where)
+        try:
+            writer = fastavro.parse_schema(without_logical_types(json.loads(text)))
+        except Exception as exc:
+            raise ValueDecodeError(f"schema id {schema_id}: the registry's schema does not "
+                                   f"parse: {type(exc).__name__}: {exc}", kind="not_avro",
+                                   **where) from exc
+        if to_parsing_canonical_form(writer) == self._reader_form:
+            writer = self._reader  # the same schema: read without resolution
+        self._by_id[schema_id] = writer
+        return writer
 
     def _from_json(self, key: bytes | None, value: bytes | None, topic: str, partition: int,
                    offset: int, timestamp: int | None) -> Event:

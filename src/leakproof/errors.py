@@ -83,3 +83,11 @@ class KerberosError(LeakproofError):
     def __init__(self, message: str, *, transient: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+class RegistryUnavailable(LeakproofError):
+    """The schema registry cannot be reached: an outage, never a bad record."""
+
+
+class RegistryRefused(LeakproofError):
+    """The schema registry refused a call (credentials, a bad request): stop, naming it."""

@@ -17,6 +17,7 @@ from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.reader import read_range
 from leakproof.model.compiled import CompiledModel, compile_model
 from leakproof.offsets import OffsetRange
+from leakproof.registry import schema_lookup
 from leakproof.session_cells import readable, to_cells
 from leakproof.sessions import PartitionFolder, PartitionState, fence_key
 
@@ -44,7 +45,8 @@ def sample(cfg: Config, n: int) -> Sample:
     finally:
         meta.close()
     each = -(-n // max(1, len(parts)))
-    decoder = Decoder(cfg.model, cfg.input.writer_schemas, cfg.input.max_ahead_ms)
+    decoder = Decoder(cfg.model, cfg.input.writer_schemas, cfg.input.max_ahead_ms,
+                      schema_lookup(cfg.model))
     for p in parts:
         end = bounds[p].readable_end
         rng = OffsetRange(cfg.kafka.topic, p, max(bounds[p].log_start, end - each), end)

@@ -7,6 +7,7 @@ the order they were sent. Topic creation lives here too, for the CLI and the dem
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,9 +19,10 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 from leakproof import codec
 from leakproof.config import KafkaConfig
 from leakproof.errors import LeakproofError
-from leakproof.events import WebEvent
+from leakproof.events import WebEvent, schema_json
 from leakproof.kafka import producer_settings
 from leakproof.kafka.admin import admin_settings
+from leakproof.model.spec import Registry
 
 
 @dataclass(frozen=True)
@@ -85,3 +87,18 @@ def send_events(cfg: KafkaConfig, topic: str, events: Iterable[WebEvent],
     """Send WebEvents: key = session_id, value = schemaless Avro."""
     return send_raw(cfg, topic, ((codec.encode_key(e), codec.encode_value(e)) for e in events),
                     rate)
+
+
+def send_confluent(cfg: KafkaConfig, topic: str, events: Iterable[WebEvent], registry: Registry,
+                   rate: float | None = None) -> ProduceReport:
+    """Send WebEvents registry-framed: the shipped schema is registered under
+    ``<topic>-value`` (the registry's usual subject; registering again gives the same id),
+    and each value carries its id in the Confluent wire format."""
+    from leakproof.registry import client
+
+    schema_id = client(registry).register(f"{topic}-value",
+                                          json.dumps(schema_json(), separators=(",", ":")))
+    parsed = codec.parsed_schema()
+    return send_raw(cfg, topic, ((codec.encode_key(e),
+                                  codec.encode_confluent(e.to_record(), schema_id, parsed))
+                                 for e in events), rate)

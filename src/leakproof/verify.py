@@ -22,6 +22,7 @@ from leakproof.hbase.session_store import scan_readable
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
+from leakproof.registry import schema_lookup
 
 
 @dataclass
@@ -49,7 +50,8 @@ def read_topic(cfg: Config) -> tuple[dict[int, list[Event]], list[DecodeError]]:
         meta.close()
     events: dict[int, list[Event]] = {p: [] for p in parts}
     bad: list[DecodeError] = []
-    decoder = codec.Decoder(cfg.model, cfg.input.writer_schemas, cfg.input.max_ahead_ms)
+    decoder = codec.Decoder(cfg.model, cfg.input.writer_schemas, cfg.input.max_ahead_ms,
+                            schema_lookup(cfg.model))
     for p in parts:
         rng = OffsetRange(cfg.kafka.topic, p, bounds[p].log_start, bounds[p].readable_end)
         for rec in read_range(cfg.kafka, rng):

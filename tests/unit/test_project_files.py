@@ -15,12 +15,13 @@ def test_compose_services_and_ports_agree_with_config() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     cfg = config.load(ROOT / "config.yml")
     services = compose["services"]
-    assert {"kafka", "hbase"} <= set(services)
+    assert {"kafka", "hbase", "registry"} <= set(services)
     kafka_port = int(cfg.kafka.bootstrap_servers.rsplit(":", 1)[1])
     ports = {s: [str(p) for p in services[s].get("ports", [])] for s in services}
     assert any(p.endswith(f":{kafka_port}") for p in ports["kafka"])
     assert any(p.endswith(f":{cfg.hbase.port}") for p in ports["hbase"])
     assert all(p.startswith("127.0.0.1:") for ps in ports.values() for p in ps)
+    assert any(p.startswith("127.0.0.1:8081:") for p in ports["registry"])
     env = services["kafka"]["environment"]
     assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
     assert f"127.0.0.1:{kafka_port}" in env["KAFKA_ADVERTISED_LISTENERS"]

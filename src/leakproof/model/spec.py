@@ -14,7 +14,7 @@ import importlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -27,7 +27,7 @@ from leakproof.model import schema as avro
 from leakproof.model import where
 
 Fn = Literal["count", "sum", "min", "max", "first", "last"]
-Format = Literal["avro", "json"]
+Format = Literal["avro", "json", "confluent"]
 KEY = "@key"
 # cells every session row has whatever its model (family s), which no aggregate may take
 BUILT_IN_CELLS = ("first_ts", "last_ts", "state", "late_events", "duplicates", "out_of_order")
@@ -60,6 +60,20 @@ class Aggregate:
 
 
 @dataclass(frozen=True)
+class Registry:
+    """A Confluent-compatible schema registry (``events.registry``): where writer schemas of
+    ``events.format: confluent`` records are fetched by id. The password never reaches a
+    repr; the url is shown without any user info."""
+
+    url: str
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ca_file: str | None = None
+    outage_tolerance_s: float = 120.0
+    timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
 class Model:
     """What an event is and what a session row holds."""
 
@@ -70,6 +84,7 @@ class Model:
     event_time: str
     sequence: str | None
     aggregates: tuple[Aggregate, ...]
+    registry: Registry | None = None
 
     @property
     def schema(self) -> Any:
@@ -94,7 +109,7 @@ def read_model(events: Mapping[str, Any] | None, aggregates: Mapping[str, Any] |
         raise ConfigError("'aggregates' is required with 'events': the cells of a session "
                           "row (for example {events: {fn: count}})")
     ev = dict(events or {})
-    known = {"schema", "session_key", "event_time", "sequence", "format"}
+    known = {"schema", "session_key", "event_time", "sequence", "format", "registry"}
     unknown = sorted(set(ev) - known)
     if unknown:
         raise ConfigError(f"unknown key 'events.{unknown[0]}'; valid keys here: "
@@ -115,10 +130,44 @@ def read_model(events: Mapping[str, Any] | None, aggregates: Mapping[str, Any] |
     if not isinstance(aggregates, Mapping) or not aggregates:
         raise ConfigError("'aggregates' must be a mapping of cell name -> {fn: ..., ...} "
                           "with at least one aggregate")
+    registry = _registry(ev.get("registry"), fmt, base)
     model = Model(text, source, fmt, ev["session_key"], ev["event_time"], seq,
-                  tuple(_aggregate(name, spec) for name, spec in aggregates.items()))
+                  tuple(_aggregate(name, spec) for name, spec in aggregates.items()), registry)
     check(model)
     return model
+
+
+def _registry(data: Any, fmt: str, base: Path) -> Registry | None:
+    if fmt != "confluent":
+        if data is not None:
+            raise ConfigError("'events.registry' is only read with 'events.format: confluent'")
+        return None
+    if not isinstance(data, Mapping) or not isinstance(data.get("url"), str):
+        raise ConfigError("'events.registry.url' is required with 'events.format: confluent' "
+                          "(for example http://127.0.0.1:8081/apis/ccompat/v7)")
+    known = {"url", "username", "password", "ca_file", "outage_tolerance_s", "timeout_s"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"unknown key 'events.registry.{unknown[0]}'; valid keys here: "
+                          f"{', '.join(sorted(known))}")
+    url = data["url"].rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError("'events.registry.url' must start with http:// or https://")
+    if (data.get("username") is None) != (data.get("password") is None):
+        raise ConfigError("'events.registry.username' and 'events.registry.password' go "
+                          "together (HTTP basic auth)")
+    ca = data.get("ca_file")
+    if ca is not None:
+        ca = str(base / ca)
+        if not Path(ca).is_file():
+            raise ConfigError(f"'events.registry.ca_file': no such file {ca}")
+    numbers = {}
+    for key, default in (("outage_tolerance_s", 120.0), ("timeout_s", 10.0)):
+        value = data.get(key, default)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"'events.registry.{key}' must be a number >= 0, got {value!r}")
+        numbers[key] = float(value)
+    return Registry(url, data.get("username"), data.get("password"), ca, **numbers)
 
 
 def _schema_text(path: Any, base: Path) -> tuple[str, str]:

@@ -1,0 +1,148 @@
+"""Registry-framed Avro against the real schema registry of the local stack (Apicurio, its
+Confluent-compatible API): two schema versions on one topic, bad framing dead-lettered, a
+registry that hangs while the job starts, and refused credentials."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+import yaml
+
+from leakproof import codec
+from leakproof.events import schema_json
+from leakproof.generator import GeneratorSpec, generate
+from leakproof.model.spec import Registry
+from leakproof.produce import send_raw
+from leakproof.registry import RegistryClient
+
+from .helpers import ROOT, Env, assert_offsets_chain, run_cli
+
+pytestmark = pytest.mark.integration
+REGISTRY = "http://127.0.0.1:8081/apis/ccompat/v7"
+V2 = copy.deepcopy(schema_json())
+V2["fields"].append({"name": "country", "type": "string", "default": "??"})
+
+
+def framed_config(env: Env, label: str, registry: dict[str, Any] | None = None) -> str:
+    data = yaml.safe_load(env.path.read_text())
+    data["events"] = {"format": "confluent", "session_key": "session_id", "event_time": "ts",
+                      "sequence": "seq", "registry": registry or {"url": REGISTRY}}
+    web = yaml.safe_load((ROOT / "config.yml").read_text())
+    data["aggregates"] = web["aggregates"]
+    path = env.tmp / f"{label}.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def produce_v2(env: Env, spec: GeneratorSpec) -> None:
+    """``spec``'s events written by a producer whose schema gained a field (v2)."""
+    client = RegistryClient(Registry(REGISTRY))
+    schema_id = client.register(f"{env.name}-value", json.dumps(V2))
+    parsed = fastavro.parse_schema(V2)
+    send_raw(env.cfg.kafka, env.name, [
+        (codec.encode_key(e), codec.encode_confluent({**e.to_record(), "country": "NL"},
+                                                     schema_id, parsed))
+        for e in generate(spec)])
+
+
+def dead_letters(env: Env) -> dict[str, dict[bytes, bytes]]:
+    conn = env.hbase()
+    try:
+        return {k.decode(): c for k, c in conn.table("web_events_dead_letter").scan(
+            row_prefix=f"{env.name}:".encode())}
+    finally:
+        conn.close()
+
+
+def test_two_schema_versions_decode_and_bad_framing_is_dead_lettered(env: Env) -> None:
+    config = framed_config(env, "framed")
+    v1 = GeneratorSpec(seed=2801, events=6_000, sessions=600)
+    v2 = GeneratorSpec(seed=2802, events=6_000, sessions=600)
+    run_cli("produce", "--config", config, "--format", "confluent", "--events", "6000",
+            "--sessions", "600", "--seed", "2801")
+    produce_v2(env, v2)
+    good = codec.encode_value(generate(v1)[0])
+    bad = [(b"x", b"\x00" + (987_654).to_bytes(4, "big") + good),  # an id nobody registered
+           (b"x", b"\x07" + bytes(4) + good),  # not the Confluent magic byte
+           (b"x", good)]  # bare Avro on a framed topic: its first byte is not 0
+    send_raw(env.cfg.kafka, env.name, bad, partition=3)
+    out = run_cli("run", "--config", config, "--until-idle", "4")
+    assert out.returncode == 0
+    verify = run_cli("verify", "--config", config, "--spec", v1.as_arg(), "--spec",
+                     v2.as_arg(), check=False)
+    assert "EXACT MATCH" in verify.stdout, verify.stdout + verify.stderr
+    dead = dead_letters(env)
+    assert sorted(dead) == [f"{env.name}:3:{o:020d}" for o in range(3)]
+    kinds = [dead[k][b"d:kind"] for k in sorted(dead)]
+    assert kinds[:2] == [b"unknown_schema_id", b"unknown_magic"], kinds
+    assert b"987654" in dead[sorted(dead)[0]][b"d:error"]
+    assert_offsets_chain(env)
+
+
+@contextmanager
+def registry_hung() -> Iterator[None]:
+    """The registry's process frozen (SIGSTOP): it accepts connections and never answers,
+    as a registry stuck in a long GC or a dead network path does. Its schemas survive."""
+    pid = int((ROOT / ".services" / "registry" / "registry.pid").read_text())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.serial
+def test_a_registry_down_when_the_job_starts_is_waited_for_and_nothing_is_dead_lettered(
+        env: Env) -> None:
+    config = framed_config(env, "outage", {"url": REGISTRY, "timeout_s": 2,
+                                           "outage_tolerance_s": 120})
+    spec = GeneratorSpec(seed=2803, events=4_000, sessions=400)
+    run_cli("produce", "--config", config, "--format", "confluent", "--events", "4000",
+            "--sessions", "400", "--seed", "2803")
+    with env.background("--until-idle", "6", config=config, name="outage") as job:
+        with registry_hung():
+            time.sleep(20)  # the job starts, plans, and its ranges wait for the registry
+            assert job.poll() is None, job.text()[-3000:]
+        assert job.wait(timeout=240) == 0, job.text()[-6000:]
+        text = job.text()
+    assert "schema registry" in text and "retry" in text  # it said it was waiting
+    verify = run_cli("verify", "--config", config, "--spec", spec.as_arg(), check=False)
+    assert "EXACT MATCH" in verify.stdout, verify.stdout + verify.stderr
+    assert dead_letters(env) == {}
+
+
+class _Refusing(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Basic realm="registry"')
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_refused_registry_credentials_stop_the_job_at_start(env: Env, tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/apis/ccompat/v7"
+        config = framed_config(env, "refused", {"url": url, "username": "svc-leakproof",
+                                                "password": "wrong-Pw-7731"})
+        out = run_cli("run", "--config", config, "--until-idle", "2", check=False)
+    finally:
+        server.shutdown()
+    assert out.returncode == 1
+    assert "refused the credentials" in out.stderr and url.split("/apis")[0] in out.stderr
+    assert "wrong-Pw-7731" not in out.stdout + out.stderr
