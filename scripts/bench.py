@@ -53,7 +53,7 @@ from leakproof.hbase.session_store import scan_readable
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
-from leakproof.produce import create_topic, send_events, send_raw
+from leakproof.produce import create_topic, send_confluent, send_events, send_raw
 from leakproof.registry import schema_lookup
 from leakproof.verify import read_topic
 from proctools import CpuByRole, pids_matching, tree_rss_mib
@@ -78,6 +78,11 @@ PEERS = os.environ.get("PEERS", "jvm,jvm-one-batch,pandas").split(",")
 # fold). FORMAT=json: its records as JSON objects.
 ACCESS = os.environ.get("MODEL") == "access"
 ACCESS_JSON = ACCESS and os.environ.get("FORMAT") == "json"  # the same records as JSON
+# FORMAT=confluent (web model): the events registry-framed, the schema in the stack's registry
+FRAMED = not ACCESS and os.environ.get("FORMAT") == "confluent"
+REGISTRY_URL = "http://127.0.0.1:8081/apis/ccompat/v7"
+if ACCESS or FRAMED:  # the peers read bare web events only
+    PEERS = []
 if ACCESS:
     PEERS = []
 
@@ -578,6 +583,8 @@ def measure(name: str) -> int:
         data["output"]["transactional"] = os.environ.get("TRANSACTIONAL", "1") == "1"
     if os.environ.get("LATENCY"):
         return latency_mode(data, work, name)
+    if FRAMED:
+        data["events"].update(format="confluent", registry={"url": REGISTRY_URL})
     if ACCESS:
         data.update(access_log.model_sections())
         data["events"]["format"] = "json" if ACCESS_JSON else "avro"
@@ -598,6 +605,9 @@ def measure(name: str) -> int:
             encode = access_log.json_value if ACCESS_JSON else access_log.avro_value
             report = send_raw(cfg.kafka, name, ((r["visit"].encode(), encode(r))
                                                 for r in access_log.requests(7, EVENTS // 12)))
+        elif FRAMED:
+            assert cfg.model.registry is not None
+            report = send_confluent(cfg.kafka, name, generate(SPEC), cfg.model.registry)
         else:
             report = send_events(cfg.kafka, name, generate(SPEC))
         print(f"   produced in {report.seconds:.1f}s ({report.rate:.0f} ev/s)", flush=True)

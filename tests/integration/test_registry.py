@@ -70,14 +70,14 @@ def test_two_schema_versions_decode_and_bad_framing_is_dead_lettered(env: Env) -
     config = framed_config(env, "framed")
     v1 = GeneratorSpec(seed=2801, events=6_000, sessions=600)
     v2 = GeneratorSpec(seed=2802, events=6_000, sessions=600)
-    run_cli("produce", "--config", config, "--format", "confluent", "--events", "6000",
-            "--sessions", "600", "--seed", "2801")
-    produce_v2(env, v2)
     good = codec.encode_value(generate(v1)[0])
     bad = [(b"x", b"\x00" + (987_654).to_bytes(4, "big") + good),  # an id nobody registered
            (b"x", b"\x07" + bytes(4) + good),  # not the Confluent magic byte
            (b"x", good)]  # bare Avro on a framed topic: its first byte is not 0
-    send_raw(env.cfg.kafka, env.name, bad, partition=3)
+    send_raw(env.cfg.kafka, env.name, bad, partition=3)  # offsets 0-2 of partition 3
+    run_cli("produce", "--config", config, "--format", "confluent", "--events", "6000",
+            "--sessions", "600", "--seed", "2801")
+    produce_v2(env, v2)
     out = run_cli("run", "--config", config, "--until-idle", "4")
     assert out.returncode == 0
     verify = run_cli("verify", "--config", config, "--spec", v1.as_arg(), "--spec",

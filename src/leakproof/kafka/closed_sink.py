@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
@@ -29,7 +29,7 @@ from leakproof.config import KafkaConfig, OutputConfig
 from leakproof.crashpoints import crash_point
 from leakproof.errors import PublishError
 from leakproof.kafka import producer_settings
-from leakproof.kafka.admin import admin_settings
+from leakproof.kafka.reader import consumer_settings
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class ClosedSink:
         self.topic = output.closed_sessions_topic
         self.txn_id = transactional_id(kafka, partition) if output.transactional else None
         self._producer: Any = None
-        self._admin: Any = None
+        self._markers: Any = None
 
     def _where(self) -> str:
         return (f"Kafka at {self._kafka.bootstrap_servers}, "
@@ -109,18 +109,25 @@ class ClosedSink:
         return self._producer
 
     def published(self, outbox_id: str) -> bool:
-        """Whether a committed transaction carried this outbox (the marker's metadata)."""
+        """Whether a committed transaction carried this outbox (the marker's metadata).
+
+        Read as a read_committed consumer of the marker group reads its offsets: the
+        OffsetFetch asks for stable offsets only, and the broker answers "unstable" (retried
+        by the client) while a transaction carrying the marker is still being completed. A
+        plain fetch answers with the marker from before that transaction, so right after a
+        commit it would say "not published" -- and the outbox would go out twice."""
         if not self.txn_id:
             return False  # no marker without transactions: publish again (at least once)
-        if self._admin is None:
-            self._admin = KafkaAdminClient(**admin_settings(self._kafka))
-        group = marker_group(self._kafka)
-        found = self._call("reading the marker", lambda: self._admin.list_group_offsets(
-            {group: [TopicPartition(self._kafka.topic, self.partition)]}))
-        for tp, om in found.get(group, {}).items():
-            if tp.partition == self.partition and tp.topic == self._kafka.topic:
-                return bool(om.metadata == outbox_id)
-        return False
+        tp = TopicPartition(self._kafka.topic, self.partition)
+        if self._markers is None:
+            settings = consumer_settings(self._kafka)
+            settings.update(group_id=marker_group(self._kafka), isolation_level="read_committed")
+            self._markers = KafkaConsumer(**settings)
+        timeout_ms = round(self._output.transaction_timeout_s * 1000)
+        found = self._call("reading the marker",
+                           lambda: self._markers.committed(tp, metadata=True,
+                                                           timeout_ms=timeout_ms))
+        return found is not None and found.metadata == outbox_id
 
     def publish(self, records: Sequence[tuple[bytes, bytes]], outbox_id: str,
                 until_offset: int) -> None:
@@ -194,5 +201,5 @@ class ClosedSink:
 
     def close(self) -> None:
         self.drop()
-        if self._admin is not None:
-            self._admin.close()
+        if self._markers is not None:
+            self._markers.close()
