@@ -118,6 +118,9 @@ class ClosedSink:
         commit it would say "not published" -- and the outbox would go out twice."""
         if not self.txn_id:
             return False  # no marker without transactions: publish again (at least once)
+        # A transaction a dead producer of this id left open would keep the marker unstable
+        # until it times out: a producer of our own first (init_transactions aborts it).
+        self._ready()
         tp = TopicPartition(self._kafka.topic, self.partition)
         if self._markers is None:
             settings = consumer_settings(self._kafka)
