@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from pyspark import SparkConf
 
@@ -50,3 +51,16 @@ def test_spark_submit_wins_over_config_yml_and_the_defaults() -> None:
     apply_settings(conf, _config({"spark.ui.enabled": False}))
     assert conf.get("spark.executor.defaultJavaOptions") == "-Xss4m"
     assert conf.get("spark.ui.enabled") == "true"
+
+
+def test_a_spark_connect_session_is_refused_before_spark_starts() -> None:
+    from leakproof.driver.job import spark_connect_requested, spark_context
+    from leakproof.errors import ConfigError
+
+    assert spark_connect_requested({}, {}) is None
+    assert spark_connect_requested({"SPARK_CONNECT_MODE_ENABLED": "1"}, {}) is not None
+    assert spark_connect_requested({"SPARK_REMOTE": "sc://h:15002"}, {}) is not None
+    assert spark_connect_requested({}, {"spark.api.mode": "connect"}) is not None
+    assert spark_connect_requested({}, {"spark.api.mode": "classic"}) is None
+    with pytest.raises(ConfigError, match="cannot run DStreams"):
+        spark_context(_config({"spark.api.mode": "connect"}))  # refused before any JVM

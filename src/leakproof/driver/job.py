@@ -40,7 +40,7 @@ from leakproof.driver.placement import place
 from leakproof.driver.planning import Planner
 from leakproof.driver.progress import Progress, log_line
 from leakproof.driver.stopping import StopRequests
-from leakproof.errors import BatchFailed, KafkaReadError, LeakproofError
+from leakproof.errors import BatchFailed, ConfigError, KafkaReadError, LeakproofError
 from leakproof.hbase.connection import ConnectionSlot, ensure_tables
 from leakproof.hbase.state_store import HBaseLeaseStore, HBaseRunRecord
 from leakproof.kafka.admin import KafkaMetadata
@@ -561,9 +561,31 @@ def apply_settings(conf: Any, cfg: Config) -> None:
         conf.setIfMissing(key, value)
 
 
+def spark_connect_requested(environ: Mapping[str, str], spark_conf: Mapping[str, str]
+                            ) -> str | None:
+    """What asks for a Spark Connect session (None: nothing does). A Connect client has no
+    SparkContext, so no StreamingContext: DStreams cannot run there."""
+    if environ.get("SPARK_CONNECT_MODE_ENABLED", "").lower() in ("1", "true"):
+        return "SPARK_CONNECT_MODE_ENABLED is set"
+    if environ.get("SPARK_REMOTE"):
+        return "SPARK_REMOTE is set (spark-submit --remote)"
+    if str(spark_conf.get("spark.api.mode", "")).lower() == "connect":
+        return "spark.api.mode is connect"
+    if spark_conf.get("spark.remote"):
+        return "spark.remote is set"
+    return None
+
+
 def spark_context(cfg: Config) -> Any:
     """The SparkContext for ``leakproof run``: spark-submit's settings win over config.yml."""
     from pyspark import SparkConf, SparkContext
+
+    connect = spark_connect_requested(os.environ, cfg.job.spark_conf)
+    if connect is not None:
+        raise ConfigError(f"Spark Connect was asked for ({connect}), and a Spark Connect "
+                          f"session cannot run DStreams (it has no SparkContext); run "
+                          f"leakproof with a classic session: spark-submit without --remote, "
+                          f"spark.api.mode=classic")
 
     # Executors must run the Python that has leakproof and its dependencies installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
