@@ -127,6 +127,7 @@ class Decoder:
         self._fields: list[Field] = list(model.fields().values())
         self._by_key = model.session_key == KEY
         self._key_field = model.session_key
+        self._key_name = "session key" if self._by_key else model.session_key
         self._time, self._unit = model.event_time, model.time_unit
         self._seq = model.sequence
 
@@ -150,10 +151,13 @@ class Decoder:
                 return event
         return self._checked(key, value, topic, partition, offset, timestamp)
 
-    def _fast(self, key: bytes | None, value: bytes, timestamp: int | None) -> Event | None:
-        """The event if the value is plain schemaless Avro of the reader schema and passes
-        every rule; else None (no error context is built on this path)."""
+    def _fast(self, key: bytes | None, value: bytes, timestamp: int | None, start: int = 0
+              ) -> Event | None:
+        """The event if the value (from ``start``: past a registry header) is plain
+        schemaless Avro of the reader schema and passes every rule; else None (no error
+        context is built on this path)."""
         buf = io.BytesIO(value)
+        buf.seek(start)
         try:
             rec = fastavro.schemaless_reader(buf, self._reader, None)
         except Exception:  # noqa: BLE001 - the checked path reads it again and names it
@@ -197,19 +201,11 @@ class Decoder:
                        partition: int, offset: int, timestamp: int | None) -> Event:
         """Confluent framing: the common case -- a known id whose schema is the reader's --
         reads the record straight after the 5-byte header."""
-        if value and len(value) >= 5 and value[0] == 0:
-            writer = self._by_id.get(int.from_bytes(value[1:5], "big"))
-            if writer is self._reader:
-                buf = io.BytesIO(value)
-                buf.seek(5)
-                try:
-                    rec = fastavro.schemaless_reader(buf, writer, None)
-                except Exception:  # noqa: BLE001 - the checked path reads it again, names it
-                    rec = None
-                if type(rec) is dict and buf.tell() == len(value):
-                    event = self._event(rec, key, timestamp)
-                    if type(event) is Event:
-                        return event
+        if value and len(value) >= 5 and value[0] == 0 \
+                and self._by_id.get(int.from_bytes(value[1:5], "big")) is self._reader:
+            event = self._fast(key, value, timestamp, 5)
+            if event is not None:
+                return event
         where = self._where(key, value, topic, partition, offset)
         assert value is not None  # _where raised for a tombstone
         if len(value) < 5 or value[0] != 0:
@@ -340,14 +336,12 @@ class Decoder:
         """The event, or the first rule ``rec`` and its key break as (error, kind, reason).
         The rules in one place: the fast path asks, the checked paths raise."""
         if self._by_key:
-            if key is None:
-                return KeyDecodeError, "null_key", "null key; the key is the session key"
-            try:
-                sid = key.decode("utf-8")
-            except UnicodeDecodeError:
-                return KeyDecodeError, "key_not_utf8", "key is not UTF-8"
-            if not sid:
+            key_sid = self._key_text(key)
+            if isinstance(key_sid, tuple):
+                return key_sid
+            if not key_sid:
                 return KeyDecodeError, "invalid_field", "empty key; the key is the session key"
+            sid = key_sid
         else:
             sid = rec[self._key_field]
             if sid is None or sid == "":
@@ -372,17 +366,22 @@ class Decoder:
                 f"Kafka timestamp {timestamp}; input.max_ahead_s allows "
                 f"{self._max_ahead_ms / 1000:.0f} s")
         if not self._by_key:
-            if key is None:
-                return KeyDecodeError, "null_key", (f"null key; the key must be the "
-                                                    f"{self._key_field}")
-            try:
-                key_text = key.decode("utf-8")
-            except UnicodeDecodeError:
-                return KeyDecodeError, "key_not_utf8", "key is not UTF-8"
+            key_text = self._key_text(key)
+            if isinstance(key_text, tuple):
+                return key_text
             if key_text != sid:
                 return KeyDecodeError, "key_mismatch", (f"key {key_text!r} differs from "
                                                         f"{self._key_field} {sid!r}")
         return Event(sid, ts, seq, rec)
+
+    def _key_text(self, key: bytes | None) -> str | Fault:
+        """The record key as text, or why it cannot be the session's."""
+        if key is None:
+            return KeyDecodeError, "null_key", f"null key; the key must be the {self._key_name}"
+        try:
+            return key.decode("utf-8")
+        except UnicodeDecodeError:
+            return KeyDecodeError, "key_not_utf8", "key is not UTF-8"
 
 
 def _json_value(f: Field, v: Any) -> Any:
