@@ -24,10 +24,6 @@ from leakproof.model.spec import Aggregate, Model, load_python
 Apply = Callable[[list[Any], list[Any], dict[str, Any], int], None]
 
 
-def int_text(v: Any) -> str:
-    return str(v)
-
-
 def float_text(v: Any) -> str:
     """The shortest text that reads back to the same double (``repr``'s rule)."""
     return repr(float(v))
@@ -37,17 +33,13 @@ def bool_text(v: Any) -> str:
     return "true" if v else "false"
 
 
-def str_text(v: Any) -> str:
-    return str(v)
-
-
 def bool_value(text: str) -> bool:
     return text == "true"
 
 
 _TEXT: dict[str, tuple[Callable[[Any], str | None], Callable[[str], Any]]] = {
-    "int": (int_text, int), "float": (float_text, float), "boolean": (bool_text, bool_value),
-    "string": (str_text, str)}
+    "int": (str, int), "float": (float_text, float), "boolean": (bool_text, bool_value),
+    "string": (str, str)}
 
 
 class CompiledModel:
@@ -91,8 +83,7 @@ class CompiledModel:
 
 def _kind(fields: dict[str, Field], a: Aggregate) -> str:
     assert a.field is not None  # spec.check: every built-in but count names a field
-    kind = fields[a.field].kind
-    return "int" if kind == "int" else kind
+    return fields[a.field].kind
 
 
 def generate(aggregates: Sequence[Aggregate], sequenced: bool, nullable: frozenset[str]
@@ -119,36 +110,27 @@ def generate(aggregates: Sequence[Aggregate], sequenced: bool, nullable: frozens
 
 def _body(i: int, a: Aggregate, x: str | None, sequenced: bool, nullable: bool
           ) -> list[str]:
-    """One aggregate's statements; the ``x is not None`` tests only for nullable fields."""
-    body = _statements(i, a, x, sequenced)
-    if not nullable:
-        body = [line.replace(f"{x} is not None and ", "").replace(f"if {x} is not None:",
-                                                                    "if True:")
-                for line in body]
-    return body
-
-
-def _statements(i: int, a: Aggregate, x: str | None, sequenced: bool) -> list[str]:
+    """One aggregate's statements over the loaded field ``x``; its null test only where
+    the schema lets the field be null."""
     vi, oi = f"v[{i}]", f"o[{i}]"
     if a.python:
         return [f"{vi} = P[{i}].apply({vi}, r)"]
+    if x is None:  # count of events
+        return [f"{vi} += 1"]
+    tests = [f"{x} is not None"] if nullable else []
+    then = f"{vi} = {x}"
     if a.fn == "count":
-        return [f"{vi} += 1"] if x is None else [f"if {x} is not None:", f"    {vi} += 1"]
-    assert x is not None
-    if a.fn == "sum":
-        test, then = f"{x} is not None", f"{vi} = {x} if {vi} is None else {vi} + {x}"
+        then = f"{vi} += 1"
+    elif a.fn == "sum":
+        then = f"{vi} = {x} if {vi} is None else {vi} + {x}"
     elif a.fn in ("min", "max"):
-        cmp = "<" if a.fn == "min" else ">"
-        test, then = f"{x} is not None and ({vi} is None or {x} {cmp} {vi})", f"{vi} = {x}"
-    elif sequenced:
-        cmp = "<" if a.fn == "first" else ">"
-        test = f"{x} is not None and ({vi} is None or k {cmp} {oi})"
+        tests.append(f"({vi} is None or {x} {'<' if a.fn == 'min' else '>'} {vi})")
+    elif sequenced:  # first / last by seq
+        tests.append(f"({vi} is None or k {'<' if a.fn == 'first' else '>'} {oi})")
         then = f"{vi} = {x}; {oi} = k"
-    elif a.fn == "first":
-        test, then = f"{x} is not None and {vi} is None", f"{vi} = {x}"
-    else:
-        test, then = f"{x} is not None", f"{vi} = {x}"
-    return [f"if {test}:", f"    {then}"]
+    elif a.fn == "first":  # by offset: the first value stays
+        tests.append(f"{vi} is None")
+    return [f"if {' and '.join(tests)}:", f"    {then}"] if tests else [then]
 
 
 @cache
