@@ -54,7 +54,7 @@ from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
 from leakproof.produce import create_topic, send_confluent, send_events, send_raw
-from leakproof.registry import schema_lookup
+from leakproof.registry import decoder_for
 from leakproof.verify import read_topic
 from proctools import CpuByRole, pids_matching, tree_rss_mib
 
@@ -236,8 +236,7 @@ def task_times(log: Path) -> list[float]:
 def read_ranges(cfg_path: str, ranges: list[OffsetRange]) -> int:
     cfg = config.load(cfg_path)
     n = 0
-    decoder = codec.Decoder(cfg.model, cfg.input.writer_schemas, cfg.input.max_ahead_ms,
-                            schema_lookup(cfg.model))
+    decoder = decoder_for(cfg.model, cfg.input)
     for rng in ranges:
         for offset, key, value, timestamp in read_range(cfg.kafka, rng):
             with contextlib.suppress(DecodeError):  # the job dead-letters; same cost here

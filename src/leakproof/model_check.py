@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from leakproof.codec import Decoder
 from leakproof.config import Config
 from leakproof.errors import DecodeError
-from leakproof.kafka.admin import KafkaMetadata
+from leakproof.kafka.admin import topic_bounds
 from leakproof.kafka.reader import read_range
 from leakproof.model.compiled import CompiledModel, compile_model
 from leakproof.offsets import OffsetRange
-from leakproof.registry import schema_lookup
+from leakproof.registry import decoder_for
 from leakproof.session_cells import readable, to_cells
 from leakproof.sessions import PartitionFolder, PartitionState, fence_key
 
@@ -38,16 +37,10 @@ def sample(cfg: Config, n: int) -> Sample:
     out = Sample(model)
     if n <= 0:
         return out
-    meta = KafkaMetadata(cfg.kafka)
-    try:
-        parts = meta.partitions(cfg.kafka.topic)
-        bounds = meta.log_bounds(cfg.kafka.topic, parts)
-    finally:
-        meta.close()
-    each = -(-n // max(1, len(parts)))
-    decoder = Decoder(cfg.model, cfg.input.writer_schemas, cfg.input.max_ahead_ms,
-                      schema_lookup(cfg.model))
-    for p in parts:
+    bounds = topic_bounds(cfg.kafka)
+    each = -(-n // max(1, len(bounds)))
+    decoder = decoder_for(cfg.model, cfg.input)
+    for p in bounds:
         end = bounds[p].readable_end
         rng = OffsetRange(cfg.kafka.topic, p, max(bounds[p].log_start, end - each), end)
         folder = PartitionFolder(model, fence_key(rng.topic, p), cfg.sessions.close_after_ms,

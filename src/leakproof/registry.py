@@ -21,10 +21,11 @@ import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from leakproof.codec import Decoder
+from leakproof.config import InputConfig
 from leakproof.errors import RegistryRefused, RegistryUnavailable
 from leakproof.model.spec import Model, Registry
 
@@ -33,11 +34,11 @@ CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 
 class RegistryClient:
-    """Calls on one registry; schemas by id are cached for the process (ids are immutable)."""
+    """Calls on one registry. Nothing is cached here: the decoder keeps each writer schema it
+    parsed, by id (ids never change)."""
 
     def __init__(self, cfg: Registry) -> None:
         self._cfg = cfg
-        self._cache: dict[int, str | None] = {}
         self._context = ssl.create_default_context(cafile=cfg.ca_file) if cfg.ca_file else None
         self._auth = None
         if cfg.username is not None and cfg.password is not None:
@@ -54,10 +55,8 @@ class RegistryClient:
 
     def schema(self, schema_id: int) -> str | None:
         """The schema registered under ``schema_id`` (JSON text), or None if there is none."""
-        if schema_id not in self._cache:
-            found = self._call("GET", f"/schemas/ids/{schema_id}", not_found_ok=True)
-            self._cache[schema_id] = None if found is None else str(found["schema"])
-        return self._cache[schema_id]
+        found = self._call("GET", f"/schemas/ids/{schema_id}", not_found_ok=True)
+        return None if found is None else str(found["schema"])
 
     def subjects(self) -> list[str]:
         """The registered subjects."""
@@ -143,13 +142,15 @@ _clients: dict[Registry, RegistryClient] = {}
 
 
 def client(cfg: Registry) -> RegistryClient:
-    """The process's client of ``cfg`` (its schema cache lives as long as the process)."""
+    """The process's client of ``cfg`` (its TLS context and credentials, made once)."""
     found = _clients.get(cfg)
     if found is None:
         found = _clients[cfg] = RegistryClient(cfg)
     return found
 
 
-def schema_lookup(model: Model) -> Callable[[int], str | None] | None:
-    """What the decoder of ``model`` looks writer schemas up with (None: no registry)."""
-    return client(model.registry).schema if model.registry is not None else None
+def decoder_for(model: Model, cfg: InputConfig) -> Decoder:
+    """The decoder of ``model`` with the ``input`` settings, looking writer schemas up in
+    the model's registry when it has one."""
+    lookup = client(model.registry).schema if model.registry is not None else None
+    return Decoder(model, cfg.writer_schemas, cfg.max_ahead_ms, lookup)

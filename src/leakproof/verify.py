@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from leakproof import codec, oracle
+from leakproof import oracle
 from leakproof.config import Config
 from leakproof.errors import DecodeError
 from leakproof.events import Event
@@ -19,10 +19,10 @@ from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import connect
 from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.session_store import scan_readable
-from leakproof.kafka.admin import KafkaMetadata
+from leakproof.kafka.admin import topic_bounds
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
-from leakproof.registry import schema_lookup
+from leakproof.registry import decoder_for
 
 
 @dataclass
@@ -42,17 +42,11 @@ class Verdict:
 
 def read_topic(cfg: Config) -> tuple[dict[int, list[Event]], list[DecodeError]]:
     """Every record of the topic, decoded, per partition in offset order."""
-    meta = KafkaMetadata(cfg.kafka)
-    try:
-        parts = meta.partitions(cfg.kafka.topic)
-        bounds = meta.log_bounds(cfg.kafka.topic, parts)
-    finally:
-        meta.close()
-    events: dict[int, list[Event]] = {p: [] for p in parts}
+    bounds = topic_bounds(cfg.kafka)
+    events: dict[int, list[Event]] = {p: [] for p in bounds}
     bad: list[DecodeError] = []
-    decoder = codec.Decoder(cfg.model, cfg.input.writer_schemas, cfg.input.max_ahead_ms,
-                            schema_lookup(cfg.model))
-    for p in parts:
+    decoder = decoder_for(cfg.model, cfg.input)
+    for p in bounds:
         rng = OffsetRange(cfg.kafka.topic, p, bounds[p].log_start, bounds[p].readable_end)
         for rec in read_range(cfg.kafka, rng):
             try:

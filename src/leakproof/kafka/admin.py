@@ -184,6 +184,15 @@ _COORDINATOR_BUSY = (CoordinatorNotAvailableError, NotCoordinatorError,
                      CoordinatorLoadInProgressError)
 
 
+def topic_bounds(cfg: KafkaConfig) -> dict[int, LogBounds]:
+    """Every partition of ``cfg.topic`` and its log's bounds, in one short-lived client."""
+    meta = KafkaMetadata(cfg)
+    try:
+        return meta.log_bounds(cfg.topic, meta.partitions(cfg.topic))
+    finally:
+        meta.close()
+
+
 def _coordinator_busy(err: object) -> bool:
     """A group coordinator not found yet, moved, or still loading: worth waiting for."""
     cls = err if isinstance(err, type) else type(err)

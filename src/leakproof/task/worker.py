@@ -7,8 +7,8 @@ by the settings that made it, so a task of another config never gets a wrong one
 - HBase connections (``ConnectionSlot``, per ``HBaseConfig``): reset after an error;
 - decoders (per model and ``InputConfig``) and compiled models (per model, in
   ``model.compiled.compile_model``): parsing schemas and compiling the fold are not free;
-- schema registry clients (per registry, in ``registry.client``) and the writer schemas
-  they fetched by id (ids never change);
+- schema registry clients (per registry, in ``registry.client``); the writer schemas they
+  fetched, by id, live in the decoder (ids never change);
 - the closed-session sinks (per servers, group, topic, output settings and partition): a
   transactional producer lives until the broker fences it, then the next range makes another;
 - Kafka consumers: ``kafka.reader`` keeps them (per config, topic and partition), since
@@ -37,7 +37,7 @@ from leakproof.kafka.reader import consumer_cached, read_range
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import Model
 from leakproof.offsets import Gap, OffsetRange
-from leakproof.registry import schema_lookup
+from leakproof.registry import decoder_for
 from leakproof.reports import TaskReport
 from leakproof.task.process import Stores, process_range
 
@@ -56,8 +56,7 @@ def _connection(cfg: HBaseConfig) -> ConnectionSlot:
 def _decoder(model: Model, cfg: InputConfig) -> codec.Decoder:
     decoder = _decoders.get((model, cfg))
     if decoder is None:
-        decoder = _decoders[model, cfg] = codec.Decoder(model, cfg.writer_schemas,
-                                                        cfg.max_ahead_ms, schema_lookup(model))
+        decoder = _decoders[model, cfg] = decoder_for(model, cfg)
     return decoder
 
 
