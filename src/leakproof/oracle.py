@@ -17,7 +17,8 @@ from typing import Any
 
 from leakproof.events import Event
 from leakproof.model import where
-from leakproof.model.spec import Model, load_python
+from leakproof.model.schema import Field
+from leakproof.model.spec import Aggregate, Model, load_python
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
@@ -67,6 +68,7 @@ def expected_rows(partitions: Mapping[int, Iterable[Event]], close_after_ms: int
     fields = model.fields()
     sequenced = model.sequence is not None
     conditions = {a.name: where.parse(a.where) if a.where else None for a in model.aggregates}
+    python = {a.name: load_python(a) for a in model.aggregates if a.python}
     rows: dict[str, dict[str, str]] = {}
     for events in partitions.values():
         applied: dict[str, list[Event]] = defaultdict(list)
@@ -101,33 +103,35 @@ def expected_rows(partitions: Mapping[int, Iterable[Event]], close_after_ms: int
             for agg in model.aggregates:
                 cond = conditions[agg.name]
                 chosen = [e for e in evs if cond is None or holds(cond, e.record)]
-                text = _aggregate(agg, chosen, fields, sequenced)
+                text = _aggregate(agg, chosen, fields, sequenced, python.get(agg.name))
                 if text is not None:
                     row[agg.name] = text
             rows[sid] = row
     return rows
 
 
-def _aggregate(agg: Any, chosen: list[Event], fields: Mapping[str, Any], sequenced: bool
-               ) -> str | None:
-    if agg.python:
-        impl = load_python(agg)
+def _aggregate(agg: Aggregate, chosen: list[Event], fields: Mapping[str, Field],
+               sequenced: bool, impl: Any) -> str | None:
+    """One aggregate's cell text over a session's applied events that pass its ``where``;
+    ``impl``: a Python aggregate's instance."""
+    if impl is not None:
         v = impl.initial()
         for e in chosen:
             v = impl.apply(v, e.record)
         text: str | None = impl.to_text(v)
         return text
-    if agg.fn == "count" and agg.field is None:
+    name = agg.field
+    if name is None:  # count of events: the only built-in without a field
         return str(len(chosen))
     # (order key, value) of each event with a value: the seq, else the place in offset order
-    pairs = [((e.seq or 0) if sequenced else i, e.record[agg.field])
-             for i, e in enumerate(chosen) if e.record[agg.field] is not None]
+    pairs = [((e.seq or 0) if sequenced else i, e.record[name])
+             for i, e in enumerate(chosen) if e.record[name] is not None]
     if agg.fn == "count":
         return str(len(pairs))
     if not pairs:
         return None
     values = [v for _, v in pairs]
-    kind = fields[agg.field].kind
+    kind = fields[name].kind
     if agg.fn == "sum":
         total = values[0]
         for v in values[1:]:
