@@ -490,11 +490,15 @@ def secure_services() -> list[Service]:
 
 
 def registry_service() -> Service:
-    """Apicurio Registry, in memory: its Confluent API at REGISTRY_API."""
+    """Apicurio Registry: its Confluent API at REGISTRY_API. Its schemas are kept in an H2
+    database file under ``registry/data`` (not the default in-memory one), so a registry
+    stopped and started again still knows every id, as a production registry does."""
     runner = next((RUN / "registry" / "app").glob("*-runner.jar"), Path("runner.jar"))
+    data = RUN / "registry" / "data" / "registry_db"
     return Service("registry", "registry", REGISTRY_PORT,
                    ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                     f"-Dquarkus.http.port={REGISTRY_PORT}", f"-Dquarkus.http.host={HOST}",
+                    f"-Dquarkus.datasource.jdbc.url=jdbc:h2:file:{data}",
                     "-jar", str(runner)])
 
 

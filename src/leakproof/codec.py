@@ -13,12 +13,15 @@ the caller can dead-letter the record and go on. The rules, in the order they ar
   or leaves bytes over, each ``input.writer_schemas`` entry is tried as the writer, and the
   first that consumes the value exactly wins; if none does -> ``not_avro`` or
   ``trailing_bytes``. A string field that is not UTF-8 -> ``invalid_utf8``;
-- ``events.format: confluent``: the Confluent wire format, magic byte 0 then the writer
-  schema's 4-byte big-endian registry id, then the record. Another first byte (or a value
-  shorter than 5 bytes) -> ``unknown_magic``; an id the registry does not know ->
-  ``unknown_schema_id``. The writer schema is fetched once per id and resolved against the
-  reader schema (read directly when the two are the same). A registry that cannot be reached
-  raises RegistryUnavailable: an outage, never a dead letter;
+- ``events.format: confluent``: registry-framed Avro (``leakproof.frames``): a frame names
+  the writer schema -- in a ``__value_schema_id`` or ``value.schema.version.id`` header, or
+  at the start of the value: Confluent's magic byte 0 + 4-byte id or 1 + 16-byte GUID, or
+  Cloudera's protocols 0-3 (``events.registry.api: cloudera``). A frame the API does not
+  know (another first byte, a short value, a malformed header) -> ``unknown_magic``; a
+  schema the registry does not know -> ``unknown_schema_id``. The writer schema is fetched
+  once per frame and resolved against the reader schema (read directly when the two are the
+  same). A registry that cannot be reached raises RegistryUnavailable: an outage, never a
+  dead letter;
 - ``events.format: json``: the value must be UTF-8 (``invalid_utf8``) JSON (``not_json``)
   holding an object (``not_json``); each field of the reader schema is taken from it: a
   missing one takes the schema's default, or is ``missing_field``; a value of the wrong type
@@ -48,6 +51,7 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from leakproof.errors import DecodeError, KeyDecodeError, ValueDecodeError
 from leakproof.events import Event, WebEvent, schema_json
+from leakproof.frames import FRAME_LENGTHS, FrameError, describe, frame_of
 from leakproof.model.schema import NO_DEFAULT, Field, without_logical_types
 from leakproof.model.spec import KEY, Model, web_model
 
@@ -85,8 +89,14 @@ def encode_single_object(record: dict[str, Any], writer_schema: Any) -> bytes:
 def encode_confluent(record: dict[str, Any], schema_id: int, writer_schema: Any) -> bytes:
     """The Confluent wire format: magic byte 0, the schema's 4-byte big-endian registry id,
     then the record as schemaless Avro of ``writer_schema`` (parsed)."""
+    return encode_framed(record, b"\x00" + schema_id.to_bytes(4, "big"), writer_schema)
+
+
+def encode_framed(record: dict[str, Any], frame: bytes, writer_schema: Any) -> bytes:
+    """``frame`` (``leakproof.frames``), then the record as schemaless Avro of
+    ``writer_schema`` (parsed)."""
     out = io.BytesIO()
-    out.write(b"\x00" + schema_id.to_bytes(4, "big"))
+    out.write(frame)
     fastavro.schemaless_writer(out, writer_schema, record)
     return out.getvalue()
 
@@ -104,8 +114,10 @@ class Decoder:
 
     def __init__(self, model: Model, writer_schemas: Sequence[str] = (),
                  max_ahead_ms: int = 0,
-                 lookup: Callable[[int], str | None] | None = None) -> None:
-        """``lookup``: a registry id's schema text, or None (``events.format: confluent``)."""
+                 lookup: Callable[[bytes], str | None] | None = None,
+                 api: str = "confluent") -> None:
+        """``lookup``: the schema text a frame names, or None when the registry has none
+        (``events.format: confluent``; ``api`` is ``events.registry.api``)."""
         schema = model.schema
         reader = fastavro.parse_schema(without_logical_types(schema))
         self._reader = reader
@@ -122,8 +134,10 @@ class Decoder:
         if self._framed and lookup is None:
             raise ValueError("events.format: confluent needs a schema lookup")
         self._lookup = lookup
+        self._api = api
+        self._frame_lengths = FRAME_LENGTHS[api]
         self._reader_form = to_parsing_canonical_form(reader)
-        self._by_id: dict[int, Any] = {}  # registry id -> parsed writer (the reader if same)
+        self._by_frame: dict[bytes, Any] = {}  # frame -> parsed writer (the reader if same)
         self._fields: list[Field] = list(model.fields().values())
         self._by_key = model.session_key == KEY
         self._key_field = model.session_key
@@ -132,7 +146,8 @@ class Decoder:
         self._seq = model.sequence
 
     def decode(self, key: bytes | None, value: bytes | None, *, topic: str, partition: int,
-               offset: int, timestamp: int | None = None) -> Event:
+               offset: int, timestamp: int | None = None,
+               headers: Sequence[tuple[str, bytes]] = ()) -> Event:
         """Decode and validate one record; raises KeyDecodeError or ValueDecodeError.
 
         Almost every Avro record is plain schemaless under the reader schema and passes every
@@ -144,7 +159,8 @@ class Decoder:
         if self._json:
             return self._from_json(key, value, topic, partition, offset, timestamp)
         if self._framed:
-            return self._from_registry(key, value, topic, partition, offset, timestamp)
+            return self._from_registry(key, value, topic, partition, offset, timestamp,
+                                       headers)
         if value and value[:2] != SINGLE_OBJECT_MAGIC:
             event = self._fast(key, value, timestamp)
             if event is not None:
@@ -198,43 +214,45 @@ class Decoder:
         raise error(reason, kind=kind, **where)
 
     def _from_registry(self, key: bytes | None, value: bytes | None, topic: str,
-                       partition: int, offset: int, timestamp: int | None) -> Event:
-        """Confluent framing: the common case -- a known id whose schema is the reader's --
-        reads the record straight after the 5-byte header."""
-        if value and len(value) >= 5 and value[0] == 0 \
-                and self._by_id.get(int.from_bytes(value[1:5], "big")) is self._reader:
-            event = self._fast(key, value, timestamp, 5)
-            if event is not None:
-                return event
+                       partition: int, offset: int, timestamp: int | None,
+                       headers: Sequence[tuple[str, bytes]]) -> Event:
+        """Registry framing: the common case -- a known frame at the start of the value whose
+        schema is the reader's -- reads the record straight after the frame."""
+        if not headers and value:
+            n = self._frame_lengths.get(value[0], 0)
+            if n and self._by_frame.get(value[:n]) is self._reader:
+                event = self._fast(key, value, timestamp, n)
+                if event is not None:
+                    return event
         where = self._where(key, value, topic, partition, offset)
         assert value is not None  # _where raised for a tombstone
-        if len(value) < 5 or value[0] != 0:
-            raise ValueDecodeError(f"not the Confluent wire format: magic byte "
-                                   f"{value[0]:#04x}{' (short value)' if len(value) < 5 else ''}"
-                                   f", expected 0x00", kind="unknown_magic", **where)
-        rec = self._read(value, 5, self._writer(int.from_bytes(value[1:5], "big"), where),
-                         where)
+        try:
+            frame, start = frame_of(self._api, value, headers)
+        except FrameError as exc:
+            raise ValueDecodeError(str(exc), kind="unknown_magic", **where) from None
+        rec = self._read(value, start, self._writer(frame, where), where)
         return self._valid(rec, key, timestamp, where)
 
-    def _writer(self, schema_id: int, where: dict[str, Any]) -> Any:
-        """The parsed writer schema of a registry id, fetched once (ids never change)."""
-        writer = self._by_id.get(schema_id)
+    def _writer(self, frame: bytes, where: dict[str, Any]) -> Any:
+        """The parsed writer schema a frame names, fetched once (ids never change)."""
+        writer = self._by_frame.get(frame)
         if writer is not None:
             return writer
         assert self._lookup is not None
-        text = self._lookup(schema_id)  # RegistryUnavailable passes up: an outage
+        text = self._lookup(frame)  # RegistryUnavailable passes up: an outage
+        name = describe(self._api, frame)
         if text is None:
-            raise ValueDecodeError(f"schema id {schema_id} is not in the registry",
-                                   kind="unknown_schema_id", **where)
+            raise ValueDecodeError(f"{name} is not in the registry", kind="unknown_schema_id",
+                                   **where)
         try:
             writer = fastavro.parse_schema(without_logical_types(json.loads(text)))
         except Exception as exc:
-            raise ValueDecodeError(f"schema id {schema_id}: the registry's schema does not "
-                                   f"parse: {type(exc).__name__}: {exc}", kind="not_avro",
+            raise ValueDecodeError(f"{name}: the registry's schema does not parse: "
+                                   f"{type(exc).__name__}: {exc}", kind="not_avro",
                                    **where) from exc
         if to_parsing_canonical_form(writer) == self._reader_form:
             writer = self._reader  # the same schema: read without resolution
-        self._by_id[schema_id] = writer
+        self._by_frame[frame] = writer
         return writer
 
     def _from_json(self, key: bytes | None, value: bytes | None, topic: str, partition: int,

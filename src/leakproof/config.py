@@ -259,6 +259,12 @@ def from_dict(data: Any, base: Path | None = None) -> Config:
     if hbase.auth == "kerberos" and kerberos is None:
         raise ConfigError("'hbase.auth' kerberos needs 'security.kerberos' (principal and "
                           "keytab)")
+    model = read_model(root.get("events"), root.get("aggregates"), base or Path.cwd())
+    if model.registry is not None and model.registry.auth == "kerberos":
+        if kerberos is None:
+            raise ConfigError("'events.registry.auth' kerberos needs 'security.kerberos' "
+                              "(principal and keytab)")
+        model = replace(model, registry=replace(model.registry, kerberos=kerberos))
     return Config(
         kafka=kafka,
         hbase=hbase,
@@ -268,7 +274,7 @@ def from_dict(data: Any, base: Path | None = None) -> Config:
         output=_output(_section(root.get("output", {}), "output")),
         input=_input(_section(root.get("input", {}), "input"), base or Path.cwd()),
         offsets=_offsets(_section(root.get("offsets", {}), "offsets")),
-        model=read_model(root.get("events"), root.get("aggregates"), base or Path.cwd()),
+        model=model,
     )
 
 

@@ -1,8 +1,11 @@
-"""A Confluent-compatible schema registry, over the standard library's HTTP client.
+"""A schema registry -- Confluent's API (and compatible ones: Apicurio's ``ccompat``) or
+Cloudera's -- over the standard library's HTTP client.
 
-The maintained Python clients either pin old HTTP stacks or pull in librdkafka; leakproof
-needs three calls (a schema by id, register a schema, list subjects), so it makes them with
-``urllib``: basic auth, a CA file for TLS, a timeout per call.
+The maintained Python clients either pin old HTTP stacks or pull in librdkafka (and a source
+build for Kerberos); leakproof needs a handful of calls (the schema a frame names, a subject's
+latest schema, register a schema, list subjects), so it makes them with ``urllib``: basic auth
+or SPNEGO (a fresh Negotiate token per call, from the job's keytab login), a CA file for TLS,
+a timeout per call.
 
 A registry that cannot be reached (refused, timed out, 5xx) is an outage, never a bad
 record: ``schema`` retries (0.5 s doubling to 5 s) for ``outage_tolerance_s`` and then raises
@@ -21,9 +24,11 @@ import ssl
 import time
 import urllib.error
 import urllib.request
+import uuid
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from leakproof import kerberos
 from leakproof.codec import Decoder
 from leakproof.config import InputConfig
 from leakproof.errors import RegistryRefused, RegistryUnavailable
@@ -54,21 +59,51 @@ class RegistryClient:
                                          else f"{host}:{parts.port}"))
 
     def schema(self, schema_id: int) -> str | None:
-        """The schema registered under ``schema_id`` (JSON text), or None if there is none."""
-        found = self._call("GET", f"/schemas/ids/{schema_id}", not_found_ok=True)
+        """The schema registered under Confluent id ``schema_id``, or None if there is none."""
+        return self.schema_of(b"\x00" + schema_id.to_bytes(4, "big"))
+
+    def schema_of(self, frame: bytes) -> str | None:
+        """The schema (JSON text) a frame (``leakproof.frames``) names, or None if the
+        registry has none."""
+        magic, ident = frame[0], frame[1:]
+        if self._cfg.api == "confluent":
+            path = (f"/schemas/guids/{uuid.UUID(bytes=ident)}" if magic == 1
+                    else f"/schemas/ids/{int.from_bytes(ident, 'big')}")
+            found = self._call("GET", path, not_found_ok=True)
+            return None if found is None else str(found["schema"])
+        if magic == 1:  # Cloudera: schema metadata id + version number
+            meta = self._call("GET", f"/schemaregistry/schemasById/"
+                                     f"{int.from_bytes(ident[:8], 'big')}", not_found_ok=True)
+            if meta is None:
+                return None
+            name = quote(str(meta["schemaMetadata"]["name"]), safe="")
+            path = f"/schemaregistry/schemas/{name}/versions/{int.from_bytes(ident[8:], 'big')}"
+        else:  # Cloudera: a schema version id, as an int or a long
+            path = f"/schemaregistry/schemas/versionsById/{int.from_bytes(ident, 'big')}"
+        found = self._call("GET", path, not_found_ok=True)
+        return None if found is None else str(found["schemaText"])
+
+    def latest(self, subject: str) -> str | None:
+        """The latest schema registered under ``subject`` (Confluent API), or None."""
+        found = self._call("GET", f"/subjects/{quote(subject, safe='')}/versions/latest",
+                           not_found_ok=True)
         return None if found is None else str(found["schema"])
 
     def subjects(self) -> list[str]:
         """The registered subjects."""
-        found = self._call("GET", "/subjects")
+        path = "/schemaregistry/schemas" if self._cfg.api == "cloudera" else "/subjects"
+        found = self._call("GET", path)
+        if self._cfg.api == "cloudera":
+            return [str(e["schemaMetadata"]["name"]) for e in (found or {}).get("entities", [])]
         return [str(s) for s in found or []]
 
     def check_at_start(self) -> None:
         """One call, made by the job at start: refused credentials stop it now (exit 1,
         naming the registry); a registry that does not answer only gets a warning, since
         the ranges ride an outage out."""
+        path = "/schemaregistry/schemas" if self._cfg.api == "cloudera" else "/subjects"
         try:
-            self._once("GET", "/subjects", None)
+            self._once("GET", path, None)
         except urllib.error.HTTPError as exc:
             if exc.code in (401, 403):
                 raise RegistryRefused(f"schema registry {self.where} refused the credentials "
@@ -118,6 +153,19 @@ class RegistryClient:
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
 
+    def _negotiate(self) -> str:
+        """A fresh SPNEGO token for one call (the registry authenticates each request)."""
+        assert self._cfg.kerberos is not None  # config.from_dict checked it
+        service = self._cfg.kerberos_service()
+        ctx = kerberos.context(self._cfg.kerberos, service, spnego=True)
+        gssapi: Any = __import__("gssapi")
+        try:
+            token = ctx.step(None) or b""
+        except gssapi.exceptions.GSSError as exc:
+            raise kerberos.explain(exc, self._cfg.kerberos, f"the schema registry {service}") \
+                from exc
+        return "Negotiate " + base64.b64encode(token).decode()
+
     def _once(self, method: str, path: str, body: Any) -> Any:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self._cfg.url + path, data=data, method=method)
@@ -126,6 +174,8 @@ class RegistryClient:
             req.add_header("Content-Type", CONTENT_TYPE)
         if self._auth is not None:
             req.add_header("Authorization", self._auth)
+        elif self._cfg.auth == "kerberos":
+            req.add_header("Authorization", self._negotiate())
         with urllib.request.urlopen(req, timeout=self._cfg.timeout_s,
                                     context=self._context) as resp:
             return json.loads(resp.read() or b"null")
@@ -152,5 +202,7 @@ def client(cfg: Registry) -> RegistryClient:
 def decoder_for(model: Model, cfg: InputConfig) -> Decoder:
     """The decoder of ``model`` with the ``input`` settings, looking writer schemas up in
     the model's registry when it has one."""
-    lookup = client(model.registry).schema if model.registry is not None else None
-    return Decoder(model, cfg.writer_schemas, cfg.max_ahead_ms, lookup)
+    if model.registry is None:
+        return Decoder(model, cfg.writer_schemas, cfg.max_ahead_ms)
+    return Decoder(model, cfg.writer_schemas, cfg.max_ahead_ms,
+                   client(model.registry).schema_of, model.registry.api)

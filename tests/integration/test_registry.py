@@ -27,7 +27,7 @@ from leakproof.model.spec import Registry
 from leakproof.produce import send_raw
 from leakproof.registry import RegistryClient
 
-from .helpers import ROOT, Env, assert_offsets_chain, run_cli
+from .helpers import ROOT, Env, assert_offsets_chain, run_cli, stack
 
 pytestmark = pytest.mark.integration
 REGISTRY = "http://127.0.0.1:8081/apis/ccompat/v7"
@@ -119,6 +119,36 @@ def test_a_registry_down_when_the_job_starts_is_waited_for_and_nothing_is_dead_l
         text = job.text()
     assert "schema registry" in text and "retry" in text  # it said it was waiting
     verify = run_cli("verify", "--config", config, "--spec", spec.as_arg(), check=False)
+    assert "EXACT MATCH" in verify.stdout, verify.stdout + verify.stderr
+    assert dead_letters(env) == {}
+
+
+@pytest.mark.serial
+def test_a_registry_stopped_before_the_job_starts_is_waited_for_and_nothing_is_dead_lettered(
+        env: Env) -> None:
+    """The registry's process stopped (connections refused) before the job starts and
+    started again while its ranges wait; it keeps its schemas on disk, as a production
+    registry does, so it comes back knowing every id."""
+    config = framed_config(env, "stopped", {"url": REGISTRY, "timeout_s": 2,
+                                            "outage_tolerance_s": 180})
+    v1, v2 = GeneratorSpec(seed=2811, events=2_000, sessions=200), \
+        GeneratorSpec(seed=2812, events=2_000, sessions=200)
+    run_cli("produce", "--config", config, "--format", "confluent", "--events", "2000",
+            "--sessions", "200", "--seed", "2811")
+    produce_v2(env, v2)
+    stack("stop", "registry")
+    try:
+        with env.background("--until-idle", "6", config=config, name="stopped") as job:
+            time.sleep(20)  # it starts, plans, and its ranges retry the refused registry
+            assert job.poll() is None, job.text()[-3000:]
+            stack("start", "registry")
+            assert job.wait(timeout=300) == 0, job.text()[-6000:]
+            text = job.text()
+    finally:
+        stack("start", "registry")  # a no-op when it is up
+    assert "schema registry" in text and "Connection refused" in text
+    verify = run_cli("verify", "--config", config, "--spec", v1.as_arg(), "--spec",
+                     v2.as_arg(), check=False)
     assert "EXACT MATCH" in verify.stdout, verify.stdout + verify.stderr
     assert dead_letters(env) == {}
 

@@ -34,7 +34,7 @@ def test_keyed_records_read_back_in_order_by_assign_and_seek(env: Env) -> None:
     for tp, end in ends.items():
         got = list(read_range(env.cfg.kafka, OffsetRange(env.name, tp.partition, 0, end)))
         assert [o for o, *_ in got] == list(range(end))
-        by_partition[tp.partition] = [v for _, _, v, _ in got if v is not None]
+        by_partition[tp.partition] = [v for _, _, v, *_ in got if v is not None]
         keys = {k for _, k, *_ in got}
         # one key lives in one partition: keys never span partitions
         for other, values in by_partition.items():
@@ -65,8 +65,8 @@ def test_ranges_read_exactly_when_record_sizes_outgrow_the_sized_fetches(env: En
         part = list(read_range(env.cfg.kafka, OffsetRange(env.name, 1, lo, hi)))
         assert [o for o, *_ in part] == list(range(lo, hi))
         got += part
-    assert [len(v or b"") for _, _, v, _ in got] == sizes
-    assert all(v == bytes([o % 251]) * sizes[o] for o, _, v, _ in got)
+    assert [len(v or b"") for _, _, v, *_ in got] == sizes
+    assert all(v == bytes([o % 251]) * sizes[o] for o, _, v, *_ in got)
 
 def test_happybase_batch_put_get_and_reverse_prefix_scan(env: Env) -> None:
     conn = env.hbase()
@@ -151,7 +151,7 @@ def test_range_read_steps_over_transaction_markers(env: Env) -> None:
     consumer.close()
     assert end == 18  # 15 records + 3 commit markers
     got = list(read_range(env.cfg.kafka, OffsetRange(env.name, 0, 0, end)))
-    assert [v for _, _, v, _ in got] == [f"{b}-{i}".encode() for b in range(3) for i in range(5)]
+    assert [v for _, _, v, *_ in got] == [f"{b}-{i}".encode() for b in range(3) for i in range(5)]
     assert [o for o, *_ in got] == [o for o in range(18) if o % 6 != 5]
     # a range ending on a marker ends there; one starting after it starts cleanly
     assert [o for o, *_ in read_range(env.cfg.kafka, OffsetRange(env.name, 0, 3, 6))] == [3, 4]

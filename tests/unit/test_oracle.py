@@ -71,7 +71,7 @@ def fold_in_batches(events: list[WebEvent], cut_every: int,
     by_value = {str(i).encode(): e for i, e in enumerate(events)}
 
     def decode(key: bytes | None, value: bytes | None, *, topic: str, partition: int,
-               offset: int, timestamp: int) -> Event:
+               offset: int, timestamp: int, headers: object = ()) -> Event:
         assert value is not None
         return by_value[value].as_event()
 

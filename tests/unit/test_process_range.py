@@ -34,6 +34,7 @@ class Rec:
     key: bytes | None
     value: bytes | None
     timestamp: int = 0
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def ev(sid: str, seq: int, ts: int, kind: str = "pageview") -> WebEvent:
@@ -41,7 +42,7 @@ def ev(sid: str, seq: int, ts: int, kind: str = "pageview") -> WebEvent:
 
 
 def decode(key: bytes | None, value: bytes | None, *, topic: str, partition: int,
-           offset: int, timestamp: int) -> Event:
+           offset: int, timestamp: int, headers: object = ()) -> Event:
     """The fake wire format: a key into EVENTS; a null value is a tombstone."""
     if value is None:
         raise DecodeError("null value", kind="tombstone", topic=topic, partition=partition,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 from kafka import KafkaConsumer, TopicPartition
@@ -40,6 +40,7 @@ class KafkaRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     timestamp: int  # ms; the producer's create time or the broker's append time
+    headers: Sequence[tuple[str, bytes]] = ()  # a registry's schema id may travel here
 
 
 def consumer_settings(cfg: KafkaConfig) -> dict[str, Any]:
@@ -176,7 +177,8 @@ def read_range(cfg: KafkaConfig, rng: OffsetRange, gaps: list[Gap] | None = None
                 if record.offset >= rng.until_offset:
                     return
                 if record.offset >= position:
-                    yield KafkaRecord(record.offset, record.key, record.value, record.timestamp)
+                    yield KafkaRecord(record.offset, record.key, record.value, record.timestamp,
+                                      record.headers or ())
             new_position = consumer.position(tp)
             if new_position > position:
                 position = new_position

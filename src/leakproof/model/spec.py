@@ -18,16 +18,22 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
+from urllib.parse import urlsplit
 
 import yaml
 
 from leakproof.errors import ConfigError
+from leakproof.frames import Api
 from leakproof.model import schema as avro
 from leakproof.model import where
 
+if TYPE_CHECKING:  # config imports this module: the login is only typed here
+    from leakproof.config import KerberosConfig
+
 Fn = Literal["count", "sum", "min", "max", "first", "last"]
 Format = Literal["avro", "json", "confluent"]
+RegistryAuth = Literal["none", "basic", "kerberos"]
 KEY = "@key"
 # cells every session row has whatever its model (family s), which no aggregate may take
 BUILT_IN_CELLS = ("first_ts", "last_ts", "state", "late_events", "duplicates", "out_of_order")
@@ -61,9 +67,10 @@ class Aggregate:
 
 @dataclass(frozen=True)
 class Registry:
-    """A Confluent-compatible schema registry (``events.registry``): where writer schemas of
-    ``events.format: confluent`` records are fetched by id. The password never reaches a
-    repr; the url is shown without any user info."""
+    """A schema registry (``events.registry``): where writer schemas of ``events.format:
+    confluent`` records are fetched. ``api`` is the registry's REST API and the frames its
+    serializers write (``leakproof.frames``). The password never reaches a repr; the url is
+    shown without any user info."""
 
     url: str
     username: str | None = None
@@ -71,6 +78,17 @@ class Registry:
     ca_file: str | None = None
     outage_tolerance_s: float = 120.0
     timeout_s: float = 10.0
+    api: Api = "confluent"
+    auth: RegistryAuth = "none"
+    service_principal: str | None = None  # SPNEGO's target; default HTTP/<url host>
+    # From ``security.kerberos`` (the job's login), not a key of its own.
+    kerberos: KerberosConfig | None = field(default=None, repr=False, compare=False)
+
+    def kerberos_service(self) -> str:
+        """The registry's full principal name for SPNEGO (``HTTP/host@REALM``)."""
+        assert self.kerberos is not None
+        name = self.service_principal or f"HTTP/{(urlsplit(self.url).hostname or '').lower()}"
+        return name if "@" in name else f"{name}@{self.kerberos.realm}"
 
 
 @dataclass(frozen=True)
@@ -145,7 +163,8 @@ def _registry(data: Any, fmt: str, base: Path) -> Registry | None:
     if not isinstance(data, Mapping) or not isinstance(data.get("url"), str):
         raise ConfigError("'events.registry.url' is required with 'events.format: confluent' "
                           "(for example http://127.0.0.1:8081/apis/ccompat/v7)")
-    known = {"url", "username", "password", "ca_file", "outage_tolerance_s", "timeout_s"}
+    known = {"url", "username", "password", "ca_file", "outage_tolerance_s", "timeout_s",
+             "api", "auth", "service_principal"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"unknown key 'events.registry.{unknown[0]}'; valid keys here: "
@@ -156,18 +175,35 @@ def _registry(data: Any, fmt: str, base: Path) -> Registry | None:
     if (data.get("username") is None) != (data.get("password") is None):
         raise ConfigError("'events.registry.username' and 'events.registry.password' go "
                           "together (HTTP basic auth)")
+    api = data.get("api", "confluent")
+    if api not in get_args(Api):
+        raise ConfigError(f"'events.registry.api' must be one of {', '.join(get_args(Api))}, "
+                          f"got {api!r}")
+    auth = data.get("auth", "basic" if data.get("username") is not None else "none")
+    if auth not in get_args(RegistryAuth):
+        raise ConfigError(f"'events.registry.auth' must be one of "
+                          f"{', '.join(get_args(RegistryAuth))}, got {auth!r}")
+    if (auth == "basic") != (data.get("username") is not None):
+        raise ConfigError("'events.registry.auth' basic needs 'events.registry.username' and "
+                          "'password', and they are read with basic only")
+    principal = data.get("service_principal")
+    if principal is not None and (auth != "kerberos" or not isinstance(principal, str)):
+        raise ConfigError("'events.registry.service_principal' is a principal name, read "
+                          "with 'events.registry.auth: kerberos' only")
     ca = data.get("ca_file")
     if ca is not None:
         ca = str(base / ca)
         if not Path(ca).is_file():
             raise ConfigError(f"'events.registry.ca_file': no such file {ca}")
-    numbers = {}
+    numbers: dict[str, float] = {}
     for key, default in (("outage_tolerance_s", 120.0), ("timeout_s", 10.0)):
         value = data.get(key, default)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
             raise ConfigError(f"'events.registry.{key}' must be a number >= 0, got {value!r}")
         numbers[key] = float(value)
-    return Registry(url, data.get("username"), data.get("password"), ca, **numbers)
+    return Registry(url, data.get("username"), data.get("password"), ca,
+                    numbers["outage_tolerance_s"], numbers["timeout_s"], api=api, auth=auth,
+                    service_principal=principal)
 
 
 def _schema_text(path: Any, base: Path) -> tuple[str, str]:

@@ -42,6 +42,9 @@ class Record(Protocol):
     def value(self) -> bytes | None: ...
 
     @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+
+    @property
     def timestamp(self) -> int: ...
 
 
@@ -49,7 +52,8 @@ class Decode(Protocol):
     """A record's event, or DecodeError naming its kind (``codec.Decoder.decode``)."""
 
     def __call__(self, key: bytes | None, value: bytes | None, *, topic: str, partition: int,
-                 offset: int, timestamp: int) -> Event: ...
+                 offset: int, timestamp: int, headers: Sequence[tuple[str, bytes]] = ()
+                 ) -> Event: ...
 
 
 class StoredPartition(NamedTuple):

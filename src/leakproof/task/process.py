@@ -78,7 +78,8 @@ def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, s
     for rec in records:  # once per record: locals only
         try:
             keep((rec.offset, decode(rec.key, rec.value, topic=topic, partition=partition,
-                                     offset=rec.offset, timestamp=rec.timestamp)))
+                                     offset=rec.offset, timestamp=rec.timestamp,
+                                     headers=rec.headers)))
         except DecodeError as err:
             dead.append(err)
             report.dead_letter_kinds[err.kind] = report.dead_letter_kinds.get(err.kind, 0) + 1
