@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args
 import yaml
 
 from leakproof.errors import ConfigError
-from leakproof.model.spec import Model, read_model, web_model
+from leakproof.model.spec import Model, Registry, read_model, read_registry, web_model
 
 OffsetReset = Literal["earliest", "latest", "none"]
 DataLossPolicy = Literal["fail", "skip"]
@@ -27,6 +27,7 @@ ThriftProtocol = Literal["binary", "compact"]
 HBaseAuth = Literal["none", "kerberos"]
 SaslQop = Literal["auth", "auth-int", "auth-conf"]
 OffsetsStore = Literal["hbase", "kafka", "zookeeper"]
+SummaryFormat = Literal["json", "avro"]
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -207,6 +208,11 @@ class OutputConfig:
     closed_sessions_topic: str | None = None
     transactional: bool = True
     transaction_timeout_s: float = 30.0
+    # json: the row's family s as text. avro: typed, registry-framed (magic 0 + id), under a
+    # schema derived from the model and registered as <closed_sessions_topic>-value in
+    # ``registry`` (``output.registry``, else ``events.registry``).
+    format: SummaryFormat = "json"
+    registry: Registry | None = None
 
 
 @dataclass(frozen=True)
@@ -271,7 +277,8 @@ def from_dict(data: Any, base: Path | None = None) -> Config:
         kerberos=kerberos,
         job=_job(_section(root.get("job", {}), "job")),
         sessions=_sessions(_section(root.get("sessions", {}), "sessions")),
-        output=_output(_section(root.get("output", {}), "output")),
+        output=_output(_section(root.get("output", {}), "output"), model, kerberos,
+                       base or Path.cwd()),
         input=_input(_section(root.get("input", {}), "input"), base or Path.cwd()),
         offsets=_offsets(_section(root.get("offsets", {}), "offsets")),
         model=model,
@@ -536,9 +543,33 @@ def _offsets(data: dict[str, Any]) -> OffsetsConfig:
                          zookeeper_hosts=s.text("zookeeper_hosts"))
 
 
-def _output(data: dict[str, Any]) -> OutputConfig:
+def _output(data: dict[str, Any], model: Model, kerberos: KerberosConfig | None, base: Path
+            ) -> OutputConfig:
+    registry_data = data.get("registry")
     s = _Section(data, "output", OutputConfig)
+    fmt = s.choice("format", SummaryFormat)
+    registry = None
+    if registry_data is not None:
+        if fmt != "avro":
+            raise ConfigError("'output.registry' is only read with 'output.format: avro'")
+        registry = read_registry(_section(registry_data, "output.registry"), "output.registry",
+                                 base)
+        if registry.api != "confluent":
+            raise ConfigError("'output.registry.api' must be confluent: summaries are "
+                              "registered and framed the Confluent way")
+        if registry.auth == "kerberos":
+            if kerberos is None:
+                raise ConfigError("'output.registry.auth' kerberos needs 'security.kerberos' "
+                                  "(principal and keytab)")
+            registry = replace(registry, kerberos=kerberos)
+    elif fmt == "avro":
+        registry = model.registry
+        if registry is None or registry.api != "confluent":
+            raise ConfigError("'output.format: avro' needs 'output.registry.url' (or "
+                              "'events.registry' with api confluent) to register the "
+                              "summary schema in")
     return OutputConfig(
         closed_sessions_topic=s.text("closed_sessions_topic", pattern=_TOPIC_RE, optional=True),
         transactional=s.flag("transactional"),
-        transaction_timeout_s=s.number("transaction_timeout_s", minimum=0, exclusive=True))
+        transaction_timeout_s=s.number("transaction_timeout_s", minimum=0, exclusive=True),
+        format=fmt, registry=registry)

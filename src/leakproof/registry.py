@@ -116,9 +116,19 @@ class RegistryClient:
                         getattr(exc, "reason", exc))
 
     def register(self, subject: str, schema_text: str) -> int:
-        """Register ``schema_text`` under ``subject`` (idempotent); its id."""
-        found = self._call("POST", f"/subjects/{quote(subject, safe='')}/versions",
-                           body={"schema": schema_text})
+        """Register ``schema_text`` under ``subject`` (idempotent); its id. Two workers
+        registering the same new subject at once: the registry may answer the second 409;
+        then the schema is looked up under the subject, where the first one put it."""
+        path = f"/subjects/{quote(subject, safe='')}"
+        try:
+            found = self._call("POST", f"{path}/versions", body={"schema": schema_text})
+        except RegistryRefused as exc:
+            if "HTTP 409" not in str(exc):
+                raise
+            found = self._call("POST", path, body={"schema": schema_text}, not_found_ok=True)
+            if found is None:
+                raise RegistryRefused(f"schema registry {self.where}: the schema is not "
+                                      f"compatible with subject {subject}: {exc}") from None
         assert found is not None
         return int(found["id"])
 

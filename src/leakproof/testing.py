@@ -23,6 +23,7 @@ from leakproof.outbox import PUBLISHED, Outbox
 from leakproof.runs import RUNNING, STOPPED, RunState
 from leakproof.session_cells import from_cells, order_cells_of, to_cells
 from leakproof.sessions import NO_WATERMARK, PartitionState, SessionState
+from leakproof.summaries import Encode
 from leakproof.task.ports import StoredPartition
 
 
@@ -305,6 +306,7 @@ class FakeSummarySink:
 
     journal: Journal
     committed: list[tuple[str, list[tuple[bytes, bytes]]]] = field(default_factory=list)
+    encode: Encode | None = None  # None: JSON
 
     def published(self, outbox_id: str) -> bool:
         return any(i == outbox_id for i, _ in self.committed)

@@ -288,18 +288,22 @@ def closed_rows(env: Env) -> dict[str, dict[str, str]]:
         conn.close()
 
 
-def summaries(topic: str, isolation: str) -> list[tuple[str, dict[str, Any]]]:
-    """Every summary on the output topic, in order, as a consumer at ``isolation`` sees it."""
+def summaries(topic: str, isolation: str, decode: Callable[[bytes], dict[str, Any]] = json.loads
+              ) -> list[tuple[str, dict[str, Any]]]:
+    """Every summary on the output topic, in order, as a consumer at ``isolation`` sees it
+    (``decode``: a record value to {cell: text})."""
     consumer = KafkaConsumer(topic, bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}", group_id=None,
                              auto_offset_reset="earliest", consumer_timeout_ms=5000,
                              isolation_level=isolation)
     try:
-        return [(m.key.decode(), json.loads(m.value)) for m in consumer]
+        return [(m.key.decode(), decode(m.value)) for m in consumer]
     finally:
         consumer.close()
 
 
-def published_once_per_change(env: Env, topic: str) -> dict[str, dict[str, str]]:
+def published_once_per_change(env: Env, topic: str,
+                              decode: Callable[[bytes], dict[str, Any]] = json.loads
+                              ) -> dict[str, dict[str, str]]:
     """A read_committed consumer sees every closed session, once per change, ending with its
     row; returns the closed rows.
 
@@ -309,7 +313,7 @@ def published_once_per_change(env: Env, topic: str) -> dict[str, dict[str, str]]
     """
     closed = closed_rows(env)
     by_session: dict[str, list[dict[str, Any]]] = {}
-    for sid, summary in summaries(topic, "read_committed"):
+    for sid, summary in summaries(topic, "read_committed", decode):
         by_session.setdefault(sid, []).append(summary)
     assert set(by_session) == set(closed), (f"{len(set(closed) - set(by_session))} missing, "
                                             f"{len(set(by_session) - set(closed))} extra")

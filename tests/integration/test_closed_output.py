@@ -6,10 +6,17 @@ the standalone cluster is in test_cluster_faults.py.
 
 from __future__ import annotations
 
+import io
+import json
+from typing import Any
+
+import fastavro
 import pytest
 
 from leakproof.generator import GeneratorSpec
+from leakproof.model.spec import Registry
 from leakproof.produce import create_topic
+from leakproof.registry import RegistryClient
 
 from .helpers import (
     Env,
@@ -21,6 +28,7 @@ from .helpers import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
+REGISTRY = "http://127.0.0.1:8081/apis/ccompat/v7"
 
 
 @pytest.mark.slow
@@ -88,3 +96,35 @@ def test_two_workers_taking_turns_on_a_partition_each_publish(env: Env) -> None:
         b.close()
     seen = [sid for sid, _ in summaries(topic, "read_committed")]
     assert seen == [f"s{turn}-{i}" for turn in range(5) for i in range(3000)]
+
+
+def test_avro_summaries_are_registry_framed_under_a_schema_derived_from_the_model(
+        env: Env) -> None:
+    """output.format: avro: the summary schema is registered as <topic>-value in the real
+    registry, each value is magic 0 + that id + a typed record, and the summaries a
+    read_committed consumer decodes with the registry's schema equal the closed rows."""
+    topic = f"{env.name}-avro"
+    create_topic(env.cfg.kafka, topic, 2)
+    spec = GeneratorSpec(seed=2620, events=4_000, sessions=600, span_s=3 * 3600)
+    env.produce(spec)
+    registry = RegistryClient(Registry(REGISTRY))
+    avro = env.variant("avro", output={"closed_sessions_topic": topic, "format": "avro",
+                                       "registry": {"url": REGISTRY}})
+    env.run("--until-idle", "4", config=avro)
+    env.verify(spec)
+    latest = json.loads(registry.latest(f"{topic}-value") or "null")
+    assert latest["name"] == "SessionSummary"
+    assert {"name": "events", "type": ["null", "long"], "default": None} in latest["fields"]
+    writers: dict[bytes, Any] = {}
+
+    def decode(value: bytes) -> dict[str, Any]:
+        assert value[0] == 0, value[:5]
+        if value[:5] not in writers:
+            text = registry.schema(int.from_bytes(value[1:5], "big"))
+            writers[value[:5]] = fastavro.parse_schema(json.loads(text or "null"))
+        rec = fastavro.schemaless_reader(io.BytesIO(value[5:]), writers[value[:5]], None)
+        assert isinstance(rec, dict)
+        return {k: str(v) for k, v in rec.items() if v is not None}
+
+    assert len(published_once_per_change(env, topic, decode)) > 300
+    assert len(writers) == 1  # one schema for every summary

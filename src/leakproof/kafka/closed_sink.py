@@ -30,6 +30,7 @@ from leakproof.crashpoints import crash_point
 from leakproof.errors import PublishError
 from leakproof.kafka import producer_settings
 from leakproof.kafka.reader import consumer_settings
+from leakproof.summaries import Encode
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,11 @@ def within(seconds: float, what: str, call: Callable[[], T]) -> T:
 class ClosedSink:
     """Publishes one source partition's closed-session summaries to the output topic."""
 
-    def __init__(self, kafka: KafkaConfig, output: OutputConfig, partition: int) -> None:
+    def __init__(self, kafka: KafkaConfig, output: OutputConfig, partition: int,
+                 encode: Encode | None = None) -> None:
+        """``encode``: a summary's record value (None: JSON)."""
         assert output.closed_sessions_topic is not None
+        self.encode = encode
         self._kafka, self._output, self.partition = kafka, output, partition
         self.topic = output.closed_sessions_topic
         self.txn_id = transactional_id(kafka, partition) if output.transactional else None

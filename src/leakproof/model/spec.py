@@ -163,44 +163,52 @@ def _registry(data: Any, fmt: str, base: Path) -> Registry | None:
     if not isinstance(data, Mapping) or not isinstance(data.get("url"), str):
         raise ConfigError("'events.registry.url' is required with 'events.format: confluent' "
                           "(for example http://127.0.0.1:8081/apis/ccompat/v7)")
+    return read_registry(data, "events.registry", base)
+
+
+def read_registry(data: Mapping[str, Any], key: str, base: Path) -> Registry:
+    """A registry's settings under ``key`` (``events.registry``, ``output.registry``)."""
+    if not isinstance(data.get("url"), str):
+        raise ConfigError(f"'{key}.url' is required (for example "
+                          f"http://127.0.0.1:8081/apis/ccompat/v7)")
     known = {"url", "username", "password", "ca_file", "outage_tolerance_s", "timeout_s",
              "api", "auth", "service_principal"}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ConfigError(f"unknown key 'events.registry.{unknown[0]}'; valid keys here: "
+        raise ConfigError(f"unknown key '{key}.{unknown[0]}'; valid keys here: "
                           f"{', '.join(sorted(known))}")
     url = data["url"].rstrip("/")
     if not url.startswith(("http://", "https://")):
-        raise ConfigError("'events.registry.url' must start with http:// or https://")
+        raise ConfigError(f"'{key}.url' must start with http:// or https://")
     if (data.get("username") is None) != (data.get("password") is None):
-        raise ConfigError("'events.registry.username' and 'events.registry.password' go "
-                          "together (HTTP basic auth)")
+        raise ConfigError(f"'{key}.username' and '{key}.password' go together (HTTP "
+                          f"basic auth)")
     api = data.get("api", "confluent")
     if api not in get_args(Api):
-        raise ConfigError(f"'events.registry.api' must be one of {', '.join(get_args(Api))}, "
-                          f"got {api!r}")
+        raise ConfigError(f"'{key}.api' must be one of {', '.join(get_args(Api))}, got "
+                          f"{api!r}")
     auth = data.get("auth", "basic" if data.get("username") is not None else "none")
     if auth not in get_args(RegistryAuth):
-        raise ConfigError(f"'events.registry.auth' must be one of "
+        raise ConfigError(f"'{key}.auth' must be one of "
                           f"{', '.join(get_args(RegistryAuth))}, got {auth!r}")
     if (auth == "basic") != (data.get("username") is not None):
-        raise ConfigError("'events.registry.auth' basic needs 'events.registry.username' and "
-                          "'password', and they are read with basic only")
+        raise ConfigError(f"'{key}.auth' basic needs '{key}.username' and 'password', and "
+                          f"they are read with basic only")
     principal = data.get("service_principal")
     if principal is not None and (auth != "kerberos" or not isinstance(principal, str)):
-        raise ConfigError("'events.registry.service_principal' is a principal name, read "
-                          "with 'events.registry.auth: kerberos' only")
+        raise ConfigError(f"'{key}.service_principal' is a principal name, read with "
+                          f"'{key}.auth: kerberos' only")
     ca = data.get("ca_file")
     if ca is not None:
         ca = str(base / ca)
         if not Path(ca).is_file():
-            raise ConfigError(f"'events.registry.ca_file': no such file {ca}")
+            raise ConfigError(f"'{key}.ca_file': no such file {ca}")
     numbers: dict[str, float] = {}
-    for key, default in (("outage_tolerance_s", 120.0), ("timeout_s", 10.0)):
-        value = data.get(key, default)
+    for name, default in (("outage_tolerance_s", 120.0), ("timeout_s", 10.0)):
+        value = data.get(name, default)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-            raise ConfigError(f"'events.registry.{key}' must be a number >= 0, got {value!r}")
-        numbers[key] = float(value)
+            raise ConfigError(f"'{key}.{name}' must be a number >= 0, got {value!r}")
+        numbers[name] = float(value)
     return Registry(url, data.get("username"), data.get("password"), ca,
                     numbers["outage_tolerance_s"], numbers["timeout_s"], api=api, auth=auth,
                     service_principal=principal)

@@ -16,6 +16,7 @@ from leakproof.events import Event
 from leakproof.open_index import Entry, IndexChanges
 from leakproof.outbox import Outbox
 from leakproof.sessions import PartitionState, SessionState
+from leakproof.summaries import Encode
 
 __all__ = [
     "DeadLetters",
@@ -120,7 +121,10 @@ class DeadLetters(Protocol):
 
 
 class SummarySink(Protocol):
-    """The closed-session summaries of one source partition (Kafka, in transactions)."""
+    """The closed-session summaries of one source partition (Kafka, in transactions);
+    ``encode`` makes a summary's record value (``leakproof.summaries``; None: JSON)."""
+
+    encode: Encode | None
 
     def published(self, outbox_id: str) -> bool:
         """Whether the outbox ``outbox_id`` went out (its commit marker says so)."""

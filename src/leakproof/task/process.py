@@ -17,9 +17,8 @@ idempotent, so the replay of the range after a crash anywhere leaves the same ro
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from leakproof.crashpoints import crash_point
@@ -29,15 +28,13 @@ from leakproof.model.compiled import CompiledModel
 from leakproof.offsets import OffsetRange
 from leakproof.outbox import Outbox, outbox_id
 from leakproof.reports import TaskReport
-from leakproof.session_cells import readable, to_cells
 from leakproof.sessions import (
-    CLOSED,
     NO_WATERMARK,
     FoldResult,
     PartitionFolder,
-    SessionState,
     fence_key,
 )
+from leakproof.summaries import json_summary
 from leakproof.task import index
 from leakproof.task.ports import (
     DeadLetters,
@@ -124,7 +121,9 @@ def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, s
         rows = {sid: s for sid, s in result.touched.items() if s.closed}
         rows.update(stores.sessions.read(set(outbox.sessions) - rows.keys()))
         t_pub = time.monotonic()
-        stores.summaries.publish(summaries(rows, model), outbox.id, rng.until_offset)
+        encode = stores.summaries.encode or json_summary(model)
+        stores.summaries.publish([(sid.encode(), encode(sid, s)) for sid, s in rows.items()],
+                                 outbox.id, rng.until_offset)
         crash_point("task_after_publish")
         stores.partitions.outbox_published(topic, partition, outbox.id)
         report.publish_s = time.monotonic() - t_pub
@@ -143,17 +142,3 @@ def owed(sink: SummarySink, stored: Outbox, result: FoldResult, new_id: str) -> 
         stored = Outbox(stored.id, stored.sessions, published=stored.id)
     closed = [sid for sid, s in result.touched.items() if s.closed]
     return stored.next(new_id, [*closed, *result.closed_untouched])
-
-
-def summaries(rows: Mapping[str, SessionState], model: CompiledModel
-              ) -> list[tuple[bytes, bytes]]:
-    """Key = session id, value = the row's family ``s`` (the model's aggregates and the
-    built-in cells) as JSON, state closed: on a compacted topic the newest summary of a
-    session is the one kept."""
-    out = []
-    for sid, s in rows.items():
-        summary = readable(to_cells(s, model))
-        summary["state"] = CLOSED
-        out.append((sid.encode("utf-8"),
-                    json.dumps({"session_id": sid, **summary}).encode()))
-    return out

@@ -21,6 +21,7 @@ pickles by reference; nothing here imports the CLI's modules.
 from __future__ import annotations
 
 import gc
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,12 +38,14 @@ from leakproof.kafka.reader import consumer_cached, read_range
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import Model
 from leakproof.offsets import Gap, OffsetRange
-from leakproof.registry import decoder_for
+from leakproof.registry import client, decoder_for
 from leakproof.reports import TaskReport
+from leakproof.summaries import Encode, avro_summary, summary_schema
 from leakproof.task.process import Stores, process_range
 
 _connections: dict[HBaseConfig, ConnectionSlot] = {}
 _decoders: dict[tuple[Model, InputConfig], codec.Decoder] = {}
+_encoders: dict[tuple[Model, OutputConfig], Encode] = {}
 _sinks: dict[tuple[str, str, str, OutputConfig, int], ClosedSink] = {}
 
 
@@ -65,8 +68,25 @@ def _sink(cfg: Config, partition: int) -> ClosedSink:
     key = (k.bootstrap_servers, k.group_id, k.topic, cfg.output, partition)
     sink = _sinks.get(key)
     if sink is None:
-        sink = _sinks[key] = ClosedSink(cfg.kafka, cfg.output, partition)
+        sink = _sinks[key] = ClosedSink(cfg.kafka, cfg.output, partition,
+                                        _summary_encoder(cfg))
     return sink
+
+
+def _summary_encoder(cfg: Config) -> Encode | None:
+    """None for JSON; for Avro, the summary schema registered (once per worker and output:
+    registering is idempotent) and its id framed before each record."""
+    if cfg.output.format != "avro":
+        return None
+    key = (cfg.model, cfg.output)
+    found = _encoders.get(key)
+    if found is None:
+        assert cfg.output.registry is not None and cfg.output.closed_sessions_topic  # config
+        model = compile_model(cfg.model)
+        schema_id = client(cfg.output.registry).register(
+            f"{cfg.output.closed_sessions_topic}-value", json.dumps(summary_schema(model)))
+        found = _encoders[key] = avro_summary(model, b"\x00" + schema_id.to_bytes(4, "big"))
+    return found
 
 
 def run_range(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int) -> TaskReport:
