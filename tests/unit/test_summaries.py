@@ -41,4 +41,5 @@ def test_an_avro_summary_reads_back_to_the_rows_values_and_matches_the_json_one(
                    "exit_url": None, "unknown_types": 0, "first_ts": 1_000, "last_ts": 9_000,
                    "state": "closed", "late_events": 1, "duplicates": 0, "out_of_order": 0}
     text = json.loads(json_summary(model)("s1", s))
+    assert isinstance(rec, dict)
     assert {k: str(v) for k, v in rec.items() if v is not None} == text
