@@ -3,17 +3,22 @@ Thrift server over SASL/GSSAPI at auth-conf and over HTTPS + SPNEGO (`stack.py s
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import happybase
 import pytest
@@ -22,8 +27,11 @@ from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
 from leakproof import config
+from leakproof.errors import RegistryRefused
 from leakproof.generator import GeneratorSpec
+from leakproof.model.spec import Registry
 from leakproof.produce import create_topic
+from leakproof.registry import RegistryClient
 
 from .helpers import ROOT, Env, require_yarn, run_cli, standalone_submit, submit_yarn
 
@@ -31,6 +39,7 @@ pytestmark = [pytest.mark.integration]
 
 FACTS = Path(os.environ.get("LEAKPROOF_STACK_DIR", ROOT / ".services")) / "secure" / "facts.json"
 MODES = ("sasl", "https")
+REGISTRY = "http://127.0.0.1:8081/apis/ccompat/v7"
 
 
 def facts() -> dict[str, Any]:
@@ -247,3 +256,85 @@ def test_clock_skew_stops_the_job_at_start_unless_krb5_may_correct_it(tmp_path: 
     out = skewed("produce", "--events", "50", "--sessions", "5", "--seed", "7",
                  config_path=lenient)
     assert out.returncode == 0 and "produced 50 events" in out.stdout, out.stderr[-3000:]
+
+
+class _SpnegoRegistry(BaseHTTPRequestHandler):
+    """The local registry behind SPNEGO, as a Kerberized registry is: a request without a
+    valid Negotiate token for HTTP/127.0.0.1 is answered 401; an accepted one is passed on
+    to the real registry, and the client's principal noted."""
+
+    acceptor: Any = None
+    principals: ClassVar[list[str]] = []
+    refused: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self._relay()
+
+    def do_POST(self) -> None:
+        self._relay()
+
+    def _relay(self) -> None:
+        import gssapi
+
+        auth = self.headers.get("Authorization", "")
+        try:
+            ctx = gssapi.SecurityContext(creds=self.acceptor, usage="accept")
+            ctx.step(base64.b64decode(auth.removeprefix("Negotiate ")))
+            assert auth.startswith("Negotiate ") and ctx.complete
+        except Exception as exc:  # noqa: BLE001 - any failure is a refusal
+            self.refused.append(f"{type(exc).__name__}: {exc}")
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", "Negotiate")
+            self.end_headers()
+            return
+        self.principals.append(str(ctx.initiator_name))
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
+        req = urllib.request.Request(REGISTRY + self.path.removeprefix("/ccompat"), data=body,
+                                     method=self.command)
+        req.add_header("Content-Type", self.headers.get("Content-Type", "application/json"))
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                status, data = resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            status, data = err.code, err.read()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_kerberized_registry_is_reached_over_spnego_and_the_job_is_exact(
+        tmp_path: Path) -> None:
+    """events.registry.auth: kerberos: the producer, the driver and the Python workers each
+    send a fresh SPNEGO token from the job's keytab login; a client without one is refused."""
+    import gssapi
+
+    f = facts()
+    os.environ["KRB5_CONFIG"] = f["krb5_conf"]
+    http_keytab = str(Path(f["keytab"]).parent / "http.keytab")
+    _SpnegoRegistry.acceptor = gssapi.Credentials(usage="accept",
+                                                  store={"keytab": http_keytab})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _SpnegoRegistry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/ccompat"
+    try:
+        env = make_env("sasl", tmp_path)
+        web = yaml.safe_load((ROOT / "config.yml").read_text())
+        framed = env.variant("spnego", events={
+            "format": "confluent", "session_key": "session_id", "event_time": "ts",
+            "sequence": "seq", "registry": {"url": url, "auth": "kerberos", "timeout_s": 5}},
+            aggregates=web["aggregates"])
+        spec = GeneratorSpec(seed=2890, events=3_000, sessions=300)
+        run_cli("produce", "--config", framed, "--format", "confluent", "--events", "3000",
+                "--sessions", "300", "--seed", "2890")
+        env.run("--until-idle", "4", config=framed)
+        env.verify(spec, config=framed)
+        with pytest.raises(RegistryRefused, match="refused the credentials"):
+            RegistryClient(Registry(url, timeout_s=5)).subjects()
+    finally:
+        server.shutdown()
+    assert set(_SpnegoRegistry.principals) == {f["principal"]}
+    assert len(_SpnegoRegistry.principals) >= 2  # the producer's register, a worker's fetch
