@@ -33,6 +33,7 @@ from leakproof.backpressure import PIDRateEstimator
 from leakproof.commit_stores import open_store
 from leakproof.config import Config
 from leakproof.crashpoints import crash_point
+from leakproof.driver import spark_compat
 from leakproof.driver.batch import BatchOutcome, BatchPlan, batch_millis
 from leakproof.driver.committing import Committer
 from leakproof.driver.control import RunControl, RunLimits
@@ -449,12 +450,13 @@ def executor_locations(sc: Any) -> list[str] | None:
     None: this Spark would not say (the caller warns once and runs without preferences)."""
     try:
         scheduler = sc._jsc.sc().taskScheduler()
-        to_java = sc._jvm.scala.jdk.javaapi.CollectionConverters.asJava
+        spark = spark_compat.line(sc)
         found = []
         for host in {i.host() for i in sc._jsc.sc().statusTracker().getExecutorInfos()}:
             ids = scheduler.getExecutorsAliveOnHost(host)
             if ids.isDefined():
-                found += [f"executor_{host}_{e}" for e in to_java(ids.get()) if e != "driver"]
+                found += [f"executor_{host}_{e}" for e in spark.to_java_list(sc._jvm, ids.get())
+                          if e != "driver"]
         return sorted(found)
     except Exception:  # placement is a preference: run without it
         log.debug("cannot list the executors", exc_info=True)
@@ -512,13 +514,13 @@ def rdd_with_locations(sc: Any, items: list[tuple[Any, str]]) -> Any:
     from pyspark.serializers import BatchedSerializer, CPickleSerializer
 
     jvm, pickler = sc._jvm, CPickleSerializer()
-    scala = jvm.scala.jdk.javaapi.CollectionConverters
+    spark = spark_compat.line(sc)
     pairs = jvm.java.util.ArrayList()
     for item, location in items:
-        where = scala.asScala(jvm.java.util.Collections.singletonList(location)).toSeq()
+        where = spark.to_seq(jvm, jvm.java.util.Collections.singletonList(location))
         pairs.add(jvm.scala.Tuple2(pickler.dumps([item]), where))  # type: ignore[no-untyped-call]
     tag = jvm.scala.reflect.ClassTag.AnyRef()
-    jrdd = sc._jsc.sc().makeRDD(scala.asScala(pairs).toSeq(), tag)
+    jrdd = sc._jsc.sc().makeRDD(spark.to_seq(jvm, pairs), tag)
     return RDD(jvm.org.apache.spark.api.java.JavaRDD.fromRDD(jrdd, tag), sc,
                BatchedSerializer(pickler, 1))  # type: ignore[no-untyped-call]
 
@@ -609,4 +611,10 @@ def spark_context(cfg: Config) -> Any:
         gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
         sc = SparkContext(conf=conf, gateway=gateway)
     sc.setLogLevel(os.environ.get("LEAKPROOF_SPARK_LOG_LEVEL", "WARN"))
+    spark = spark_compat.line(sc)
+    if not spark.supported:
+        sc.stop()
+        raise ConfigError(f"Spark {sc.version} is not supported: leakproof runs on Spark 3.5 "
+                          f"and 4.x (spark-submit from such a Spark, or its pyspark wheel)")
+    log.info("Spark %s (Scala %d.%d)", sc.version, *spark.scala)
     return sc
