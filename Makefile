@@ -13,7 +13,7 @@ ARGS ?=
 SYSTEM_PACKAGES := libkrb5-dev krb5-user faketime
 
 .DEFAULT_GOAL := help
-.PHONY: help system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
+.PHONY: help venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -25,6 +25,15 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
+
+# the pyspark 3.5 line (Scala 2.12): the same project and tools at constraints-spark35.txt
+.venv-spark35/bin/.installed: pyproject.toml constraints-spark35.txt $(BIN)/.installed
+	test -x .venv-spark35/bin/python || $(PY) -m venv .venv-spark35
+	.venv-spark35/bin/pip install -q --upgrade pip
+	.venv-spark35/bin/pip install -q -c constraints-spark35.txt -e '.[dev]'
+	touch $@
+
+venv-spark35: .venv-spark35/bin/.installed ## create .venv-spark35: leakproof on pyspark 3.5, at the versions in constraints-spark35.txt
 
 system-deps: ## Debian packages: MIT Kerberos headers (to build gssapi), its client tools; faketime (tests)
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
@@ -70,6 +79,9 @@ test: venv ## README command 2: lint, start the stack, run every test tier, stop
 
 test-fast: venv ## unit + the quiet integration tests (no faults, cluster, slow or serial), Kafka and HBase only
 	scripts/test.sh fast $(ARGS)
+
+test-kafka3: venv ## the Kafka-facing integration tests against a Kafka 3.9 broker in place of 4.x (stack up first)
+	scripts/test_kafka3.sh $(ARGS)
 
 test-unit: venv ## the pure tests only (no network, no JVM)
 	$(BIN)/pytest -q tests/unit
@@ -117,6 +129,6 @@ yarn-down: venv ## stop the MiniYARNCluster
 yarn-pack: venv ## .services/yarn/leakproof-env.tar.gz: the job's Python env for --archives
 	$(BIN)/python scripts/yarn_pack.py
 
-clean: ## remove the venv, the stack's jars and data, caches
+clean: ## remove the venvs, the stack's jars and data, caches
 	-$(STACK) down 2>/dev/null
-	rm -rf $(VENV) .services .pytest_cache .mypy_cache .ruff_cache .test-results src/*.egg-info
+	rm -rf $(VENV) .venv-spark35 .services .pytest_cache .mypy_cache .ruff_cache .test-results src/*.egg-info

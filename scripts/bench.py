@@ -238,10 +238,10 @@ def read_ranges(cfg_path: str, ranges: list[OffsetRange]) -> int:
     n = 0
     decoder = decoder_for(cfg.model, cfg.input)
     for rng in ranges:
-        for offset, key, value, timestamp in read_range(cfg.kafka, rng):
+        for offset, key, value, timestamp, headers in read_range(cfg.kafka, rng):
             with contextlib.suppress(DecodeError):  # the job dead-letters; same cost here
                 decoder.decode(key, value, topic=rng.topic, partition=rng.partition,
-                               offset=offset, timestamp=timestamp)
+                               offset=offset, timestamp=timestamp, headers=headers)
             n += 1
     return n
 

@@ -304,6 +304,35 @@ def kafka_service() -> Service:
                     str(run / "server.properties")])
 
 
+def kafka3_service() -> Service:
+    """A Kafka 3.x broker (``services/kafka3``) in place of the 4.x one: same port, same
+    settings, its own data; for running the Kafka-facing tests against the older line."""
+    run = RUN / "kafka3"
+    opts = ["-Xms512m", "-Xmx1g", "-server", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dkafka.logs.dir={run / 'logs'}",
+            f"-Dlog4j.configuration=file:{SERVICES / 'kafka3' / 'log4j.properties'}"]
+    return Service("kafka3", "kafka3", KAFKA_PORT,
+                   ["java", *opts, "-cp", f"{run / 'lib'}/*", "kafka.Kafka",
+                    str(run / "server.properties")])
+
+
+def prepare_kafka3() -> None:
+    """Its jars, its server.properties (the 4.x broker's, which it shares the TLS keystore
+    with), its storage formatted once."""
+    fetch(("kafka3",))
+    run = RUN / "kafka3"
+    make_broker_certificate()
+    render(SERVICES / "kafka" / "server.properties", run / "server.properties",
+           ROOT=RUN / "kafka", PORT=KAFKA_PORT, CONTROLLER_PORT=KAFKA_CONTROLLER_PORT,
+           SASL_PORT=KAFKA_SASL_PORT, SASL_USER=KAFKA_SASL_USER,
+           SASL_PASSWORD=KAFKA_SASL_PASSWORD, TLS_PASSWORD=KAFKA_TLS_PASSWORD)
+    text = (run / "server.properties").read_text()
+    (run / "server.properties").write_text(text.replace(f"log.dirs={RUN / 'kafka'}/data",
+                                                        f"log.dirs={run}/data"))
+    if not (run / "data" / "meta.properties").exists():
+        format_kafka_storage(run / "server.properties", run / "lib")
+
+
 def hbase_java(name: str, heap: str) -> list[str]:
     run = RUN / "hbase"
     return [
@@ -514,7 +543,7 @@ def optional_services() -> list[Service]:
     """Started only on request (``stack.py start NAME``), e.g. by the transport tests."""
     return [thrift_service("thrift-framed-compact", THRIFT_FC_PORT, framed=True, compact=True),
             thrift_service("thrift-spare", THRIFT_SPARE_PORT),
-            yarn_service()]
+            yarn_service(), kafka3_service()]
 
 
 def all_services() -> list[Service]:
@@ -587,7 +616,7 @@ def probe_hbase(port: int = THRIFT_PORT, transport: str = "buffered",
 def wait_ready(svc: Service) -> None:
     """Return once ``svc`` answers the way its clients use it, not merely once it listens."""
     t0 = time.monotonic()
-    if svc.name == "kafka":
+    if svc.name in ("kafka", "kafka3"):
         wait_until(svc, "describe_cluster", probe_kafka)
     elif svc.name == "registry":
         wait_until(svc, "GET /subjects", probe_registry)
@@ -658,7 +687,7 @@ def prepare_kafka(wipe: bool) -> None:
     format_kafka_storage(run / "server.properties")
 
 
-def format_kafka_storage(properties: Path) -> None:
+def format_kafka_storage(properties: Path, lib: Path = RUN / "kafka" / "lib") -> None:
     # A random id starts with "-" one time in 64, and the tool's parser then takes it for an
     # option ("--cluster-id: expected one argument"): Kafka's own random-uuid never makes one
     # like that, so neither do we, and the value is attached with "=" as well.
@@ -666,7 +695,7 @@ def format_kafka_storage(properties: Path) -> None:
     while cluster_id.startswith("-"):
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
     result = subprocess.run(
-        ["java", "-XX:TieredStopAtLevel=1", "-cp", f"{RUN / 'kafka' / 'lib'}/*",
+        ["java", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*",
          f"-Dlog4j2.configurationFile=file:{SERVICES / 'kafka' / 'log4j2.properties'}",
          "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c",
          str(properties), "--ignore-formatted"],
@@ -979,6 +1008,8 @@ def main(argv: list[str] | None = None) -> int:
             yarn_up()
         elif args.cmd == "start":
             svc = by_name(args.name)
+            if args.name == "kafka3":
+                prepare_kafka3()
             svc.start()
             wait_ready(svc)
     except StackError as exc:

@@ -4,7 +4,9 @@
 #
 #   scripts/test.sh        everything: first the `serial` tests alone (they stop or kill
 #                          shared services, or judge timing), then the quiet modules two at a
-#                          time on one stack (the cluster tests on one worker, in turn)
+#                          time on one stack (the cluster tests on one worker, in turn), then
+#                          the integration core again on pyspark 3.5 (.venv-spark35), its
+#                          standalone cluster restarted from Spark 3.5's jars
 #   scripts/test.sh fast   unit + the integration tests that are neither faults, cluster,
 #                          slow nor serial; Kafka and HBase only
 #
@@ -26,7 +28,7 @@ step() { echo; echo "== $* ($((SECONDS - t0))s)"; }
 fail() { echo "make test: $*" >&2; exit 1; }
 tests() {  # NAME ARGS...: one pytest run, its results kept for the summary
   local name=$1; shift
-  $bin/pytest --durations=25 --junitxml="$results/$name.xml" "$@"
+  ${pytest:-$bin/pytest} --durations=25 --junitxml="$results/$name.xml" "$@"
   local rc=$?
   [ $rc -eq 5 ] && fail "pytest collected no tests ($name)"
   [ $rc -ne 0 ] && failed="$failed $name"
@@ -48,6 +50,8 @@ if [ $mode = full ]; then
   # pip runs while the services start (they spend much of their start waiting)
   $bin/python scripts/yarn_pack.py > "$results/yarn-pack.log" 2>&1 &
   pack=$!
+  make -s venv-spark35 > "$results/venv-spark35.log" 2>&1 &
+  venv35=$!
 fi
 # the tests' class-data-sharing archive for Spark drivers (tests/integration/short_jvms.py),
 # made once per Spark and JDK; else the first test session makes it while every worker waits
@@ -98,6 +102,21 @@ else
   tests serial -m "integration and serial" "$@" tests/integration
   step "integration tests, $workers at a time (the cluster group on one worker)"
   tests parallel -n "$workers" --dist loadgroup -m "integration and not serial" "$@" tests/integration
+  step "the integration core on pyspark 3.5: pipeline, restart, driver kill, stops, standalone, YARN"
+  wait $venv35 || { cat "$results/venv-spark35.log"; fail "could not build .venv-spark35"; }
+  for s in spark-worker1 spark-worker2 spark-master; do $bin/python scripts/stack.py stop $s; done
+  .venv-spark35/bin/python scripts/stack.py up --spark | grep -E "spark|error" \
+    || fail "the Spark 3.5 standalone cluster did not start"
+  pytest=.venv-spark35/bin/pytest tests spark35 -n 2 --dist loadgroup -m integration "$@" \
+    tests/integration/test_pipeline.py::test_end_to_end_matches_the_oracle \
+    tests/integration/test_pipeline.py::test_restart_after_some_batches_resumes_exactly \
+    tests/integration/test_pipeline.py::test_driver_killed_after_session_writes_before_commit \
+    tests/integration/test_stopping.py tests/integration/test_spark_submit.py \
+    tests/integration/test_yarn.py
+  if [ "$started" = 0 ]; then  # a developer's stack: its standalone cluster back on this venv's Spark
+    for s in spark-worker1 spark-worker2 spark-master; do $bin/python scripts/stack.py stop $s; done
+    $bin/python scripts/stack.py up --spark > /dev/null || fail "could not restart Spark"
+  fi
 fi
 
 step "summary"
