@@ -17,6 +17,7 @@ machine like the nodes (same OS and Python path), or use a relocatable Python.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -46,11 +47,25 @@ def main() -> int:
     # application's containers unpack the archive file by file before they start
     subprocess.run([str(env / "bin" / "python"), "-m", "pip", "uninstall", "-q", "-y", "pip",
                     "setuptools"], check=True)
+    # what the archive expects of the nodes, written into it and printed: a packed venv is
+    # honest only about what it can carry
+    facts = {
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "interpreter": str(Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}."
+                                                            f"{sys.version_info.minor}"),
+        "leakproof": project["version"],
+        "pyspark": "not included: the cluster's Spark ships its own (3.5 or 4.x)",
+        "java": "whatever that Spark runs on: 8, 11 or 17 for 3.5; 17 or 21 for 4.x",
+        "kerberos": "the node's MIT Kerberos library (libgssapi_krb5) for security.kerberos",
+    }
+    (env / "leakproof-env.json").write_text(json.dumps(facts, indent=2) + "\n")
     ARCHIVE.unlink(missing_ok=True)
     subprocess.run([str(Path(sys.executable).parent / "venv-pack"), "-p", str(env), "-o",
                     str(ARCHIVE), "-q"], check=True)
     print(f"{ARCHIVE}: {ARCHIVE.stat().st_size / 2**20:.1f} MiB in "
-          f"{time.monotonic() - started:.0f}s")
+          f"{time.monotonic() - started:.0f}s; the nodes need:")
+    for key, value in facts.items():
+        print(f"  {key}: {value}")
     return 0
 
 
