@@ -37,6 +37,7 @@ from leakproof.driver import spark_compat
 from leakproof.driver.batch import BatchOutcome, BatchPlan, batch_millis
 from leakproof.driver.committing import Committer
 from leakproof.driver.control import RunControl, RunLimits
+from leakproof.driver.grouping import group
 from leakproof.driver.placement import place
 from leakproof.driver.planning import Planner
 from leakproof.driver.progress import Progress, log_line
@@ -119,7 +120,8 @@ class Job:
     # ------------------------------------------------------------------ per batch: plan
 
     def plan_rdd(self, t: datetime, _tick: Any) -> Any:
-        """``transform`` callback: build this batch's RDD, one Spark partition per range."""
+        """``transform`` callback: build this batch's RDD, one Spark partition per task, each
+        holding a run of ranges (``grouping``)."""
         from pyspark import SparkContext
 
         sc = SparkContext.getOrCreate()
@@ -146,8 +148,10 @@ class Job:
         if executors is None and not self._placement_warned:
             self._placement_warned = True
             log.warning("cannot list the executors; ranges run without a preferred executor")
+        cores = int(sc.defaultParallelism)
         if not executors:  # local mode (one executor, nothing to prefer), or none listed yet
-            return sc.parallelize(work, len(work))
+            runs = [ranges for ranges, _ in group(work, cores)]
+            return sc.parallelize(runs, len(runs))
         # every assigned partition, with records or not, so a quiet one keeps its executor
         # and the first placement does not depend on which partitions had records
         placed = place((r.partition for r in plan.ranges), executors, self._placement)
@@ -155,7 +159,8 @@ class Job:
             log.info("ranges prefer executors: %s", ", ".join(
                 f"p{p}@{where.rsplit('_', 1)[-1]}" for p, where in sorted(placed.items())))
         self._placement = placed
-        return rdd_with_locations(sc, [(r, self._placement[r.partition]) for r in work])
+        return rdd_with_locations(sc, [(ranges, where or "")
+                                       for ranges, where in group(work, cores, placed)])
 
     # ------------------------------------------------------------------ per batch: output
 
@@ -201,11 +206,12 @@ class Job:
         assert self.committer is not None
         cfg, batch_ms, epoch = self.cfg, plan.batch_ms, self.committer.lease.epoch
 
-        def task(ranges: Iterator[OffsetRange]) -> Iterator[TaskReport]:
+        def task(runs: Iterator[tuple[OffsetRange, ...]]) -> Iterator[TaskReport]:
             from leakproof.task.worker import run_range
 
-            for rng in ranges:
-                yield run_range(cfg, batch_ms, rng, epoch)
+            for ranges in runs:
+                for rng in ranges:  # in partition order, each its own fence and report
+                    yield run_range(cfg, batch_ms, rng, epoch)
 
         try:  # the Spark UI's job list then says which ranges each batch read
             rdd.context.setJobDescription(f"leakproof batch {batch_ms}: {plan.describe()}")
