@@ -11,6 +11,7 @@ import textwrap
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from leakproof.hbase.partition_store import short_scan
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
 from leakproof.produce import send_raw
@@ -81,6 +82,27 @@ def test_happybase_batch_put_get_and_reverse_prefix_scan(env: Env) -> None:
         rows = list(table.scan(row_prefix=b"topic:grp:", reverse=True))
         assert [k for k, _ in rows] == [f"topic:grp:{t:013d}".encode() for t in (3000, 2000, 1000)]
         assert b"probe" in {t.split(b"_", 1)[-1] for t in conn.tables()}
+    finally:
+        conn.close()
+
+
+def test_the_short_scan_reads_what_happybases_scan_reads_in_every_batch_size(
+        env: Env) -> None:
+    """``short_scan`` stops on a short answer: whether the rows fill the last batch or not,
+    it returns exactly the rows happybase's own scan does, in order."""
+    conn = env.hbase()
+    try:
+        conn.create_table("scan", {"o": {}})
+        table = conn.table("scan")
+        with table.batch() as b:
+            for i in range(7):
+                b.put(f"t:3:{i:03d}".encode(), {b"o:s": str(i).encode(), b"o:t": b"x"})
+            b.put(b"t:4:000", {b"o:s": b"past the stop row"})
+        want = list(table.scan(row_start=b"t:3:", row_stop=b"t:4:"))
+        assert len(want) == 7
+        for batch_size in (1, 3, 7, 10):
+            assert list(short_scan(table, b"t:3:", b"t:4:", batch_size)) == want, batch_size
+        assert list(short_scan(table, b"t:5:", b"t:6:", 3)) == []
     finally:
         conn.close()
 

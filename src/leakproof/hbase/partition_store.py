@@ -12,7 +12,10 @@ The driver's rows of the same table (lease, topic id, gaps, run record) are ``st
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import happybase
+from happybase.table import TScan  # the Thrift struct happybase itself scans with
 
 from leakproof.hbase.state_store import read_lease_epoch
 from leakproof.open_index import MAX_BUCKET, MAX_WIDTH, Entry, IndexChanges, bucket_of
@@ -95,9 +98,8 @@ class PartitionStore:
             return []
         start = _open_row(topic, partition, since - MAX_WIDTH)
         found = []
-        for key, cells in self._table.scan(row_start=start,
-                                           row_stop=_open_row(topic, partition, before),
-                                           batch_size=batch_size):
+        for key, cells in short_scan(self._table, start, _open_row(topic, partition, before),
+                                     batch_size):
             bucket = int(key.rsplit(b":", 1)[1])
             found += [Entry(bucket, k[2:].decode("utf-8"), int(v)) for k, v in cells.items()]
         return found
@@ -138,6 +140,26 @@ class PartitionStore:
                 for bucket, sids in index.deletes.items():
                     batch.delete(_open_row(topic, partition, bucket),
                                  columns=[f"o:{sid}".encode() for sid in sorted(sids)])
+
+
+def short_scan(table: happybase.Table, start: bytes, stop: bytes, batch_size: int
+               ) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
+    """``table.scan(row_start=start, row_stop=stop)`` without its last round trip: happybase
+    asks for more until an empty answer, where a short answer already says the scan is done.
+    A range's index scan is short, so this is three calls instead of four -- one in ten of
+    what a range of a wide topic sends HBase."""
+    client = table.connection.client
+    scan_id = client.scannerOpenWithScan(table.name, TScan(startRow=start, stopRow=stop,
+                                                           caching=batch_size), {})
+    try:
+        while True:
+            items = client.scannerGetList(scan_id, batch_size)
+            for item in items:
+                yield item.row, {name: cell.value for name, cell in item.columns.items()}
+            if len(items) < batch_size:
+                return
+    finally:
+        client.scannerClose(scan_id)
 
 
 class LeaseReader:
