@@ -64,6 +64,10 @@ def test_found_entries_close_expire_or_are_dropped_as_their_rows_say() -> None:
     assert changes.deletes == {0: {"expired", "moved", "gone", "closed"}}
 
 
+def table_scan(table: Any, start: bytes, stop: bytes, batch_size: int) -> Any:
+    return table.scan(row_start=start, row_stop=stop, batch_size=batch_size)
+
+
 class StateTable:
     """The happybase.Table calls PartitionStore makes, over a dict of rows (keys sorted on scan)."""
 
@@ -105,7 +109,7 @@ class StateConnection:
 
 def test_the_store_reads_only_buckets_below_the_cutoff_and_writes_the_watermark_last() -> None:
     conn = StateConnection()
-    store = PartitionStore(conn, "state")
+    store = PartitionStore(conn, "state", table_scan)
     changes = open_index.IndexChanges()
     for sid, ts in (("a", 10_000), ("b", 60_000), ("c", 500_000)):
         changes.put(bucket_of(ts, W), sid, ts)
@@ -127,7 +131,7 @@ def test_an_open_set_of_the_old_layout_moves_into_the_index() -> None:
     conn = StateConnection()
     conn.t.rows[b"wm:t:0"] = {b"w:watermark": b"90000", b"w:offset": b"7", b"w:version": b"x",
                               b"o:a": b"10000", b"o:b": b"70000"}
-    store = PartitionStore(conn, "state")
+    store = PartitionStore(conn, "state", table_scan)
     assert store.read_partition("t", 0, W)[:3] == (PartitionState(90_000, 7), 0, 0)
     assert conn.t.rows[b"wm:t:0"] == {b"w:watermark": b"90000", b"w:offset": b"7"}
     assert sorted(store.scan_open("t", 0, 0, 10**12), key=lambda e: e.session_id) == [
@@ -136,7 +140,7 @@ def test_an_open_set_of_the_old_layout_moves_into_the_index() -> None:
 
 def test_a_range_that_stops_while_writing_the_index_leaves_its_mark_until_one_completes() -> None:
     conn = StateConnection()
-    store = PartitionStore(conn, "state")
+    store = PartitionStore(conn, "state", table_scan)
     moved = open_index.IndexChanges()
     moved.put(bucket_of(700_000, W), "a", 700_000)
     # the puts went out, the deletes and the last put did not: w:pending stays

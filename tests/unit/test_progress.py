@@ -9,7 +9,7 @@ from datetime import datetime
 import pytest
 
 from leakproof.driver.batch import BatchOutcome, BatchPlan, Committed, batch_millis
-from leakproof.driver.progress import Progress, log_line, progress_record
+from leakproof.driver.progress import Progress, log_line, progress_record, ranges_text
 from leakproof.offsets import Gap, LogBounds, OffsetRange
 from leakproof.reports import BatchTotals, TaskReport
 
@@ -80,3 +80,10 @@ def test_metrics_from_the_typed_outcome() -> None:
     assert 'leakproof_lag_records{group="g",partition="0",topic="t"} 5.0' in text
     assert 'leakproof_events_per_second{group="g",topic="t"} 5.0' in text
     assert 'leakproof_client_stalls_total{group="g",topic="t"} 0.0' in text
+
+
+def test_a_wide_batchs_line_summarises_its_ranges() -> None:
+    few = [{"partition": p, "from": 10, "until": 20} for p in (0, 3)]
+    assert ranges_text(few) == "p0:10->20 p3:10->20"
+    wide = [{"partition": p, "from": 0, "until": 1 + p % 9} for p in range(240)]
+    assert ranges_text(wide) == "240 partitions p0..p239, 1-9 records each"

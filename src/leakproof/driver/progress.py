@@ -57,7 +57,7 @@ def held_record(outcome: BatchOutcome, now_ms: int | None = None) -> list[dict[s
 def text_line(p: dict[str, Any]) -> str:
     """The progress record as the one line people read."""
     kinds = p["dead_letter_kinds"]
-    ranges = " ".join(f"p{r['partition']}:{r['from']}->{r['until']}" for r in p["ranges"])
+    ranges = ranges_text(p["ranges"])
     return (
         f"batch {p['batch_ms']} | {ranges} | records {p['records']} (applied {p['applied']}, "
         f"replayed {p['replayed']}, late {p['late']}, duplicate {p['duplicates']}, "
@@ -71,6 +71,21 @@ def text_line(p: dict[str, Any]) -> str:
         f" | cached consumer {p['cache']['consumer']}/{p['cache']['tasks']}"
         + ("" if p["rate_limit"] is None else f" | rate limit {p['rate_limit']:.0f} ev/s")
         + _held_text(p["held"]))
+
+
+WIDE_BATCH = 12  # more ranges than this: the line summarises them
+
+
+def ranges_text(ranges: list[dict[str, int]]) -> str:
+    """Each range (``p3:120->160``), or for a wide batch a summary: how many partitions,
+    which, and the records per partition. The offsets row, the JSON line and the Spark UI's
+    job description keep every range."""
+    if len(ranges) <= WIDE_BATCH:
+        return " ".join(f"p{r['partition']}:{r['from']}->{r['until']}" for r in ranges)
+    counts = [r["until"] - r["from"] for r in ranges]
+    parts = sorted(r["partition"] for r in ranges)
+    return (f"{len(ranges)} partitions p{parts[0]}..p{parts[-1]}, {min(counts)}-{max(counts)} "
+            f"records each")
 
 
 def _held_text(held: list[dict[str, Any]]) -> str:

@@ -12,7 +12,8 @@ The driver's rows of the same table (lease, topic id, gaps, run record) are ``st
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import happybase
 from happybase.table import TScan  # the Thrift struct happybase itself scans with
@@ -38,11 +39,17 @@ def _open_row(topic: str, partition: int, ts: int) -> bytes:
     return _open_prefix(topic, partition) + b"%013d" % min(MAX_BUCKET, max(0, ts))
 
 
+Scan = Callable[[Any, bytes, bytes, int], Iterable[tuple[bytes, dict[bytes, bytes]]]]
+
+
 class PartitionStore:
     """Reads and writes of partition rows on one happybase connection."""
 
-    def __init__(self, conn: happybase.Connection, table_name: str) -> None:
+    def __init__(self, conn: happybase.Connection, table_name: str,
+                 scan: Scan | None = None) -> None:
+        """``scan``: how the index is scanned (``short_scan``; tests pass the table's own)."""
         self._table = conn.table(table_name)
+        self._scan = scan or short_scan
 
     def read_partition(self, topic: str, partition: int, width: int) -> StoredPartition:
         """The partition's watermark, and below what the index holds nothing any more (its
@@ -98,7 +105,7 @@ class PartitionStore:
             return []
         start = _open_row(topic, partition, since - MAX_WIDTH)
         found = []
-        for key, cells in short_scan(self._table, start, _open_row(topic, partition, before),
+        for key, cells in self._scan(self._table, start, _open_row(topic, partition, before),
                                      batch_size):
             bucket = int(key.rsplit(b":", 1)[1])
             found += [Entry(bucket, k[2:].decode("utf-8"), int(v)) for k, v in cells.items()]
