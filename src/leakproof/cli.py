@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from leakproof import config as config_mod
 from leakproof.errors import ConfigError, LeakproofError
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
+from leakproof.registry import resolve_schema
 
 
 def _spec(text: str) -> GeneratorSpec:
@@ -144,7 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     command = COMMANDS[args.cmd if args.cmd != "offsets" else f"offsets {args.action}"]
     try:
-        return command(args, config_mod.load(args.config))
+        cfg = config_mod.load(args.config)
+        if args.cmd in READS_EVENTS:  # the reader schema may live in the registry
+            cfg = resolve_schema(cfg)
+        return command(args, cfg)
     except ConfigError as exc:
         print(f"leakproof: config error: {exc}", file=sys.stderr)
         return 2
@@ -309,6 +313,7 @@ def verify(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     return 0 if v.ok else 1
 
 
+READS_EVENTS = frozenset({"run", "verify", "model", "sessions"})
 COMMANDS: dict[str, Callable[[argparse.Namespace, config_mod.Config], int]] = {
     "run": run, "stop": stop, "produce": produce, "topic": topic, "tables": tables,
     "offsets show": offsets_history, "offsets history": offsets_history,

@@ -49,7 +49,8 @@ def sample(cfg: Config, n: int) -> Sample:
             out.records += 1
             try:
                 event = decoder.decode(rec.key, rec.value, topic=rng.topic, partition=p,
-                                       offset=rec.offset, timestamp=rec.timestamp)
+                                       offset=rec.offset, timestamp=rec.timestamp,
+                                       headers=rec.headers)
             except DecodeError as err:
                 out.dead.append(err)
                 continue

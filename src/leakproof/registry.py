@@ -25,14 +25,15 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from leakproof import kerberos
 from leakproof.codec import Decoder
-from leakproof.config import InputConfig
-from leakproof.errors import RegistryRefused, RegistryUnavailable
-from leakproof.model.spec import Model, Registry
+from leakproof.config import Config, InputConfig
+from leakproof.errors import ConfigError, RegistryRefused, RegistryUnavailable
+from leakproof.model.spec import FROM_REGISTRY, Model, Registry, with_schema
 
 log = logging.getLogger(__name__)
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -84,9 +85,14 @@ class RegistryClient:
         return None if found is None else str(found["schemaText"])
 
     def latest(self, subject: str) -> str | None:
-        """The latest schema registered under ``subject`` (Confluent API), or None."""
-        found = self._call("GET", f"/subjects/{quote(subject, safe='')}/versions/latest",
-                           not_found_ok=True)
+        """The latest schema registered under ``subject`` (Cloudera: the schema named so),
+        or None."""
+        name = quote(subject, safe="")
+        if self._cfg.api == "cloudera":
+            found = self._call("GET", f"/schemaregistry/schemas/{name}/versions/latest",
+                               not_found_ok=True)
+            return None if found is None else str(found["schemaText"])
+        found = self._call("GET", f"/subjects/{name}/versions/latest", not_found_ok=True)
         return None if found is None else str(found["schema"])
 
     def subjects(self) -> list[str]:
@@ -207,6 +213,27 @@ def client(cfg: Registry) -> RegistryClient:
     if found is None:
         found = _clients[cfg] = RegistryClient(cfg)
     return found
+
+
+def resolve_schema(cfg: Config) -> Config:
+    """``cfg`` with its reader schema, where ``events.schema`` was left out with
+    ``events.format: confluent``: the latest schema of ``<topic>-value`` (Cloudera: the
+    schema named after the topic), read once at start, so every record is resolved against
+    the same reader and older writers' records decode too."""
+    model = cfg.model
+    if model.schema_file != FROM_REGISTRY:
+        return cfg
+    assert model.registry is not None  # read_model: format confluent needs a registry
+    reg = client(model.registry)
+    subject = f"{cfg.kafka.topic}-value" if model.registry.api == "confluent" \
+        else cfg.kafka.topic
+    text = reg.latest(subject)
+    if text is None:
+        raise ConfigError(f"'events.schema' is not given, so the reader schema is the latest "
+                          f"of {subject} in the schema registry {reg.where}, which has none; "
+                          f"register the topic's schema, or give events.schema")
+    return replace(cfg, model=with_schema(model, text, f"{subject} (the registry's latest "
+                                                        f"at start)"))
 
 
 def decoder_for(model: Model, cfg: InputConfig) -> Decoder:

@@ -31,14 +31,20 @@ from .helpers import ROOT, Env, assert_offsets_chain, run_cli, stack
 
 pytestmark = pytest.mark.integration
 REGISTRY = "http://127.0.0.1:8081/apis/ccompat/v7"
+WEB_SCHEMA = str(ROOT / "src" / "leakproof" / "schemas" / "web_event.avsc")
 V2 = copy.deepcopy(schema_json())
 V2["fields"].append({"name": "country", "type": "string", "default": "??"})
 
 
-def framed_config(env: Env, label: str, registry: dict[str, Any] | None = None) -> str:
+def framed_config(env: Env, label: str, registry: dict[str, Any] | None = None,
+                  schema: str | None = None) -> str:
+    """Without ``schema`` the reader is the registry's latest for the topic, as a user who
+    names no schema file gets."""
     data = yaml.safe_load(env.path.read_text())
     data["events"] = {"format": "confluent", "session_key": "session_id", "event_time": "ts",
                       "sequence": "seq", "registry": registry or {"url": REGISTRY}}
+    if schema is not None:
+        data["events"]["schema"] = schema
     web = yaml.safe_load((ROOT / "config.yml").read_text())
     data["aggregates"] = web["aggregates"]
     path = env.tmp / f"{label}.yml"
@@ -80,6 +86,9 @@ def test_two_schema_versions_decode_and_bad_framing_is_dead_lettered(env: Env) -
     produce_v2(env, v2)
     out = run_cli("run", "--config", config, "--until-idle", "4")
     assert out.returncode == 0
+    # no events.schema: the reader is the subject's latest, v2; v1's records resolve to it
+    assert f"{env.name}-value (the registry's latest at start)" in \
+        run_cli("model", "check", "--config", config).stdout
     verify = run_cli("verify", "--config", config, "--spec", v1.as_arg(), "--spec",
                      v2.as_arg(), check=False)
     assert "EXACT MATCH" in verify.stdout, verify.stdout + verify.stderr
@@ -107,7 +116,7 @@ def registry_hung() -> Iterator[None]:
 def test_a_registry_down_when_the_job_starts_is_waited_for_and_nothing_is_dead_lettered(
         env: Env) -> None:
     config = framed_config(env, "outage", {"url": REGISTRY, "timeout_s": 2,
-                                           "outage_tolerance_s": 120})
+                                           "outage_tolerance_s": 120}, WEB_SCHEMA)
     spec = GeneratorSpec(seed=2803, events=4_000, sessions=400)
     run_cli("produce", "--config", config, "--format", "confluent", "--events", "4000",
             "--sessions", "400", "--seed", "2803")
@@ -130,7 +139,7 @@ def test_a_registry_stopped_before_the_job_starts_is_waited_for_and_nothing_is_d
     started again while its ranges wait; it keeps its schemas on disk, as a production
     registry does, so it comes back knowing every id."""
     config = framed_config(env, "stopped", {"url": REGISTRY, "timeout_s": 2,
-                                            "outage_tolerance_s": 180})
+                                            "outage_tolerance_s": 180}, WEB_SCHEMA)
     v1, v2 = GeneratorSpec(seed=2811, events=2_000, sessions=200), \
         GeneratorSpec(seed=2812, events=2_000, sessions=200)
     run_cli("produce", "--config", config, "--format", "confluent", "--events", "2000",

@@ -8,6 +8,8 @@ from __future__ import annotations
 import copy
 import io
 import json
+from dataclasses import replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +21,9 @@ from leakproof.codec import Decoder, encode_framed
 from leakproof.errors import ConfigError, DecodeError, RegistryUnavailable
 from leakproof.events import WebEvent, schema_json
 from leakproof.frames import describe
-from leakproof.model.spec import Registry, read_model, web_model
+from leakproof.model.spec import FROM_REGISTRY, Registry, read_model, web_model, with_schema
 
+WEB_SCHEMA = str(resources.files("leakproof").joinpath("schemas/web_event.avsc"))
 EVENT = WebEvent("s1", "u1", 3, 1_700_000_000_123, "click", "/a", 200, 512)
 V2 = copy.deepcopy(schema_json())
 V2["fields"].append({"name": "country", "type": "string", "default": "??"})
@@ -49,7 +52,8 @@ def framed(schema_id: int, record: dict[str, Any], schema: Any) -> bytes:
 def confluent_model(api: str = "confluent") -> Any:
     web = web_model()
     events = {"session_key": "session_id", "event_time": "ts", "sequence": "seq",
-              "format": "confluent", "registry": {"url": "http://127.0.0.1:1/apis/ccompat/v7",
+              "format": "confluent", "schema": WEB_SCHEMA,
+              "registry": {"url": "http://127.0.0.1:1/apis/ccompat/v7",
                                                   "username": "u", "password": "s3cret-pw",
                                                   "api": api}}
     aggregates = {a.name: {k: v for k, v in (("fn", a.fn), ("field", a.field),
@@ -192,3 +196,14 @@ def test_spnego_takes_the_jobs_login_and_names_the_registrys_principal(tmp_path:
     assert registry is not None and registry.kerberos is not None
     assert registry.kerberos_service() == "HTTP/reg.example@EXAMPLE.COM"
     assert "keytab" not in repr(registry)
+
+
+def test_without_a_schema_file_the_reader_is_the_registrys_and_is_checked_when_given() -> None:
+    events = {"session_key": "session_id", "event_time": "ts", "format": "confluent",
+              "registry": {"url": "http://127.0.0.1:1/apis/ccompat/v7"}}
+    model = read_model(events, {"events": {"fn": "count"}}, Path("."))
+    assert model.schema_file == FROM_REGISTRY
+    done = with_schema(model, json.dumps(schema_json()), "t-value (the registry's latest)")
+    assert "session_id" in done.fields()
+    with pytest.raises(ConfigError, match="events.event_time"):
+        with_schema(replace(model, event_time="when"), json.dumps(schema_json()), "t-value")

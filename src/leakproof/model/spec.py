@@ -14,7 +14,7 @@ import importlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -47,6 +47,9 @@ _FN_NEEDS: dict[str, tuple[avro.Kind, ...]] = {
     "count": ("int", "float", "string", "boolean", "bytes", "other"),
 }
 WEB_MODEL = "models/web.yml"
+# events.format: confluent without events.schema: the reader schema is looked up in the
+# registry when the job starts (``registry.resolve_schema``), and the model checked then
+FROM_REGISTRY = "<the registry's latest schema of the topic>"
 
 
 @dataclass(frozen=True)
@@ -132,11 +135,15 @@ def read_model(events: Mapping[str, Any] | None, aggregates: Mapping[str, Any] |
     if unknown:
         raise ConfigError(f"unknown key 'events.{unknown[0]}'; valid keys here: "
                           f"{', '.join(sorted(known))}")
-    text, source = _schema_text(ev.get("schema"), base)
     fmt = ev.get("format", "avro")
     if fmt not in get_args(Format):
         raise ConfigError(f"'events.format' must be one of {', '.join(get_args(Format))}, "
                           f"got {fmt!r}")
+    if fmt == "confluent" and ev.get("schema") is None:
+        # the reader schema is the writer's own: the subject's latest at start
+        text, source = "", FROM_REGISTRY
+    else:
+        text, source = _schema_text(ev.get("schema"), base)
     for key in ("session_key", "event_time"):
         if not isinstance(ev.get(key), str) or not ev[key]:
             raise ConfigError(f"'events.{key}' is required: the name of a field of {source}"
@@ -151,8 +158,16 @@ def read_model(events: Mapping[str, Any] | None, aggregates: Mapping[str, Any] |
     registry = _registry(ev.get("registry"), fmt, base)
     model = Model(text, source, fmt, ev["session_key"], ev["event_time"], seq,
                   tuple(_aggregate(name, spec) for name, spec in aggregates.items()), registry)
-    check(model)
+    if model.schema_file != FROM_REGISTRY:
+        check(model)
     return model
+
+
+def with_schema(model: Model, text: str, source: str) -> Model:
+    """A model waiting for its reader schema (``FROM_REGISTRY``) given it, and checked."""
+    done = replace(model, schema_text=text, schema_file=source)
+    check(done)
+    return done
 
 
 def _registry(data: Any, fmt: str, base: Path) -> Registry | None:
