@@ -205,5 +205,5 @@ def test_without_a_schema_file_the_reader_is_the_registrys_and_is_checked_when_g
     assert model.schema_file == FROM_REGISTRY
     done = with_schema(model, json.dumps(schema_json()), "t-value (the registry's latest)")
     assert "session_id" in done.fields()
-    with pytest.raises(ConfigError, match="events.event_time"):
+    with pytest.raises(ConfigError, match=r"events\.event_time"):
         with_schema(replace(model, event_time="when"), json.dumps(schema_json()), "t-value")
