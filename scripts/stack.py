@@ -322,13 +322,7 @@ def prepare_kafka3() -> None:
     fetch(("kafka3",))
     run = RUN / "kafka3"
     make_broker_certificate()
-    render(SERVICES / "kafka" / "server.properties", run / "server.properties",
-           ROOT=RUN / "kafka", PORT=KAFKA_PORT, CONTROLLER_PORT=KAFKA_CONTROLLER_PORT,
-           SASL_PORT=KAFKA_SASL_PORT, SASL_USER=KAFKA_SASL_USER,
-           SASL_PASSWORD=KAFKA_SASL_PASSWORD, TLS_PASSWORD=KAFKA_TLS_PASSWORD)
-    text = (run / "server.properties").read_text()
-    (run / "server.properties").write_text(text.replace(f"log.dirs={RUN / 'kafka'}/data",
-                                                        f"log.dirs={run}/data"))
+    render_kafka_properties(run / "server.properties", run / "data")
     if not (run / "data" / "meta.properties").exists():
         format_kafka_storage(run / "server.properties", run / "lib")
 
@@ -678,13 +672,19 @@ def prepare_kafka(wipe: bool) -> None:
     if wipe:
         shutil.rmtree(run / "data", ignore_errors=True)
     make_broker_certificate()
-    render(SERVICES / "kafka" / "server.properties", run / "server.properties", ROOT=run,
-           PORT=KAFKA_PORT, CONTROLLER_PORT=KAFKA_CONTROLLER_PORT, SASL_PORT=KAFKA_SASL_PORT,
-           SASL_USER=KAFKA_SASL_USER, SASL_PASSWORD=KAFKA_SASL_PASSWORD,
-           TLS_PASSWORD=KAFKA_TLS_PASSWORD)
+    render_kafka_properties(run / "server.properties", run / "data")
     if (run / "data" / "meta.properties").exists():
         return
     format_kafka_storage(run / "server.properties")
+
+
+def render_kafka_properties(dest: Path, data: Path) -> None:
+    """The broker's settings (either line's): its log directory ``data``, the 4.x broker's
+    TLS keystore and ports."""
+    render(SERVICES / "kafka" / "server.properties", dest, ROOT=RUN / "kafka", DATA=data,
+           PORT=KAFKA_PORT, CONTROLLER_PORT=KAFKA_CONTROLLER_PORT, SASL_PORT=KAFKA_SASL_PORT,
+           SASL_USER=KAFKA_SASL_USER, SASL_PASSWORD=KAFKA_SASL_PASSWORD,
+           TLS_PASSWORD=KAFKA_TLS_PASSWORD)
 
 
 def format_kafka_storage(properties: Path, lib: Path = RUN / "kafka" / "lib") -> None:

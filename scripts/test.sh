@@ -35,6 +35,10 @@ tests() {  # NAME ARGS...: one pytest run, its results kept for the summary
   return 0
 }
 failed=""
+spark_on() {  # PYTHON: the standalone cluster restarted from that venv's Spark jars
+  for s in spark-worker1 spark-worker2 spark-master; do $bin/python scripts/stack.py stop $s; done
+  "$1" scripts/stack.py up --spark | grep -E "spark|error"
+}
 
 step "lint (ruff, mypy)"
 $bin/ruff check src tests scripts || fail "ruff found problems"
@@ -104,9 +108,7 @@ else
   tests parallel -n "$workers" --dist loadgroup -m "integration and not serial" "$@" tests/integration
   step "the integration core on pyspark 3.5: pipeline, restart, driver kill, stops, standalone, YARN"
   wait $venv35 || { cat "$results/venv-spark35.log"; fail "could not build .venv-spark35"; }
-  for s in spark-worker1 spark-worker2 spark-master; do $bin/python scripts/stack.py stop $s; done
-  .venv-spark35/bin/python scripts/stack.py up --spark | grep -E "spark|error" \
-    || fail "the Spark 3.5 standalone cluster did not start"
+  spark_on .venv-spark35/bin/python || fail "the Spark 3.5 standalone cluster did not start"
   pytest=.venv-spark35/bin/pytest tests spark35 -n 2 --dist loadgroup -m integration "$@" \
     tests/integration/test_pipeline.py::test_end_to_end_matches_the_oracle \
     tests/integration/test_pipeline.py::test_restart_after_some_batches_resumes_exactly \
@@ -114,8 +116,7 @@ else
     tests/integration/test_stopping.py tests/integration/test_spark_submit.py \
     tests/integration/test_yarn.py
   if [ "$started" = 0 ]; then  # a developer's stack: its standalone cluster back on this venv's Spark
-    for s in spark-worker1 spark-worker2 spark-master; do $bin/python scripts/stack.py stop $s; done
-    $bin/python scripts/stack.py up --spark > /dev/null || fail "could not restart Spark"
+    spark_on $bin/python > /dev/null || fail "could not restart Spark"
   fi
 fi
 

@@ -51,7 +51,7 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from leakproof.errors import DecodeError, KeyDecodeError, ValueDecodeError
 from leakproof.events import Event, WebEvent, schema_json
-from leakproof.frames import FRAME_LENGTHS, FrameError, describe, frame_of
+from leakproof.frames import FRAME_LENGTHS, FrameError, confluent_frame, describe, frame_of
 from leakproof.model.schema import NO_DEFAULT, Field, without_logical_types
 from leakproof.model.spec import KEY, Model, web_model
 
@@ -89,7 +89,7 @@ def encode_single_object(record: dict[str, Any], writer_schema: Any) -> bytes:
 def encode_confluent(record: dict[str, Any], schema_id: int, writer_schema: Any) -> bytes:
     """The Confluent wire format: magic byte 0, the schema's 4-byte big-endian registry id,
     then the record as schemaless Avro of ``writer_schema`` (parsed)."""
-    return encode_framed(record, b"\x00" + schema_id.to_bytes(4, "big"), writer_schema)
+    return encode_framed(record, confluent_frame(schema_id), writer_schema)
 
 
 def encode_framed(record: dict[str, Any], frame: bytes, writer_schema: Any) -> bytes:

@@ -17,7 +17,14 @@ from typing import Any, Literal, get_args
 import yaml
 
 from leakproof.errors import ConfigError
-from leakproof.model.spec import Model, Registry, read_model, read_registry, web_model
+from leakproof.model.spec import (
+    Model,
+    Registry,
+    no_unknown_keys,
+    read_model,
+    read_registry,
+    web_model,
+)
 
 OffsetReset = Literal["earliest", "latest", "none"]
 DataLossPolicy = Literal["fail", "skip"]
@@ -253,7 +260,7 @@ def from_dict(data: Any, base: Path | None = None) -> Config:
     relative to ``base``. ``events:`` and ``aggregates:`` are the model (``model.spec``).
     """
     root = _section(data, "")
-    _no_unknown(root, "", {"kafka", "hbase", "job", "sessions", "output", "input", "offsets",
+    no_unknown_keys(root, "", {"kafka", "hbase", "job", "sessions", "output", "input", "offsets",
                            "security", "events", "aggregates"})
     kerberos = _security(_section(root.get("security", {}), "security"), base or Path.cwd())
     kafka = replace(_kafka(_section(root.get("kafka"), "kafka")), kerberos=kerberos)
@@ -266,11 +273,9 @@ def from_dict(data: Any, base: Path | None = None) -> Config:
         raise ConfigError("'hbase.auth' kerberos needs 'security.kerberos' (principal and "
                           "keytab)")
     model = read_model(root.get("events"), root.get("aggregates"), base or Path.cwd())
-    if model.registry is not None and model.registry.auth == "kerberos":
-        if kerberos is None:
-            raise ConfigError("'events.registry.auth' kerberos needs 'security.kerberos' "
-                              "(principal and keytab)")
-        model = replace(model, registry=replace(model.registry, kerberos=kerberos))
+    if model.registry is not None:
+        model = replace(model, registry=_with_login(model.registry, kerberos,
+                                                    "events.registry"))
     return Config(
         kafka=kafka,
         hbase=hbase,
@@ -293,21 +298,13 @@ def _section(value: Any, key: str) -> dict[str, Any]:
     return value
 
 
-def _no_unknown(section: Mapping[str, Any], prefix: str, known: set[str]) -> None:
-    unknown = sorted(set(section) - known)
-    if unknown:
-        where = f"{prefix}." if prefix else ""
-        raise ConfigError(f"unknown key '{where}{unknown[0]}'; valid keys here: "
-                          f"{', '.join(sorted(known))}")
-
-
 class _Section:
     """One YAML mapping read into the dataclass ``cls``: unknown keys are refused, and a key
     left out takes the default written on ``cls``'s field (the one place defaults live)."""
 
     def __init__(self, data: Mapping[str, Any], prefix: str, cls: type) -> None:
         # ``kerberos`` fields are filled from security.kerberos, never from their own key
-        _no_unknown(data, prefix, {f.name for f in fields(cls)} - {"kerberos"})
+        no_unknown_keys(data, prefix, {f.name for f in fields(cls)} - {"kerberos"})
         self.data = data
         self.prefix = prefix
         self._defaults = {f.name: f.default for f in fields(cls) if f.default is not MISSING}
@@ -514,7 +511,7 @@ _PRINCIPAL_RE = re.compile(r"^[^@\s]+@[^@\s]+$")
 
 
 def _security(data: dict[str, Any], base: Path) -> KerberosConfig | None:
-    _no_unknown(data, "security", {"kerberos"})
+    no_unknown_keys(data, "security", {"kerberos"})
     raw = data.get("kerberos")
     if raw is None:
         return None
@@ -543,6 +540,16 @@ def _offsets(data: dict[str, Any]) -> OffsetsConfig:
                          zookeeper_hosts=s.text("zookeeper_hosts"))
 
 
+def _with_login(registry: Registry, kerberos: KerberosConfig | None, key: str) -> Registry:
+    """``registry`` with the job's login when it authenticates with Kerberos (SPNEGO)."""
+    if registry.auth != "kerberos":
+        return registry
+    if kerberos is None:
+        raise ConfigError(f"'{key}.auth' kerberos needs 'security.kerberos' (principal and "
+                          f"keytab)")
+    return replace(registry, kerberos=kerberos)
+
+
 def _output(data: dict[str, Any], model: Model, kerberos: KerberosConfig | None, base: Path
             ) -> OutputConfig:
     registry_data = data.get("registry")
@@ -557,11 +564,7 @@ def _output(data: dict[str, Any], model: Model, kerberos: KerberosConfig | None,
         if registry.api != "confluent":
             raise ConfigError("'output.registry.api' must be confluent: summaries are "
                               "registered and framed the Confluent way")
-        if registry.auth == "kerberos":
-            if kerberos is None:
-                raise ConfigError("'output.registry.auth' kerberos needs 'security.kerberos' "
-                                  "(principal and keytab)")
-            registry = replace(registry, kerberos=kerberos)
+        registry = _with_login(registry, kerberos, "output.registry")
     elif fmt == "avro":
         registry = model.registry
         if registry is None or registry.api != "confluent":

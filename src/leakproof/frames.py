@@ -41,6 +41,11 @@ class FrameError(ValueError):
     """The record names no writer schema this API knows (kind ``unknown_magic``)."""
 
 
+def confluent_frame(schema_id: int) -> bytes:
+    """Confluent's frame of registry id ``schema_id``: magic byte 0, the 4-byte id."""
+    return b"\x00" + schema_id.to_bytes(4, "big")
+
+
 def frame_of(api: str, value: bytes, headers: Sequence[tuple[str, bytes]] = ()
              ) -> tuple[bytes, int]:
     """The frame and where the Avro record starts in ``value``."""

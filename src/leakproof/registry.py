@@ -33,6 +33,7 @@ from leakproof import kerberos
 from leakproof.codec import Decoder
 from leakproof.config import Config, InputConfig
 from leakproof.errors import ConfigError, RegistryRefused, RegistryUnavailable
+from leakproof.frames import confluent_frame
 from leakproof.model.spec import FROM_REGISTRY, Model, Registry, with_schema
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class RegistryClient:
 
     def schema(self, schema_id: int) -> str | None:
         """The schema registered under Confluent id ``schema_id``, or None if there is none."""
-        return self.schema_of(b"\x00" + schema_id.to_bytes(4, "big"))
+        return self.schema_of(confluent_frame(schema_id))
 
     def schema_of(self, frame: bytes) -> str | None:
         """The schema (JSON text) a frame (``leakproof.frames``) names, or None if the
@@ -95,10 +96,14 @@ class RegistryClient:
         found = self._call("GET", f"/subjects/{name}/versions/latest", not_found_ok=True)
         return None if found is None else str(found["schema"])
 
+    @property
+    def _list_path(self) -> str:
+        """Where the API lists its schemas: the cheapest call that needs credentials."""
+        return "/schemaregistry/schemas" if self._cfg.api == "cloudera" else "/subjects"
+
     def subjects(self) -> list[str]:
         """The registered subjects."""
-        path = "/schemaregistry/schemas" if self._cfg.api == "cloudera" else "/subjects"
-        found = self._call("GET", path)
+        found = self._call("GET", self._list_path)
         if self._cfg.api == "cloudera":
             return [str(e["schemaMetadata"]["name"]) for e in (found or {}).get("entities", [])]
         return [str(s) for s in found or []]
@@ -107,9 +112,8 @@ class RegistryClient:
         """One call, made by the job at start: refused credentials stop it now (exit 1,
         naming the registry); a registry that does not answer only gets a warning, since
         the ranges ride an outage out."""
-        path = "/schemaregistry/schemas" if self._cfg.api == "cloudera" else "/subjects"
         try:
-            self._once("GET", path, None)
+            self._once("GET", self._list_path, None)
         except urllib.error.HTTPError as exc:
             if exc.code in (401, 403):
                 raise RegistryRefused(f"schema registry {self.where} refused the credentials "
@@ -126,20 +130,20 @@ class RegistryClient:
         registering the same new subject at once: the registry may answer the second 409;
         then the schema is looked up under the subject, where the first one put it."""
         path = f"/subjects/{quote(subject, safe='')}"
-        try:
-            found = self._call("POST", f"{path}/versions", body={"schema": schema_text})
-        except RegistryRefused as exc:
-            if "HTTP 409" not in str(exc):
-                raise
+        found = self._call("POST", f"{path}/versions", body={"schema": schema_text},
+                           conflict_ok=True)
+        if found is None:  # 409: look it up where the other registration put it
             found = self._call("POST", path, body={"schema": schema_text}, not_found_ok=True)
             if found is None:
                 raise RegistryRefused(f"schema registry {self.where}: the schema is not "
-                                      f"compatible with subject {subject}: {exc}") from None
+                                      f"compatible with subject {subject} (HTTP 409)")
         assert found is not None
         return int(found["id"])
 
-    def _call(self, method: str, path: str, body: Any = None, not_found_ok: bool = False
-              ) -> Any:
+    def _call(self, method: str, path: str, body: Any = None, not_found_ok: bool = False,
+              conflict_ok: bool = False) -> Any:
+        """The answer, retried through an outage; None for a 404 (``not_found_ok``) or a 409
+        (``conflict_ok``)."""
         deadline = time.monotonic() + self._cfg.outage_tolerance_s
         delay, tries = 0.5, 0
         while True:
@@ -147,7 +151,7 @@ class RegistryClient:
             try:
                 return self._once(method, path, body)
             except urllib.error.HTTPError as exc:
-                if exc.code == 404 and not_found_ok:
+                if (exc.code == 404 and not_found_ok) or (exc.code == 409 and conflict_ok):
                     return None
                 if exc.code in (401, 403):
                     raise RegistryRefused(f"schema registry {self.where} refused the "

@@ -75,10 +75,14 @@ def _key(cfg: KafkaConfig, topic: str, partition: int) -> _Key:
     return (cfg.bootstrap_servers, cfg.isolation_level, topic, partition)
 
 
+def _consumer_key(cfg: KafkaConfig, topic: str) -> _ConsumerKey:
+    return (cfg.bootstrap_servers, cfg.isolation_level, topic)
+
+
 def _consumer(cfg: KafkaConfig, topic: str, partition: int) -> KafkaConsumer:
     """The worker's consumer of ``topic``, assigned ``partition`` alone (no group: assigning
     is local, and the range's seek follows)."""
-    key = _key(cfg, topic, partition)[:3]
+    key = _consumer_key(cfg, topic)
     consumer = _consumers.get(key)
     if consumer is None:
         consumer = _consumers[key] = KafkaConsumer(client_id=f"leakproof-{cfg.group_id}",
@@ -116,7 +120,7 @@ def _size_fetches(consumer: KafkaConsumer, wanted: int) -> None:
 
 def consumer_cached(cfg: KafkaConfig, topic: str, partition: int) -> bool:
     """Whether this worker already holds a consumer for the topic (a cache hit)."""
-    return _key(cfg, topic, partition)[:3] in _consumers
+    return _consumer_key(cfg, topic) in _consumers
 
 
 def _log_start(consumer: KafkaConsumer, tp: TopicPartition) -> int | None:
@@ -138,7 +142,7 @@ def _wire_size(batch: list[Any]) -> float:
 def drop_consumer(cfg: KafkaConfig, topic: str, partition: int) -> None:
     """Forget the topic's consumer after an error, so the next attempt starts clean."""
     key = _key(cfg, topic, partition)
-    consumer = _consumers.pop(key[:3], None)
+    consumer = _consumers.pop(_consumer_key(cfg, topic), None)
     _record_bytes.pop(key, None)
     if consumer is not None:
         try:

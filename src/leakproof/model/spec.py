@@ -130,15 +130,9 @@ def read_model(events: Mapping[str, Any] | None, aggregates: Mapping[str, Any] |
         raise ConfigError("'aggregates' is required with 'events': the cells of a session "
                           "row (for example {events: {fn: count}})")
     ev = dict(events or {})
-    known = {"schema", "session_key", "event_time", "sequence", "format", "registry"}
-    unknown = sorted(set(ev) - known)
-    if unknown:
-        raise ConfigError(f"unknown key 'events.{unknown[0]}'; valid keys here: "
-                          f"{', '.join(sorted(known))}")
-    fmt = ev.get("format", "avro")
-    if fmt not in get_args(Format):
-        raise ConfigError(f"'events.format' must be one of {', '.join(get_args(Format))}, "
-                          f"got {fmt!r}")
+    no_unknown_keys(ev, "events", {"schema", "session_key", "event_time", "sequence", "format",
+                                   "registry"})
+    fmt = one_of(ev.get("format", "avro"), "events.format", Format)
     if fmt == "confluent" and ev.get("schema") is None:
         # the reader schema is the writer's own: the subject's latest at start
         text, source = "", FROM_REGISTRY
@@ -186,26 +180,17 @@ def read_registry(data: Mapping[str, Any], key: str, base: Path) -> Registry:
     if not isinstance(data.get("url"), str):
         raise ConfigError(f"'{key}.url' is required (for example "
                           f"http://127.0.0.1:8081/apis/ccompat/v7)")
-    known = {"url", "username", "password", "ca_file", "outage_tolerance_s", "timeout_s",
-             "api", "auth", "service_principal"}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"unknown key '{key}.{unknown[0]}'; valid keys here: "
-                          f"{', '.join(sorted(known))}")
+    no_unknown_keys(data, key, {"url", "username", "password", "ca_file", "outage_tolerance_s",
+                                "timeout_s", "api", "auth", "service_principal"})
     url = data["url"].rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"'{key}.url' must start with http:// or https://")
     if (data.get("username") is None) != (data.get("password") is None):
         raise ConfigError(f"'{key}.username' and '{key}.password' go together (HTTP "
                           f"basic auth)")
-    api = data.get("api", "confluent")
-    if api not in get_args(Api):
-        raise ConfigError(f"'{key}.api' must be one of {', '.join(get_args(Api))}, got "
-                          f"{api!r}")
-    auth = data.get("auth", "basic" if data.get("username") is not None else "none")
-    if auth not in get_args(RegistryAuth):
-        raise ConfigError(f"'{key}.auth' must be one of "
-                          f"{', '.join(get_args(RegistryAuth))}, got {auth!r}")
+    api = one_of(data.get("api", "confluent"), f"{key}.api", Api)
+    auth = one_of(data.get("auth", "basic" if data.get("username") is not None else "none"),
+                  f"{key}.auth", RegistryAuth)
     if (auth == "basic") != (data.get("username") is not None):
         raise ConfigError(f"'{key}.auth' basic needs '{key}.username' and 'password', and "
                           f"they are read with basic only")
@@ -227,6 +212,23 @@ def read_registry(data: Mapping[str, Any], key: str, base: Path) -> Registry:
     return Registry(url, data.get("username"), data.get("password"), ca,
                     numbers["outage_tolerance_s"], numbers["timeout_s"], api=api, auth=auth,
                     service_principal=principal)
+
+
+def no_unknown_keys(section: Mapping[str, Any], prefix: str, known: set[str]) -> None:
+    """Refuse a key ``section`` (at ``prefix``; "" for the top level) does not know."""
+    unknown = sorted(set(section) - known)
+    if unknown:
+        where = f"{prefix}." if prefix else ""
+        raise ConfigError(f"unknown key '{where}{unknown[0]}'; valid keys here: "
+                          f"{', '.join(sorted(known))}")
+
+
+def one_of(value: Any, key: str, choices: Any) -> Any:
+    """``value`` if the ``Literal`` type ``choices`` holds it; else an error naming ``key``."""
+    if value not in get_args(choices):
+        raise ConfigError(f"'{key}' must be one of {', '.join(get_args(choices))}, got "
+                          f"{value!r}")
+    return value
 
 
 def _schema_text(path: Any, base: Path) -> tuple[str, str]:

@@ -11,8 +11,8 @@ by the settings that made it, so a task of another config never gets a wrong one
   fetched, by id, live in the decoder (ids never change);
 - the closed-session sinks (per servers, group, topic, output settings and partition): a
   transactional producer lives until the broker fences it, then the next range makes another;
-- Kafka consumers: ``kafka.reader`` keeps them (per config, topic and partition), since
-  where a range's reading stops decides whether its consumer can be reused.
+- Kafka consumers: ``kafka.reader`` keeps them (one per config and topic, assigned each
+  range's partition in turn), since reading decides whether a consumer can be reused.
 
 Nothing here is imported by the driver except ``run_range`` and ``warm_up``, which Spark
 pickles by reference; nothing here imports the CLI's modules.
@@ -28,6 +28,7 @@ from contextlib import contextmanager
 
 from leakproof import codec
 from leakproof.config import Config, HBaseConfig, InputConfig, OutputConfig
+from leakproof.frames import confluent_frame
 from leakproof.hbase.connection import ConnectionSlot, ride_out
 from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.partition_store import LeaseReader, PartitionStore
@@ -85,7 +86,7 @@ def _summary_encoder(cfg: Config) -> Encode | None:
         model = compile_model(cfg.model)
         schema_id = client(cfg.output.registry).register(
             f"{cfg.output.closed_sessions_topic}-value", json.dumps(summary_schema(model)))
-        found = _encoders[key] = avro_summary(model, b"\x00" + schema_id.to_bytes(4, "big"))
+        found = _encoders[key] = avro_summary(model, confluent_frame(schema_id))
     return found
 
 
