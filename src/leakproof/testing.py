@@ -24,7 +24,7 @@ from leakproof.runs import RUNNING, STOPPED, RunState
 from leakproof.session_cells import from_cells, order_cells_of, to_cells
 from leakproof.sessions import NO_WATERMARK, PartitionState, SessionState
 from leakproof.summaries import Encode
-from leakproof.task.ports import StoredPartition
+from leakproof.task.ports import PartitionSave, StoredPartition
 
 
 @dataclass
@@ -236,41 +236,51 @@ class FakePartitionRows:
     state: dict[tuple[str, int], dict[bytes, bytes]] = field(default_factory=dict)
     index: dict[tuple[str, int], dict[int, dict[str, int]]] = field(default_factory=dict)
 
-    def read_partition(self, topic: str, partition: int, width: int) -> StoredPartition:
-        c = self.state.get((topic, partition), {})
-        return StoredPartition(
-            PartitionState(int(c.get(b"w:watermark", NO_WATERMARK)),
-                           int(c.get(b"w:offset", -1))),
-            int(c.get(b"w:cutoff", 0)),
-            max(int(c.get(b"w:check_below", 0)), int(c.get(b"w:pending", 0))),
-            Outbox.parse(c))
+    def read_partitions(self, topic: str, partitions: Sequence[int], width: int
+                        ) -> dict[int, StoredPartition]:
+        found = {}
+        for p in partitions:
+            c = self.state.get((topic, p), {})
+            found[p] = StoredPartition(
+                PartitionState(int(c.get(b"w:watermark", NO_WATERMARK)),
+                               int(c.get(b"w:offset", -1))),
+                int(c.get(b"w:cutoff", 0)),
+                max(int(c.get(b"w:check_below", 0)), int(c.get(b"w:pending", 0))),
+                Outbox.parse(c))
+        return found
 
     def scan_open(self, topic: str, partition: int, since: int, before: int) -> list[Entry]:
         rows = self.index.get((topic, partition), {})
         return [Entry(b, sid, ts) for b in sorted(rows) if since - MAX_WIDTH <= b < before
                 for sid, ts in sorted(rows[b].items())] if before > 0 else []
 
-    def write_partition(self, topic: str, partition: int, state: PartitionState,
-                        index: IndexChanges, cutoff: int, check_below: int) -> None:
-        row = self.state.setdefault((topic, partition), {})
+    def write_partitions(self, topic: str, saves: Sequence[PartitionSave]) -> None:
+        """As the real store: all puts, then all deletes, then all watermarks."""
         self.journal.step("index puts")
-        IndexChanges(puts=index.puts).apply_to(self.index.setdefault((topic, partition), {}))
+        for s in saves:
+            IndexChanges(puts=s.changes.puts).apply_to(self.index.setdefault((topic, s.partition),
+                                                                           {}))
         self.journal.step("index deletes")
-        IndexChanges(deletes=index.deletes).apply_to(self.index[(topic, partition)])
+        for s in saves:
+            IndexChanges(deletes=s.changes.deletes).apply_to(self.index[(topic, s.partition)])
         self.journal.step("watermark")
-        row.update({b"w:watermark": str(state.watermark).encode(),
-                    b"w:offset": str(state.watermark_offset).encode(),
-                    b"w:cutoff": str(max(0, cutoff)).encode(),
-                    b"w:check_below": str(check_below).encode()})
-        row.pop(b"w:pending", None)
+        for s in saves:
+            row = self.state.setdefault((topic, s.partition), {})
+            row.update({b"w:watermark": str(s.state.watermark).encode(),
+                        b"w:offset": str(s.state.watermark_offset).encode(),
+                        b"w:cutoff": str(max(0, s.cutoff)).encode(),
+                        b"w:check_below": str(s.check_below).encode()})
+            row.pop(b"w:pending", None)
 
-    def begin_writes(self, topic: str, partition: int, pending: int,
-                     outbox: Outbox | None) -> None:
-        self.journal.step("pending" if outbox is None else "pending, outbox")
-        row = self.state.setdefault((topic, partition), {})
-        row[b"w:pending"] = str(pending).encode()
-        if outbox is not None:
-            row.update(outbox.encode())
+    def begin_writes(self, topic: str, marks: Sequence[tuple[int, int, Outbox | None]]
+                     ) -> None:
+        with_outbox = any(outbox is not None for _, _, outbox in marks)
+        self.journal.step("pending, outbox" if with_outbox else "pending")
+        for partition, pending, outbox in marks:
+            row = self.state.setdefault((topic, partition), {})
+            row[b"w:pending"] = str(pending).encode()
+            if outbox is not None:
+                row.update(outbox.encode())
 
     def outbox_published(self, topic: str, partition: int, outbox_id: str) -> None:
         self.journal.step("outbox published")

@@ -41,3 +41,12 @@ def test_on_a_cluster_each_executors_partitions_are_grouped_apart() -> None:
         ([1, 3], "executor_h_2"), ([5], "executor_h_2")]
     assert group(ranges, 2) == [(tuple(ranges[:2]), None), (tuple(ranges[2:3]), None),
                                 (tuple(ranges[3:5]), None), (tuple(ranges[5:]), None)]
+
+
+def test_a_task_reads_its_ranges_in_waves_of_bounded_records_in_order() -> None:
+    from leakproof.task.worker import waves
+
+    rs = [OffsetRange("t", p, 0, n) for p, n in enumerate([30, 30, 50, 200, 10, 0])]
+    assert [[r.partition for r in w] for w in waves(rs, most=100)] == [
+        [0, 1], [2], [3], [4, 5]]
+    assert waves([], most=100) == []

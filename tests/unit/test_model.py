@@ -325,7 +325,7 @@ def test_closed_summaries_carry_the_models_cells() -> None:
     journal = Journal()
     sink = FakeSummarySink(journal)
     stores = Stores(FakeSessionRows(journal, model=compiled), FakePartitionRows(journal),
-                    FakeDeadLetters(journal), FakeLeaseCheck(journal), sink)
+                    FakeDeadLetters(journal), FakeLeaseCheck(journal), lambda p: sink)
     recs = requests(seed=12, visits=40)
     krecs = [KafkaRecord(i, r["visit"].encode(), avro_value(r), 0) for i, r in enumerate(recs)]
     decoder = Decoder(model)

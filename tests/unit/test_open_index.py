@@ -12,6 +12,7 @@ from leakproof.events import WebEvent
 from leakproof.hbase.partition_store import PartitionStore
 from leakproof.open_index import Entry, bucket_of
 from leakproof.sessions import FoldResult, OpenSessions, PartitionState, SessionState
+from leakproof.task.ports import PartitionSave
 
 from .test_session_store import WEB, event
 
@@ -72,27 +73,30 @@ class StateTable:
     """The happybase.Table calls PartitionStore makes, over a dict of rows (keys sorted on scan)."""
 
     def __init__(self) -> None:
-        self.rows: dict[bytes, dict[bytes, bytes]] = {}
+        self.cells: dict[bytes, dict[bytes, bytes]] = {}
 
     def row(self, key: bytes) -> dict[bytes, bytes]:
-        return dict(self.rows.get(key, {}))
+        return dict(self.cells.get(key, {}))
+
+    def rows(self, keys: list[bytes]) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        return [(k, dict(self.cells[k])) for k in keys if k in self.cells]
 
     def put(self, key: bytes, cells: dict[bytes, bytes]) -> None:
-        self.rows.setdefault(key, {}).update(cells)
+        self.cells.setdefault(key, {}).update(cells)
 
     def delete(self, key: bytes, columns: list[bytes]) -> None:
-        cells = self.rows.get(key, {})
+        cells = self.cells.get(key, {})
         for c in columns:
             for k in [k for k in cells if k == c or k.startswith(c + b":")]:
                 del cells[k]
         if not cells:
-            self.rows.pop(key, None)
+            self.cells.pop(key, None)
 
     def scan(self, row_start: bytes, row_stop: bytes,
              batch_size: int) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
-        for key in sorted(self.rows):
+        for key in sorted(self.cells):
             if row_start <= key < row_stop:
-                yield key, dict(self.rows[key])
+                yield key, dict(self.cells[key])
 
     @contextmanager
     def batch(self, batch_size: int | None = None) -> Iterator[Any]:
@@ -113,27 +117,28 @@ def test_the_store_reads_only_buckets_below_the_cutoff_and_writes_the_watermark_
     changes = open_index.IndexChanges()
     for sid, ts in (("a", 10_000), ("b", 60_000), ("c", 500_000)):
         changes.put(bucket_of(ts, W), sid, ts)
-    store.write_partition("t", 3, PartitionState(600_000, 41), changes, cutoff=-5, check_below=0)
-    assert store.read_partition("t", 3, W)[:3] == (PartitionState(600_000, 41), 0, 0)
+    store.write_partitions("t", [PartitionSave(3, PartitionState(600_000, 41), changes,
+                                               cutoff=-5, check_below=0)])
+    assert store.read_partitions("t", [3], W)[3][:3] == (PartitionState(600_000, 41), 0, 0)
     assert sorted(e.session_id for e in store.scan_open("t", 3, 0, 60_000)) == ["a", "b"]
     assert open_index.expiring(store.scan_open("t", 3, 0, 60_000), 60_000) == [
         Entry(0, "a", 10_000)]
     assert store.scan_open("t", 3, 0, 0) == [] and store.scan_open("t", 30, 0, 10**12) == []
     # a range that closed below 350 000 left nothing there: the scan starts a widest bucket
     # (5 min) before it, so "a" (bucket 0) is not read again, "b" (bucket 56 250) is
-    store.write_partition("t", 3, PartitionState(600_000, 42), changes, cutoff=350_000,
-                          check_below=0)
-    assert store.read_partition("t", 3, W).cutoff == 350_000
+    store.write_partitions("t", [PartitionSave(3, PartitionState(600_000, 42), changes,
+                                               cutoff=350_000, check_below=0)])
+    assert store.read_partitions("t", [3], W)[3].cutoff == 350_000
     assert sorted(e.session_id for e in store.scan_open("t", 3, 350_000, 10**12)) == ["b", "c"]
 
 
 def test_an_open_set_of_the_old_layout_moves_into_the_index() -> None:
     conn = StateConnection()
-    conn.t.rows[b"wm:t:0"] = {b"w:watermark": b"90000", b"w:offset": b"7", b"w:version": b"x",
+    conn.t.cells[b"wm:t:0"] = {b"w:watermark": b"90000", b"w:offset": b"7", b"w:version": b"x",
                               b"o:a": b"10000", b"o:b": b"70000"}
     store = PartitionStore(conn, "state", table_scan)
-    assert store.read_partition("t", 0, W)[:3] == (PartitionState(90_000, 7), 0, 0)
-    assert conn.t.rows[b"wm:t:0"] == {b"w:watermark": b"90000", b"w:offset": b"7"}
+    assert store.read_partitions("t", [0], W)[0][:3] == (PartitionState(90_000, 7), 0, 0)
+    assert conn.t.cells[b"wm:t:0"] == {b"w:watermark": b"90000", b"w:offset": b"7"}
     assert sorted(store.scan_open("t", 0, 0, 10**12), key=lambda e: e.session_id) == [
         Entry(0, "a", 10_000), Entry(56_250, "b", 70_000)]
 
@@ -146,13 +151,32 @@ def test_a_range_that_stops_while_writing_the_index_leaves_its_mark_until_one_co
     # the puts went out, the deletes and the last put did not: w:pending stays
     conn.t.put(b"wm:t:1", {b"w:watermark": b"500000", b"w:offset": b"3"})
     conn.t.put(b"wm:t:1", {b"w:pending": b"700000"})
-    store._apply("t", 1, moved)
-    assert store.read_partition("t", 1, W).check_below == 700_000
+    store._apply("t", [(1, moved)])
+    assert store.read_partitions("t", [1], W)[1].check_below == 700_000
     # the replay completes: the mark is kept (stale entries may be anywhere below it), the
     # pending cell goes
-    store.write_partition("t", 1, PartitionState(700_000, 9), moved, cutoff=0, check_below=700_000)
-    assert b"w:pending" not in conn.t.rows[b"wm:t:1"]
-    assert store.read_partition("t", 1, W)[:3] == (PartitionState(700_000, 9), 0, 700_000)
+    store.write_partitions("t", [PartitionSave(1, PartitionState(700_000, 9), moved, cutoff=0,
+                                               check_below=700_000)])
+    assert b"w:pending" not in conn.t.cells[b"wm:t:1"]
+    assert store.read_partitions("t", [1], W)[1][:3] == (PartitionState(700_000, 9), 0, 700_000)
+
+
+def test_several_partitions_are_read_and_written_in_one_call_each_its_own_row() -> None:
+    conn = StateConnection()
+    store = PartitionStore(conn, "state", table_scan)
+    store.begin_writes("t", [(0, 5_000, None), (7, 9_000, None)])
+    assert conn.t.cells == {b"wm:t:0": {b"w:pending": b"5000"},
+                            b"wm:t:7": {b"w:pending": b"9000"}}
+    a, b = open_index.IndexChanges(), open_index.IndexChanges()
+    a.put(0, "x", 5_000)
+    b.put(0, "y", 9_000)
+    store.write_partitions("t", [PartitionSave(0, PartitionState(5_000, 3), a, 0, 0),
+                                 PartitionSave(7, PartitionState(9_000, 11), b, 0, 0)])
+    read = store.read_partitions("t", [0, 7, 8], W)
+    assert [(p, s.state) for p, s in read.items()] == [
+        (0, PartitionState(5_000, 3)), (7, PartitionState(9_000, 11)), (8, PartitionState())]
+    assert [e.session_id for e in store.scan_open("t", 7, 0, 10**12)] == ["y"]
+    assert b"w:pending" not in conn.t.cells[b"wm:t:0"]
 
 
 def test_entries_below_the_mark_are_what_their_rows_say_the_others_what_they_say() -> None:

@@ -13,7 +13,7 @@ from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
 from leakproof.offsets import OffsetRange
 from leakproof.reports import TaskReport
-from leakproof.task.process import Stores, process_range
+from leakproof.task.process import Stores, process_range, process_ranges
 from leakproof.testing import (
     Crash,
     FakeDeadLetters,
@@ -80,9 +80,20 @@ class Rig:
     def run(self, recs: list[Rec], *, epoch: int = 1, batch_ms: int = 1_000) -> TaskReport:
         rng = OffsetRange("t", 0, recs[0].offset, recs[-1].offset + 1)
         stores = Stores(self.sessions, self.partitions, self.dead, self.lease,
-                        self.sink if self.with_output else None)
+                        (lambda p: self.sink) if self.with_output else None)
         return process_range(rng, recs, decode, stores, compile_model(web_model()),
                              batch_ms=batch_ms, epoch=epoch, close_after_ms=CLOSE_MS)
+
+    def run_many(self, work: list[tuple[int, list[Rec]]], *, batch_ms: int = 1_000
+                 ) -> list[TaskReport]:
+        """Ranges of several partitions as one task runs them (``process_ranges``)."""
+        stores = Stores(self.sessions, self.partitions, self.dead, self.lease,
+                        (lambda p: self.sink) if self.with_output else None)
+        return process_ranges(
+            [(OffsetRange("t", p, recs[0].offset, recs[-1].offset + 1), recs)
+             for p, recs in work],
+            decode, stores, compile_model(web_model()), batch_ms=batch_ms, epoch=1,
+            close_after_ms=CLOSE_MS)
 
     def state(self) -> tuple[object, ...]:
         """Everything a range leaves behind, but the journal, the outbox and the mark a
@@ -205,3 +216,90 @@ def test_a_late_event_for_a_closed_session_publishes_it_again() -> None:
     assert report.late == 1
     assert [k for _, recs in rig.sink.committed for k, _ in recs] == [b"a", b"a"]
     assert b'"late_events": "1"' in rig.sink.committed[1][1][0][1]
+
+
+# Several partitions' ranges in one task: one store call per step, each partition's rows as
+# if its range ran alone.
+P1_FIRST = records(ev("x", 0, 0), ev("y", 0, 500))
+P1_SECOND = records(ev("y", 1, 10 * MIN), start=2)  # x closes
+P2_FIRST = records(ev("q", 0, 100), None)
+
+
+def alone(*batches: list[tuple[int, list[Rec]]]) -> Rig:
+    """Each batch's ranges one at a time, each in its own call."""
+    rig = Rig()
+    for n, batch in enumerate(batches):
+        for p, recs in batch:
+            rig.run_many([(p, recs)], batch_ms=1_000 * (n + 1))
+    return rig
+
+
+def test_a_task_of_three_partitions_makes_one_call_per_step_and_the_rows_of_three() -> None:
+    rig = Rig()
+    first = rig.run_many([(0, FIRST), (1, P1_FIRST), (2, P2_FIRST)])
+    assert rig.journal.steps == ["lease", "pending", "sessions", "dead letters",
+                                 "index puts", "index deletes", "watermark"]
+    assert [(r.partition, r.records, r.applied, r.dead_letters) for r in first] == [
+        (0, 4, 3, 1), (1, 2, 2, 0), (2, 2, 1, 1)]
+    second = rig.run_many([(0, SECOND), (1, P1_SECOND)], batch_ms=2_000)
+    assert [(r.partition, r.closed) for r in second] == [(0, 1), (1, 1)]
+    expected = alone([(0, FIRST), (1, P1_FIRST), (2, P2_FIRST)], [(0, SECOND), (1, P1_SECOND)])
+    assert rig.state() == expected.state()
+    assert rig.sessions.readable()["x"]["state"] == "closed"
+    assert rig.dead.rows == {("t", 0, 2): "tombstone", ("t", 2, 1): "tombstone"}
+
+
+def test_ranges_that_touch_one_session_go_through_the_steps_one_after_the_other() -> None:
+    # a key that moved when partitions were added: "a" in partition 0, then in partition 5
+    moved = records(ev("a", 2, 3_000), ev("z", 0, 3_000), start=10)
+    rig = Rig()
+    rig.run_many([(0, FIRST), (5, moved)])
+    assert rig.journal.steps == 2 * ["lease", "pending", "sessions", "dead letters",
+                                     "index puts", "index deletes", "watermark"]
+    assert rig.sessions.readable()["a"]["events"] == "3"  # nothing lost to a stale read
+    assert rig.state() == alone([(0, FIRST), (5, moved)]).state()
+
+
+def test_a_session_one_range_closes_and_another_touches_is_not_read_before_its_close() -> None:
+    # "a" is open in partition 0's index; partition 5 (a moved key) touches it in the batch
+    # in which partition 0 closes it: partition 0's close lands before partition 5 reads
+    rig = Rig()
+    rig.run_many([(0, FIRST)])
+    moved = records(ev("a", 2, 10 * MIN + 1), start=10)
+    rig.journal.steps.clear()
+    rig.run_many([(0, SECOND), (5, moved)], batch_ms=2_000)
+    assert rig.journal.steps.count("sessions") == 2
+    expected = alone([(0, FIRST)], [(0, SECOND), (5, moved)])
+    assert rig.state() == expected.state()
+
+
+def test_a_task_of_several_partitions_crashed_at_any_step_is_replayed_exactly() -> None:
+    clean_rig = alone([(0, FIRST), (1, P1_FIRST)], [(0, SECOND), (1, P1_SECOND), (2, P2_FIRST)])
+    for step in ("pending", "sessions", "dead letters", "index puts", "index deletes",
+                 "watermark"):
+        rig = Rig()
+        rig.run_many([(0, FIRST), (1, P1_FIRST)])
+        rig.journal.crash_at = step
+        with pytest.raises(Crash):
+            rig.run_many([(0, SECOND), (1, P1_SECOND), (2, P2_FIRST)], batch_ms=2_000)
+        again = rig.run_many([(0, SECOND), (1, P1_SECOND), (2, P2_FIRST)], batch_ms=3_000)
+        assert sum(r.applied for r in again) + sum(r.replayed for r in again) == 4, step
+        assert rig.state() == clean_rig.state(), step
+    rig = Rig()
+    rig.run_many([(0, FIRST), (1, P1_FIRST)])
+    rig.sessions.tear_after = 1  # one row of the second batch written, the others not
+    with pytest.raises(Crash):
+        rig.run_many([(0, SECOND), (1, P1_SECOND), (2, P2_FIRST)], batch_ms=2_000)
+    rig.run_many([(0, SECOND), (1, P1_SECOND), (2, P2_FIRST)], batch_ms=3_000)
+    assert rig.state() == clean_rig.state()
+
+
+def test_each_partition_of_a_task_publishes_its_own_summaries_after_every_watermark() -> None:
+    rig = Rig(with_output=True)
+    rig.run_many([(0, FIRST), (1, P1_FIRST)])
+    rig.journal.steps.clear()
+    rig.run_many([(0, SECOND), (1, P1_SECOND)], batch_ms=2_000)
+    assert rig.journal.steps == ["lease", "pending, outbox", "sessions", "dead letters",
+                                 "index puts", "index deletes", "watermark",
+                                 "publish", "outbox published", "publish", "outbox published"]
+    assert [[k for k, _ in recs] for _, recs in rig.sink.committed] == [[b"a"], [b"x"]]

@@ -207,11 +207,10 @@ class Job:
         cfg, batch_ms, epoch = self.cfg, plan.batch_ms, self.committer.lease.epoch
 
         def task(runs: Iterator[tuple[OffsetRange, ...]]) -> Iterator[TaskReport]:
-            from leakproof.task.worker import run_range
+            from leakproof.task.worker import run_ranges
 
-            for ranges in runs:
-                for rng in ranges:  # in partition order, each its own fence and report
-                    yield run_range(cfg, batch_ms, rng, epoch)
+            for ranges in runs:  # in partition order, each its own fence and report
+                yield from run_ranges(cfg, batch_ms, ranges, epoch)
 
         try:  # the Spark UI's job list then says which ranges each batch read
             rdd.context.setJobDescription(f"leakproof batch {batch_ms}: {plan.describe()}")

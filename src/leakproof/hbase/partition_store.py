@@ -12,7 +12,7 @@ The driver's rows of the same table (lease, topic id, gaps, run record) are ``st
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import happybase
@@ -22,7 +22,7 @@ from leakproof.hbase.state_store import read_lease_epoch
 from leakproof.open_index import MAX_BUCKET, MAX_WIDTH, Entry, IndexChanges, bucket_of
 from leakproof.outbox import PUBLISHED, Outbox
 from leakproof.sessions import NO_WATERMARK, PartitionState
-from leakproof.task.ports import StoredPartition
+from leakproof.task.ports import PartitionSave, StoredPartition
 
 
 def _wm_row(topic: str, partition: int) -> bytes:
@@ -51,41 +51,48 @@ class PartitionStore:
         self._table = conn.table(table_name)
         self._scan = scan or short_scan
 
-    def read_partition(self, topic: str, partition: int, width: int) -> StoredPartition:
-        """The partition's watermark, and below what the index holds nothing any more (its
-        open sessions stay in the index: ``scan_open``).
+    def read_partitions(self, topic: str, partitions: Sequence[int], width: int
+                        ) -> dict[int, StoredPartition]:
+        """Each partition's watermark, and below what the index holds nothing any more (its
+        open sessions stay in the index: ``scan_open``): one getRows for all of them.
 
         A ``wm:`` row of the layout before the index, its open set in family ``o``, is
         moved into the index first (puts, then the old cells' delete: a crash in between
         leaves the old cells, moved again next time).
         """
-        row = _wm_row(topic, partition)
-        cells = self._table.row(row)
-        old = {k[2:].decode("utf-8"): int(v) for k, v in cells.items() if k.startswith(b"o:")}
-        if old:
-            moved = IndexChanges()
-            for sid, ts in old.items():
-                moved.put(bucket_of(ts, width), sid, ts)
-            self._apply(topic, partition, moved)
-            self._table.delete(row, columns=[b"o", b"w:version"])
-        # w:pending is set while a range writes its rows and the index; found still set,
-        # that range stopped part way, and may have left entries as old as its watermark
-        # stale (a session row it wrote moved on; the row's old entry is still there)
-        return StoredPartition(PartitionState(
-            watermark=int(cells.get(b"w:watermark", str(NO_WATERMARK).encode())),
-            watermark_offset=int(cells.get(b"w:offset", b"-1"))),
-            int(cells.get(b"w:cutoff", b"0")),
-            max(int(cells.get(b"w:check_below", b"0")), int(cells.get(b"w:pending", b"0"))),
-            Outbox.parse(cells))
+        found = dict(self._table.rows([_wm_row(topic, p) for p in partitions]))
+        stored = {}
+        for p in partitions:
+            cells = found.get(_wm_row(topic, p), {})
+            old = {k[2:].decode("utf-8"): int(v) for k, v in cells.items()
+                   if k.startswith(b"o:")}
+            if old:
+                moved = IndexChanges()
+                for sid, ts in old.items():
+                    moved.put(bucket_of(ts, width), sid, ts)
+                self._apply(topic, [(p, moved)])
+                self._table.delete(_wm_row(topic, p), columns=[b"o", b"w:version"])
+            # w:pending is set while a range writes its rows and the index; found still set,
+            # that range stopped part way, and may have left entries as old as its watermark
+            # stale (a session row it wrote moved on; the row's old entry is still there)
+            stored[p] = StoredPartition(PartitionState(
+                watermark=int(cells.get(b"w:watermark", str(NO_WATERMARK).encode())),
+                watermark_offset=int(cells.get(b"w:offset", b"-1"))),
+                int(cells.get(b"w:cutoff", b"0")),
+                max(int(cells.get(b"w:check_below", b"0")), int(cells.get(b"w:pending", b"0"))),
+                Outbox.parse(cells))
+        return stored
 
-    def begin_writes(self, topic: str, partition: int, pending: int,
-                     outbox: Outbox | None) -> None:
-        """``w:pending`` before the range writes anything, and the sessions it will
-        publish: in one put, before their rows are written."""
-        cells = {b"w:pending": str(pending).encode()}
-        if outbox is not None:
-            cells.update(outbox.encode())
-        self._table.put(_wm_row(topic, partition), cells)
+    def begin_writes(self, topic: str, marks: Sequence[tuple[int, int, Outbox | None]]
+                     ) -> None:
+        """``w:pending`` before the ranges write anything, and the sessions each will
+        publish: one put per partition, all in one call, before their rows are written."""
+        with self._table.batch() as batch:
+            for partition, pending, outbox in marks:
+                cells = {b"w:pending": str(pending).encode()}
+                if outbox is not None:
+                    cells.update(outbox.encode())
+                batch.put(_wm_row(topic, partition), cells)
 
     def outbox_published(self, topic: str, partition: int, outbox_id: str) -> None:
         """The outbox went out (the Kafka marker says so too: this only saves a look-up)."""
@@ -111,42 +118,45 @@ class PartitionStore:
             found += [Entry(bucket, k[2:].decode("utf-8"), int(v)) for k, v in cells.items()]
         return found
 
-    def write_partition(self, topic: str, partition: int, state: PartitionState,
-                        index: IndexChanges, cutoff: int, check_below: int) -> None:
-        """The index changes, then the watermark and the cutoff the range closed below:
-        the state row never runs ahead.
+    def write_partitions(self, topic: str, saves: Sequence[PartitionSave]) -> None:
+        """Every partition's index changes, then the watermarks and the cutoffs the ranges
+        closed below: no state row runs ahead of its index.
 
-        ``w:pending`` (``begin_writes``: this range's watermark, no entry it leaves stale is
-        newer) marks the writes under way; the last batch writes the watermark, keeping
-        ``check_below`` (what ``read_partition`` said, a crashed range's mark included), then
-        clears the mark.
-        HBase's Thrift ``mutateRows`` applies a batch's puts before its deletes, as two
+        ``w:pending`` (``begin_writes``: a range's watermark, no entry it leaves stale is
+        newer) marks the writes under way; the last call writes each watermark, keeping
+        ``check_below`` (what ``read_partitions`` said, a crashed range's mark included),
+        and clears the mark.
+        HBase's Thrift ``mutateRows`` applies a row's puts before its deletes, as two
         operations: a stop between them leaves the mark, which only makes the next range
         check more entries.
         """
-        row = _wm_row(topic, partition)
-        self._apply(topic, partition, index)
-        with self._table.batch() as batch:  # the put lands first, then the delete
-            batch.put(row, {b"w:watermark": str(state.watermark).encode(),
-                            b"w:offset": str(state.watermark_offset).encode(),
-                            b"w:cutoff": str(max(0, cutoff)).encode(),
-                            b"w:check_below": str(check_below).encode()})
-            batch.delete(row, columns=[b"w:pending"])
+        self._apply(topic, [(s.partition, s.changes) for s in saves])
+        with self._table.batch() as batch:  # a row's put lands first, then its delete
+            for s in saves:
+                row = _wm_row(topic, s.partition)
+                batch.put(row, {b"w:watermark": str(s.state.watermark).encode(),
+                                b"w:offset": str(s.state.watermark_offset).encode(),
+                                b"w:cutoff": str(max(0, s.cutoff)).encode(),
+                                b"w:check_below": str(s.check_below).encode()})
+                batch.delete(row, columns=[b"w:pending"])
 
-    def _apply(self, topic: str, partition: int, index: IndexChanges,
+    def _apply(self, topic: str, changes: Sequence[tuple[int, IndexChanges]],
                batch_size: int = 5000) -> None:
-        """Puts in one round, then deletes in another (never an entry deleted before its
-        replacement is written)."""
-        if index.puts:
+        """Every partition's puts in one round, then the deletes in another (never an entry
+        deleted before its replacement is written)."""
+        if any(index.puts for _, index in changes):
             with self._table.batch(batch_size=batch_size) as batch:
-                for bucket, cells in index.puts.items():
-                    batch.put(_open_row(topic, partition, bucket),
-                              {f"o:{sid}".encode(): str(ts).encode() for sid, ts in cells.items()})
-        if index.deletes:
+                for partition, index in changes:
+                    for bucket, cells in index.puts.items():
+                        batch.put(_open_row(topic, partition, bucket),
+                                  {f"o:{sid}".encode(): str(ts).encode()
+                                   for sid, ts in cells.items()})
+        if any(index.deletes for _, index in changes):
             with self._table.batch(batch_size=batch_size) as batch:
-                for bucket, sids in index.deletes.items():
-                    batch.delete(_open_row(topic, partition, bucket),
-                                 columns=[f"o:{sid}".encode() for sid in sorted(sids)])
+                for partition, index in changes:
+                    for bucket, sids in index.deletes.items():
+                        batch.delete(_open_row(topic, partition, bucket),
+                                     columns=[f"o:{sid}".encode() for sid in sorted(sids)])
 
 
 def short_scan(table: happybase.Table, start: bytes, stop: bytes, batch_size: int

@@ -1,21 +1,26 @@
-"""A partition's open-session index around a range: loaded before the fold, saved after it.
+"""The open-session index around a step of ranges: loaded before the fold, saved after it.
 
 The rules are ``open_index``'s (pure); this is where they meet the stores, in one place:
 an index entry is taken at its word unless it lies below ``check_below`` -- a range that
 stopped part way may have left it stale -- and then its session row's last_ts and state
 decide. The touched sessions' rows are read whole here too, since both the fold and the
 index need them.
+
+Several partitions' ranges load and save together (one task's ranges): one call reads their
+partition rows, one their touched rows, one the rows their stale entries need; each
+partition's index is scanned alone (its rows are its own key range). Each range's ``Loaded``
+holds only its own partition's rows and entries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from leakproof import open_index
 from leakproof.open_index import Entry
 from leakproof.sessions import FoldResult, OpenSessions, PartitionState, SessionState
-from leakproof.task.ports import PartitionRows, SessionRows, StoredPartition
+from leakproof.task.ports import PartitionRows, PartitionSave, SessionRows, StoredPartition
 
 
 @dataclass
@@ -30,29 +35,54 @@ class Loaded:
     found: list[Entry]  # the index entries that may expire in it
     before: dict[str, SessionState]  # what is known of every session found or touched
 
+    def sessions(self) -> set[str]:
+        """Every session whose row this range reads or may write (touched, found, owed)."""
+        return {*self.rows, *self.before, *(e.session_id for e in self.found),
+                *self.stored.outbox.sessions}
 
-def load(partitions: PartitionRows, sessions: SessionRows, topic: str, partition: int,
-         close_after_ms: int, touched: Iterable[str], newest_ts: int) -> Loaded:
-    """Read the partition's state, the touched rows, and the open sessions that may expire
-    by ``newest_ts`` (the newest event time in the range)."""
+
+@dataclass(frozen=True)
+class Wanted:
+    """What one range asks of the load: its partition, the sessions its events touch, and
+    its newest event time (expiry runs up to it)."""
+
+    partition: int
+    touched: frozenset[str]
+    newest_ts: int
+
+
+def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_after_ms: int,
+         wanted: Sequence[Wanted]) -> list[Loaded]:
+    """For each of ``wanted`` (distinct partitions): its partition's state, its touched rows,
+    and the open sessions that may expire by its newest event time."""
     width = open_index.bucket_width(close_after_ms)
-    stored = partitions.read_partition(topic, partition, width)
-    state = stored.state
-    cutoff = open_index.cutoff(max(state.watermark, newest_ts), close_after_ms)
-    found = open_index.expiring(partitions.scan_open(topic, partition, stored.cutoff, cutoff),
-                                cutoff)
-    rows = sessions.read(set(touched))
-    stale = open_index.to_check(found, stored.check_below)
-    checked = sessions.read_expiry(stale - rows.keys())
-    before = open_index.known_rows(found, stale, checked, rows)
-    state.open_sessions = OpenSessions(open_index.open_set(found, before))
-    return Loaded(stored, state, rows, width, cutoff, found, before)
+    stored = partitions.read_partitions(topic, [w.partition for w in wanted], width)
+    cutoffs, founds, stales = [], [], []
+    for w in wanted:
+        s = stored[w.partition]
+        cutoffs.append(open_index.cutoff(max(s.state.watermark, w.newest_ts), close_after_ms))
+        founds.append(open_index.expiring(
+            partitions.scan_open(topic, w.partition, s.cutoff, cutoffs[-1]), cutoffs[-1]))
+        stales.append(open_index.to_check(founds[-1], s.check_below))
+    rows = sessions.read(set().union(*(w.touched for w in wanted)))
+    checked = sessions.read_expiry(set().union(*stales) - rows.keys())
+    loaded = []
+    for w, cutoff, found, stale in zip(wanted, cutoffs, founds, stales, strict=True):
+        s = stored[w.partition]
+        own_rows = {sid: rows[sid] for sid in w.touched if sid in rows}
+        own_checked = {sid: st for sid in stale
+                       if (st := checked.get(sid) or rows.get(sid)) is not None}
+        before = open_index.known_rows(found, stale, own_checked, own_rows)
+        s.state.open_sessions = OpenSessions(open_index.open_set(found, before))
+        loaded.append(Loaded(s, s.state, own_rows, width, cutoff, found, before))
+    return loaded
 
 
-def save(partitions: PartitionRows, topic: str, partition: int, loaded: Loaded,
-         result: FoldResult) -> None:
-    """The index changes, then the watermark (``PartitionRows.write_partition``)."""
-    partitions.write_partition(topic, partition, result.partition,
-                               open_index.changes(loaded.width, loaded.found, loaded.before,
-                                                  result),
-                               loaded.cutoff, loaded.stored.check_below)
+def save(partitions: PartitionRows, topic: str,
+         done: Sequence[tuple[int, Loaded, FoldResult]]) -> None:
+    """Each partition's index changes, then its watermark (``PartitionRows.write_partitions``)."""
+    partitions.write_partitions(topic, [
+        PartitionSave(partition, result.partition,
+                      open_index.changes(loaded.width, loaded.found, loaded.before, result),
+                      loaded.cutoff, loaded.stored.check_below)
+        for partition, loaded, result in done])

@@ -23,6 +23,7 @@ __all__ = [
     "Decode",
     "LeaseCheck",
     "PartitionRows",
+    "PartitionSave",
     "Record",
     "SessionRows",
     "StoredPartition",
@@ -84,25 +85,38 @@ class SessionRows(Protocol):
         ...
 
 
-class PartitionRows(Protocol):
-    """A source partition's state: watermark, open-session index, outbox."""
+class PartitionSave(NamedTuple):
+    """What a range leaves in its partition's rows: the index changes, then the watermark
+    and the cutoff it closed below, keeping ``check_below`` (what the read said)."""
 
-    def read_partition(self, topic: str, partition: int, width: int) -> StoredPartition: ...
+    partition: int
+    state: PartitionState
+    changes: IndexChanges
+    cutoff: int
+    check_below: int
+
+
+class PartitionRows(Protocol):
+    """Source partitions' state: watermark, open-session index, outbox. Reads and writes
+    take several partitions of a topic at once (one task's ranges), each in one call."""
+
+    def read_partitions(self, topic: str, partitions: Sequence[int], width: int
+                        ) -> dict[int, StoredPartition]: ...
 
     def scan_open(self, topic: str, partition: int, since: int, before: int) -> list[Entry]:
         """The index entries in buckets that start below ``before``."""
         ...
 
-    def write_partition(self, topic: str, partition: int, state: PartitionState,
-                        index: IndexChanges, cutoff: int, check_below: int) -> None:
-        """The index changes (puts, then deletes), then the watermark: never ahead; then
-        the pending mark is cleared."""
+    def write_partitions(self, topic: str, saves: Sequence[PartitionSave]) -> None:
+        """Every save's index puts, then every save's deletes, then the watermarks: none
+        ahead of its index; then the pending marks are cleared."""
         ...
 
-    def begin_writes(self, topic: str, partition: int, pending: int,
-                     outbox: Outbox | None) -> None:
-        """Before any session row: the mark that the range's writes are under way (its
-        watermark: no index entry they may leave stale is newer), with its outbox if any."""
+    def begin_writes(self, topic: str, marks: Sequence[tuple[int, int, Outbox | None]]
+                     ) -> None:
+        """Before any session row: for each (partition, pending, outbox) the mark that the
+        range's writes are under way (its watermark: no index entry they may leave stale is
+        newer), with its outbox if any."""
         ...
 
     def outbox_published(self, topic: str, partition: int, outbox_id: str) -> None: ...

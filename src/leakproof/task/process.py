@@ -1,24 +1,32 @@
-"""``process_range``: what one Spark task does with one offset range, over the ports.
+"""``process_ranges``: what one Spark task does with its offset ranges, over the ports.
 
-1. read the range's records, in offset order, and decode each (undecodable: a dead letter);
-2. load: the partition's watermark, the touched sessions' rows, and the open sessions that
-   may expire in the range (``index.load``);
-3. fold the events into the sessions (fences skip what an earlier attempt applied);
-4. if this driver still holds the lease: the pending mark (with the outbox, with an output
-   topic), then the session rows, aggregate and fence in one put per row;
+1. read each range's records, in offset order, and decode each (undecodable: a dead letter);
+2. load: the partitions' watermarks, the touched sessions' rows, and the open sessions that
+   may expire in each range (``index.load``);
+3. fold each range's events into its sessions (fences skip what an earlier attempt applied);
+4. if this driver still holds the lease: the pending marks (with the outboxes, with an
+   output topic), then the session rows, aggregate and fence in one put per row;
 5. the dead letters;
-6. the open-session index, then the watermark -- last, so neither runs ahead of the
+6. the open-session indexes, then the watermarks -- last, so neither runs ahead of the
    session rows (``index.save``);
-7. the closed sessions' summaries, in one Kafka transaction with the outbox's marker.
+7. each range's closed sessions' summaries, in one Kafka transaction with its outbox's
+   marker.
+
+The ranges of a task go through steps 2-6 together, one store call per step for all of them
+(a wide topic's task carries hundreds of small ranges, and a call costs HBase and the
+Thrift server more than a small range's rows do). For each partition the order of its writes
+is the order above, as if its range ran alone; a range's fence, state and report stay its
+own. Ranges that share a session row (a key that moved when partitions were added) never go
+through a step together: the later one loads after the earlier one's writes.
 
 Any failure raises: the batch fails and its offsets are not committed. Every step is
-idempotent, so the replay of the range after a crash anywhere leaves the same rows.
+idempotent, so the replay of the ranges after a crash anywhere leaves the same rows.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from leakproof.crashpoints import crash_point
@@ -49,25 +57,56 @@ from leakproof.task.ports import (
 
 @dataclass(frozen=True)
 class Stores:
-    """Where a range's results go; ``summaries`` only with an output topic."""
+    """Where a range's results go; ``summaries`` (a source partition's summary sink) only
+    with an output topic."""
 
     sessions: SessionRows
     partitions: PartitionRows
     dead_letters: DeadLetters
     lease: LeaseCheck
-    summaries: SummarySink | None = None
+    summaries: Callable[[int], SummarySink] | None = None
+
+
+@dataclass
+class _Range:
+    """One range on its way through the steps."""
+
+    rng: OffsetRange
+    report: TaskReport
+    events: list[tuple[int, Event]]
+    dead: list[DecodeError]
+    touched: frozenset[str]
 
 
 def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, stores: Stores,
                   model: CompiledModel, *, batch_ms: int, epoch: int, close_after_ms: int
                   ) -> TaskReport:
-    """Steps 1-7 of the module docstring for one range; returns its counts and timings.
+    """``process_ranges`` of one range."""
+    return process_ranges([(rng, records)], decode, stores, model, batch_ms=batch_ms,
+                          epoch=epoch, close_after_ms=close_after_ms)[0]
+
+
+def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode: Decode,
+                   stores: Stores, model: CompiledModel, *, batch_ms: int, epoch: int,
+                   close_after_ms: int) -> list[TaskReport]:
+    """Steps 1-7 of the module docstring for ranges of one topic, in order; returns each
+    range's counts and timings.
 
     ``epoch`` is the driver's lease epoch: a task of a driver that another one has replaced
     (a zombie) refuses to write, so it cannot overwrite rows the new driver has advanced.
     """
+    ranges = [_read(rng, records, decode) for rng, records in work]
+    if len({r.rng.topic for r in ranges}) > 1:
+        raise ValueError("process_ranges takes the ranges of one topic")
+    for step in _apart(ranges):
+        _steps(step, stores, model, batch_ms=batch_ms, epoch=epoch,
+               close_after_ms=close_after_ms)
+    return [r.report for r in ranges]
+
+
+def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode) -> _Range:
+    """Step 1 for one range."""
     report = TaskReport(rng.partition, rng.from_offset, rng.until_offset)
-    # 1. read and decode
     t0 = time.monotonic()
     events: list[tuple[int, Event]] = []
     dead: list[DecodeError] = []
@@ -81,58 +120,126 @@ def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, s
             dead.append(err)
             report.dead_letter_kinds[err.kind] = report.dead_letter_kinds.get(err.kind, 0) + 1
     report.records = len(events) + len(dead)
-    t1 = time.monotonic()
-    report.read_s = t1 - t0
+    report.read_s = time.monotonic() - t0
+    return _Range(rng, report, events, dead, frozenset(e.session_id for _, e in events))
+
+
+def _apart(ranges: Sequence[_Range]) -> list[list[_Range]]:
+    """``ranges`` cut, in order, into runs that may go through the steps together: no two
+    of a run share a partition or a touched session."""
+    runs: list[list[_Range]] = []
+    current: list[_Range] = []
+    partitions: set[int] = set()
+    touched: set[str] = set()
+    for r in ranges:
+        if current and (r.rng.partition in partitions or not touched.isdisjoint(r.touched)):
+            runs.append(current)
+            current, partitions, touched = [], set(), set()
+        current.append(r)
+        partitions.add(r.rng.partition)
+        touched |= r.touched
+    if current:
+        runs.append(current)
+    return runs
+
+
+def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms: int,
+           epoch: int, close_after_ms: int) -> None:
+    """Steps 2-7 for ranges of distinct partitions that touch no session in common."""
+    topic = step[0].rng.topic
     # 2. load
-    loaded = index.load(stores.partitions, stores.sessions, topic, partition, close_after_ms,
-                        {e.session_id for _, e in events},
-                        max((e.ts for _, e in events), default=NO_WATERMARK))
-    report.expiring = len(loaded.found)
+    t0 = time.monotonic()
+    loaded = index.load(stores.partitions, stores.sessions, topic, close_after_ms,
+                        [index.Wanted(r.rng.partition, r.touched,
+                                      max((e.ts for _, e in r.events), default=NO_WATERMARK))
+                         for r in step])
+    if len(step) > 1 and _overlap([ld.sessions() for ld in loaded]):
+        # a session found in one range's index is touched or owed by another: each alone
+        for r in step:
+            _steps([r], stores, model, batch_ms=batch_ms, epoch=epoch,
+                   close_after_ms=close_after_ms)
+        return
+    shares = _shares([r.report.records for r in step])
+    load_s = time.monotonic() - t0
     # 3. fold
-    folder = PartitionFolder(model, fence_key(topic, partition), close_after_ms,
-                             loaded.state, loaded.rows)
-    for offset, event in events:
-        folder.feed(offset, event)
-    result = folder.finish()
+    results = []
+    for r, ld, share in zip(step, loaded, shares, strict=True):
+        t1 = time.monotonic()
+        folder = PartitionFolder(model, fence_key(topic, r.rng.partition), close_after_ms,
+                                 ld.state, ld.rows)
+        for offset, event in r.events:
+            folder.feed(offset, event)
+        results.append(folder.finish())
+        r.report.expiring = len(ld.found)
+        r.report.fold_s = time.monotonic() - t1 + load_s * share
     t2 = time.monotonic()
-    report.fold_s = t2 - t1
-    # 4. the lease, the outbox, the session rows. (Thrift1 has no multi-column
+    # 4. the lease, the outboxes, the session rows. (Thrift1 has no multi-column
     # check-and-mutate, so the lease check narrows the zombie window to the time between this
     # read and the writes; the fences keep a zombie's late writes from counting twice.)
     holder = stores.lease.epoch()
     if holder != epoch:
-        raise CommitRefused(f"{rng}: the driver lease is at epoch {holder}, this driver's is "
-                            f"{epoch}; not writing")
-    outbox = None
+        raise CommitRefused(f"{_named(step)}: the driver lease is at epoch {holder}, this "
+                            f"driver's is {epoch}; not writing")
+    outboxes: list[Outbox | None] = [None] * len(step)
     if stores.summaries is not None:
-        outbox = owed(stores.summaries, loaded.stored.outbox, result,
-                      outbox_id(batch_ms, rng.from_offset, rng.until_offset, epoch))
+        outboxes = [owed(stores.summaries(r.rng.partition), ld.stored.outbox, result,
+                         outbox_id(batch_ms, r.rng.from_offset, r.rng.until_offset, epoch))
+                    for r, ld, result in zip(step, loaded, results, strict=True)]
     # A row written before a stop moves its session on while its old index entry stays: the
     # replay reads the row, not the entry, so only the mark says to check that entry later.
-    stores.partitions.begin_writes(topic, partition, result.partition.watermark, outbox)
-    stores.sessions.write(result.touched.values(), close=result.closed_untouched)
+    stores.partitions.begin_writes(topic, [
+        (r.rng.partition, result.partition.watermark, outbox)
+        for r, result, outbox in zip(step, results, outboxes, strict=True)])
+    stores.sessions.write([s for result in results for s in result.touched.values()],
+                          close=[sid for result in results for sid in result.closed_untouched])
     crash_point("task_after_sessions")
     # 5. dead letters
-    stores.dead_letters.write(dead, batch_ms)
-    # 6. the index, then the watermark
-    index.save(stores.partitions, topic, partition, loaded, result)
-    # 7. the summaries, read from the rows as they now stand, in one transaction
-    if outbox is not None and stores.summaries is not None:
-        rows = {sid: s for sid, s in result.touched.items() if s.closed}
-        rows.update(stores.sessions.read(set(outbox.sessions) - rows.keys()))
-        t_pub = time.monotonic()
-        encode = stores.summaries.encode or json_summary(model)
-        stores.summaries.publish([(sid.encode(), encode(sid, s)) for sid, s in rows.items()],
-                                 outbox.id, rng.until_offset)
-        crash_point("task_after_publish")
-        stores.partitions.outbox_published(topic, partition, outbox.id)
-        report.publish_s = time.monotonic() - t_pub
-    report.write_s = time.monotonic() - t2
-    report.applied, report.replayed, report.late = result.applied, result.replayed, result.late
-    report.duplicates = result.duplicates
-    report.sessions = len(result.touched)
-    report.closed = len(result.closed_now)
-    return report
+    stores.dead_letters.write([err for r in step for err in r.dead], batch_ms)
+    # 6. the indexes, then the watermarks
+    index.save(stores.partitions, topic,
+               [(r.rng.partition, ld, result)
+                for r, ld, result in zip(step, loaded, results, strict=True)])
+    write_s = time.monotonic() - t2
+    for r, result, outbox, share in zip(step, results, outboxes, shares, strict=True):
+        r.report.write_s = write_s * share
+        # 7. the summaries, read from the rows as they now stand, in one transaction
+        if outbox is not None and stores.summaries is not None:
+            r.report.publish_s = _publish(stores, model, topic, r.rng, outbox, result)
+            r.report.write_s += r.report.publish_s
+        r.report.applied, r.report.replayed = result.applied, result.replayed
+        r.report.late, r.report.duplicates = result.late, result.duplicates
+        r.report.sessions = len(result.touched)
+        r.report.closed = len(result.closed_now)
+
+
+def _publish(stores: Stores, model: CompiledModel, topic: str, rng: OffsetRange,
+             outbox: Outbox, result: FoldResult) -> float:
+    """Step 7 for one range; returns the seconds it took."""
+    assert stores.summaries is not None  # the caller's condition
+    t0 = time.monotonic()
+    sink = stores.summaries(rng.partition)
+    rows = {sid: s for sid, s in result.touched.items() if s.closed}
+    rows.update(stores.sessions.read(set(outbox.sessions) - rows.keys()))
+    encode = sink.encode or json_summary(model)
+    sink.publish([(sid.encode(), encode(sid, s)) for sid, s in rows.items()],
+                             outbox.id, rng.until_offset)
+    crash_point("task_after_publish")
+    stores.partitions.outbox_published(topic, rng.partition, outbox.id)
+    return time.monotonic() - t0
+
+
+def _overlap(sets: Sequence[set[str]]) -> bool:
+    return sum(map(len, sets)) != len(set().union(*sets))
+
+
+def _shares(records: Sequence[int]) -> list[float]:
+    """Each range's share of a step's common time: by records (equal when none has any)."""
+    total = sum(records)
+    return [n / total for n in records] if total else [1 / len(records)] * len(records)
+
+
+def _named(step: Sequence[_Range]) -> str:
+    return str(step[0].rng) if len(step) == 1 else f"{len(step)} ranges from {step[0].rng}"
 
 
 def owed(sink: SummarySink, stored: Outbox, result: FoldResult, new_id: str) -> Outbox | None:

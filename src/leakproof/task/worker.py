@@ -1,4 +1,4 @@
-"""The Python worker's side of a range (runs on executors): adapters in, ``process_range``.
+"""The Python worker's side of a task (runs on executors): adapters in, ``process_ranges``.
 
 The worker's caches live here, all of them, each for as long as the Python worker process
 (PySpark reuses a worker for task after task, ``spark.python.worker.reuse``) and each keyed
@@ -14,7 +14,7 @@ by the settings that made it, so a task of another config never gets a wrong one
 - Kafka consumers: ``kafka.reader`` keeps them (one per config and topic, assigned each
   range's partition in turn), since reading decides whether a consumer can be reused.
 
-Nothing here is imported by the driver except ``run_range`` and ``warm_up``, which Spark
+Nothing here is imported by the driver except ``run_ranges`` and ``warm_up``, which Spark
 pickles by reference; nothing here imports the CLI's modules.
 """
 
@@ -23,8 +23,9 @@ from __future__ import annotations
 import gc
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 
 from leakproof import codec
 from leakproof.config import Config, HBaseConfig, InputConfig, OutputConfig
@@ -42,7 +43,9 @@ from leakproof.offsets import Gap, OffsetRange
 from leakproof.registry import client, decoder_for
 from leakproof.reports import TaskReport
 from leakproof.summaries import Encode, avro_summary, summary_schema
-from leakproof.task.process import Stores, process_range
+from leakproof.task.process import Stores, process_ranges
+
+WAVE_RECORDS = 50_000  # at most this many records of a task's ranges in memory at once
 
 _connections: dict[HBaseConfig, ConnectionSlot] = {}
 _decoders: dict[tuple[Model, InputConfig], codec.Decoder] = {}
@@ -90,32 +93,63 @@ def _summary_encoder(cfg: Config) -> Encode | None:
     return found
 
 
-def run_range(cfg: Config, batch_ms: int, rng: OffsetRange, epoch: int) -> TaskReport:
-    """Process one range end to end (``task.process``), riding out an HBase outage: every
-    step is idempotent, so a range interrupted by one is redone whole."""
+def waves(ranges: Sequence[OffsetRange], most: int = WAVE_RECORDS
+          ) -> list[tuple[OffsetRange, ...]]:
+    """A task's ranges (in order) cut into runs of at most ``most`` records, a bigger range
+    alone: each run is held in memory at once (its records decoded, its rows read)."""
+    out: list[tuple[OffsetRange, ...]] = []
+    current: list[OffsetRange] = []
+    held = 0
+    for rng in ranges:
+        if current and held + rng.count > most:
+            out.append(tuple(current))
+            current, held = [], 0
+        current.append(rng)
+        held += rng.count
+    if current:
+        out.append(tuple(current))
+    return out
+
+
+def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch: int
+               ) -> list[TaskReport]:
+    """A task's ranges end to end (``task.process``), a wave at a time (``waves``), riding
+    out an HBase outage: every step is idempotent, so a wave interrupted by one is redone
+    whole."""
     conns = _connection(cfg.hbase)
     model = compile_model(cfg.model)
+    reports: list[TaskReport] = []
+    for wave in waves(ranges):
 
-    def attempt() -> TaskReport:
-        cached = consumer_cached(cfg.kafka, rng.topic, rng.partition)
-        stalled = stalls()
-        gaps: list[Gap] = []
-        with _no_cycle_collection(), conns.get() as conn:
-            stores = Stores(
-                SessionStore(conn.table(cfg.hbase.sessions_table), model),
-                PartitionStore(conn, cfg.hbase.state_table),
-                DeadLetterStore(conn.table(cfg.hbase.dead_letter_table)),
-                LeaseReader(conn, cfg.hbase.state_table, rng.topic, cfg.kafka.group_id),
-                _sink(cfg, rng.partition) if cfg.output.closed_sessions_topic else None)
-            report = process_range(rng, read_range(cfg.kafka, rng, gaps),
-                                   _decoder(cfg.model, cfg.input).decode, stores, model,
-                                   batch_ms=batch_ms,
-                                   epoch=epoch, close_after_ms=cfg.sessions.close_after_ms)
-        report.gaps, report.consumer_cached = tuple(gaps), cached
-        report.client_stalls = stalls() - stalled
-        return report
+        def attempt(wave: tuple[OffsetRange, ...] = wave) -> list[TaskReport]:
+            topic = wave[0].topic
+            cached = consumer_cached(cfg.kafka, topic, wave[0].partition)
+            stalled = stalls()
+            gaps: dict[OffsetRange, list[Gap]] = {rng: [] for rng in wave}
+            with _no_cycle_collection(), conns.get() as conn:
+                stores = Stores(
+                    SessionStore(conn.table(cfg.hbase.sessions_table), model),
+                    PartitionStore(conn, cfg.hbase.state_table),
+                    DeadLetterStore(conn.table(cfg.hbase.dead_letter_table)),
+                    LeaseReader(conn, cfg.hbase.state_table, topic, cfg.kafka.group_id),
+                    partial(_sink, cfg) if cfg.output.closed_sessions_topic else None)
+                done = process_ranges([(rng, read_range(cfg.kafka, rng, gaps[rng]))
+                                       for rng in wave],
+                                      _decoder(cfg.model, cfg.input).decode, stores, model,
+                                      batch_ms=batch_ms, epoch=epoch,
+                                      close_after_ms=cfg.sessions.close_after_ms)
+            for rng, report in zip(wave, done, strict=True):
+                # the first range found the topic's consumer or made it; the others use it
+                report.gaps, report.consumer_cached = tuple(gaps[rng]), cached or rng != wave[0]
+            done[0].client_stalls = stalls() - stalled
+            return done
 
-    return ride_out(cfg.hbase, f"writes of {rng}", attempt, conns.reset)
+        reports += ride_out(cfg.hbase, f"writes of {_named(wave)}", attempt, conns.reset)
+    return reports
+
+
+def _named(wave: Sequence[OffsetRange]) -> str:
+    return str(wave[0]) if len(wave) == 1 else f"{len(wave)} ranges from {wave[0]}"
 
 
 def warm_up(cfg: Config) -> float:
