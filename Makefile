@@ -13,7 +13,7 @@ ARGS ?=
 SYSTEM_PACKAGES := libkrb5-dev krb5-user faketime
 
 .DEFAULT_GOAL := help
-.PHONY: help bench-wide venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
+.PHONY: help bench-wide bench-cells venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -102,6 +102,10 @@ bench-wide: venv ## the same events in 4, 240 and 900 partitions: drain time and
 	$(BIN)/pip install -q -c constraints.txt -e '.[bench]'
 	$(STACK) up
 	$(BIN)/python scripts/bench_wide.py
+
+bench-cells: venv ## what a cell written to HBase costs: rows of 2-32 cells, wall and CPU per cell
+	$(STACK) up
+	$(BIN)/python scripts/bench_cells.py
 
 bench-latency: venv ## steady load at half make bench's rate: p50/p95/p99 Kafka timestamp -> commit, job and peer
 	$(BIN)/pip install -q -c constraints.txt -e '.[bench]'
