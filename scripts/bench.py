@@ -204,7 +204,7 @@ def cache_hits(log: Path) -> str:
     """The share of tasks after the first batch whose worker still had the partition's
     Kafka consumer (the JSON lines' ``cache``), and the open-session entries read."""
     tasks = consumer = expiring = 0
-    for record in _batch_records(log)[1:]:
+    for record in batch_records(log)[1:]:
         tasks += record["cache"]["tasks"]
         consumer += record["cache"]["consumer"]
         expiring += record["expiring"]
@@ -214,7 +214,8 @@ def cache_hits(log: Path) -> str:
             f"{expiring} open-session entries read for expiry")
 
 
-def _batch_records(log: Path) -> list[dict[str, Any]]:
+def batch_records(log: Path) -> list[dict[str, Any]]:
+    """The job log's per-batch JSON lines that read records (also ``bench_wide``'s)."""
     records = []
     for line in log.read_text(errors="replace").splitlines():
         start = line.find('{"')
@@ -228,7 +229,7 @@ def _batch_records(log: Path) -> list[dict[str, Any]]:
 def task_times(log: Path) -> list[float]:
     """Per batch with records, its slowest task's read + fold + write (the JSON lines)."""
     times = []
-    for record in _batch_records(log):
+    for record in batch_records(log):
         times.append(record["read_s"] + record["fold_s"] + record["write_s"])
     return times
 
@@ -380,7 +381,7 @@ def run_job(cfg_path: Path, cfg: config.Config, work: Path) -> Drain | None:
     print(spy.summary(), flush=True)
     print(f"   cache: {cache_hits(log)}", flush=True)
     if cfg.output.closed_sessions_topic:
-        publish = sorted(r["publish_s"] * 1000 for r in _batch_records(log))
+        publish = sorted(r["publish_s"] * 1000 for r in batch_records(log))
         mode = "transactions" if cfg.output.transactional else "plain sends"
         if publish:
             print(f"   closed-session summaries ({mode}): slowest task's publish per batch "

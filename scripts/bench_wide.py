@@ -13,13 +13,14 @@ to commit, the job's ``total_s``) against the interval. Figures, not assertions.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from bench import batch_records
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = os.environ.get("EVENTS", "45000")
@@ -55,13 +56,7 @@ def newest_job_log() -> Path:
 
 def steady_batches(log: Path) -> None:
     """Each batch's processing time (the job's JSON line: output start to commit) and size."""
-    batches = []
-    for line in log.read_text(errors="replace").splitlines():
-        start = line.find('{"')
-        if start >= 0 and '"total_s"' in line:
-            record = json.loads(line[start:])
-            if record.get("records"):
-                batches.append((record["records"], record["total_s"]))
+    batches = [(record["records"], record["total_s"]) for record in batch_records(log)]
     full = [t for n, t in batches if n >= 30_000]  # while (nearly) every partition has records
     for name, times in (("every batch", [t for _, t in batches]), ("batches of 30 000+", full)):
         if times:

@@ -13,7 +13,7 @@ reaches ``until``, whatever lay between.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from leakproof.errors import DataLossError, OffsetError
@@ -41,6 +41,11 @@ class OffsetRange:
 
     def __str__(self) -> str:
         return f"{self.topic}:{self.partition}[{self.from_offset},{self.until_offset})"
+
+
+def named(ranges: Sequence[OffsetRange]) -> str:
+    """A task's ranges in a message: the range, or how many from the first."""
+    return str(ranges[0]) if len(ranges) == 1 else f"{len(ranges)} ranges from {ranges[0]}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from leakproof.open_index import MAX_WIDTH, Entry, IndexChanges
 from leakproof.outbox import PUBLISHED, Outbox
 from leakproof.runs import RUNNING, STOPPED, RunState
 from leakproof.session_cells import from_cells, order_cells_of, to_cells
-from leakproof.sessions import NO_WATERMARK, PartitionState, SessionState
+from leakproof.sessions import SessionState
 from leakproof.summaries import Encode
 from leakproof.task.ports import PartitionSave, StoredPartition
 
@@ -238,16 +238,7 @@ class FakePartitionRows:
 
     def read_partitions(self, topic: str, partitions: Sequence[int], width: int
                         ) -> dict[int, StoredPartition]:
-        found = {}
-        for p in partitions:
-            c = self.state.get((topic, p), {})
-            found[p] = StoredPartition(
-                PartitionState(int(c.get(b"w:watermark", NO_WATERMARK)),
-                               int(c.get(b"w:offset", -1))),
-                int(c.get(b"w:cutoff", 0)),
-                max(int(c.get(b"w:check_below", 0)), int(c.get(b"w:pending", 0))),
-                Outbox.parse(c))
-        return found
+        return {p: StoredPartition.of_cells(self.state.get((topic, p), {})) for p in partitions}
 
     def scan_open(self, topic: str, partition: int, since: int, before: int) -> list[Entry]:
         rows = self.index.get((topic, partition), {})
@@ -266,10 +257,7 @@ class FakePartitionRows:
         self.journal.step("watermark")
         for s in saves:
             row = self.state.setdefault((topic, s.partition), {})
-            row.update({b"w:watermark": str(s.state.watermark).encode(),
-                        b"w:offset": str(s.state.watermark_offset).encode(),
-                        b"w:cutoff": str(max(0, s.cutoff)).encode(),
-                        b"w:check_below": str(s.check_below).encode()})
+            row.update(s.watermark_cells())
             row.pop(b"w:pending", None)
 
     def begin_writes(self, topic: str, marks: Sequence[tuple[int, int, Outbox | None]]

@@ -21,7 +21,6 @@ from happybase.table import TScan  # the Thrift struct happybase itself scans wi
 from leakproof.hbase.state_store import read_lease_epoch
 from leakproof.open_index import MAX_BUCKET, MAX_WIDTH, Entry, IndexChanges, bucket_of
 from leakproof.outbox import PUBLISHED, Outbox
-from leakproof.sessions import NO_WATERMARK, PartitionState
 from leakproof.task.ports import PartitionSave, StoredPartition
 
 
@@ -72,15 +71,7 @@ class PartitionStore:
                     moved.put(bucket_of(ts, width), sid, ts)
                 self._apply(topic, [(p, moved)])
                 self._table.delete(_wm_row(topic, p), columns=[b"o", b"w:version"])
-            # w:pending is set while a range writes its rows and the index; found still set,
-            # that range stopped part way, and may have left entries as old as its watermark
-            # stale (a session row it wrote moved on; the row's old entry is still there)
-            stored[p] = StoredPartition(PartitionState(
-                watermark=int(cells.get(b"w:watermark", str(NO_WATERMARK).encode())),
-                watermark_offset=int(cells.get(b"w:offset", b"-1"))),
-                int(cells.get(b"w:cutoff", b"0")),
-                max(int(cells.get(b"w:check_below", b"0")), int(cells.get(b"w:pending", b"0"))),
-                Outbox.parse(cells))
+            stored[p] = StoredPartition.of_cells(cells)
         return stored
 
     def begin_writes(self, topic: str, marks: Sequence[tuple[int, int, Outbox | None]]
@@ -134,10 +125,7 @@ class PartitionStore:
         with self._table.batch() as batch:  # a row's put lands first, then its delete
             for s in saves:
                 row = _wm_row(topic, s.partition)
-                batch.put(row, {b"w:watermark": str(s.state.watermark).encode(),
-                                b"w:offset": str(s.state.watermark_offset).encode(),
-                                b"w:cutoff": str(max(0, s.cutoff)).encode(),
-                                b"w:check_below": str(s.check_below).encode()})
+                batch.put(row, s.watermark_cells())
                 batch.delete(row, columns=[b"w:pending"])
 
     def _apply(self, topic: str, changes: Sequence[tuple[int, IndexChanges]],

@@ -36,9 +36,9 @@ class Loaded:
     before: dict[str, SessionState]  # what is known of every session found or touched
 
     def sessions(self) -> set[str]:
-        """Every session whose row this range reads or may write (touched, found, owed)."""
-        return {*self.rows, *self.before, *(e.session_id for e in self.found),
-                *self.stored.outbox.sessions}
+        """Every session whose row this range reads or may write: touched or found (all in
+        ``before`` but a stale entry's session that has no row), and owed."""
+        return {*self.before, *(e.session_id for e in self.found), *self.stored.outbox.sessions}
 
 
 @dataclass(frozen=True)
@@ -57,17 +57,17 @@ def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_aft
     and the open sessions that may expire by its newest event time."""
     width = open_index.bucket_width(close_after_ms)
     stored = partitions.read_partitions(topic, [w.partition for w in wanted], width)
-    cutoffs, founds, stales = [], [], []
+    scanned = []  # per range: its cutoff, the entries that may expire, the stale ones
     for w in wanted:
         s = stored[w.partition]
-        cutoffs.append(open_index.cutoff(max(s.state.watermark, w.newest_ts), close_after_ms))
-        founds.append(open_index.expiring(
-            partitions.scan_open(topic, w.partition, s.cutoff, cutoffs[-1]), cutoffs[-1]))
-        stales.append(open_index.to_check(founds[-1], s.check_below))
+        cutoff = open_index.cutoff(max(s.state.watermark, w.newest_ts), close_after_ms)
+        found = open_index.expiring(partitions.scan_open(topic, w.partition, s.cutoff, cutoff),
+                                    cutoff)
+        scanned.append((cutoff, found, open_index.to_check(found, s.check_below)))
     rows = sessions.read(set().union(*(w.touched for w in wanted)))
-    checked = sessions.read_expiry(set().union(*stales) - rows.keys())
+    checked = sessions.read_expiry(set().union(*(stale for *_, stale in scanned)) - rows.keys())
     loaded = []
-    for w, cutoff, found, stale in zip(wanted, cutoffs, founds, stales, strict=True):
+    for w, (cutoff, found, stale) in zip(wanted, scanned, strict=True):
         s = stored[w.partition]
         own_rows = {sid: rows[sid] for sid in w.touched if sid in rows}
         own_checked = {sid: st for sid in stale

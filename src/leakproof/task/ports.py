@@ -8,14 +8,14 @@ PartitionStore`` (PartitionRows), ``hbase.dead_letters.DeadLetterStore`` (DeadLe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from leakproof.errors import DecodeError
 from leakproof.events import Event
 from leakproof.open_index import Entry, IndexChanges
 from leakproof.outbox import Outbox
-from leakproof.sessions import PartitionState, SessionState
+from leakproof.sessions import NO_WATERMARK, PartitionState, SessionState
 from leakproof.summaries import Encode
 
 __all__ = [
@@ -68,6 +68,18 @@ class StoredPartition(NamedTuple):
     check_below: int = 0
     outbox: Outbox = Outbox()
 
+    @classmethod
+    def of_cells(cls, cells: Mapping[bytes, bytes]) -> StoredPartition:
+        """The ``wm:`` row's cells read: ``w:pending`` still set means a range stopped part
+        way, and may have left index entries as old as its watermark stale (a session row it
+        wrote moved on; the row's old entry is still there)."""
+        return cls(PartitionState(int(cells.get(b"w:watermark", b"%d" % NO_WATERMARK)),
+                                  int(cells.get(b"w:offset", b"-1"))),
+                   int(cells.get(b"w:cutoff", b"0")),
+                   max(int(cells.get(b"w:check_below", b"0")),
+                       int(cells.get(b"w:pending", b"0"))),
+                   Outbox.parse(cells))
+
 
 class SessionRows(Protocol):
     """The session rows: aggregate and fences of a row in one atomic put."""
@@ -94,6 +106,13 @@ class PartitionSave(NamedTuple):
     changes: IndexChanges
     cutoff: int
     check_below: int
+
+    def watermark_cells(self) -> dict[bytes, bytes]:
+        """The ``wm:`` row's cells this save writes last (``StoredPartition.of_cells``)."""
+        return {b"w:watermark": str(self.state.watermark).encode(),
+                b"w:offset": str(self.state.watermark_offset).encode(),
+                b"w:cutoff": str(max(0, self.cutoff)).encode(),
+                b"w:check_below": str(self.check_below).encode()}
 
 
 class PartitionRows(Protocol):

@@ -33,7 +33,7 @@ from leakproof.crashpoints import crash_point
 from leakproof.errors import CommitRefused, DecodeError
 from leakproof.events import Event
 from leakproof.model.compiled import CompiledModel
-from leakproof.offsets import OffsetRange
+from leakproof.offsets import OffsetRange, named
 from leakproof.outbox import Outbox, outbox_id
 from leakproof.reports import TaskReport
 from leakproof.sessions import (
@@ -178,8 +178,8 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     # read and the writes; the fences keep a zombie's late writes from counting twice.)
     holder = stores.lease.epoch()
     if holder != epoch:
-        raise CommitRefused(f"{_named(step)}: the driver lease is at epoch {holder}, this "
-                            f"driver's is {epoch}; not writing")
+        raise CommitRefused(f"{named([r.rng for r in step])}: the driver lease is at epoch "
+                            f"{holder}, this driver's is {epoch}; not writing")
     outboxes: list[Outbox | None] = [None] * len(step)
     if stores.summaries is not None:
         outboxes = [owed(stores.summaries(r.rng.partition), ld.stored.outbox, result,
@@ -221,8 +221,8 @@ def _publish(stores: Stores, model: CompiledModel, topic: str, rng: OffsetRange,
     rows = {sid: s for sid, s in result.touched.items() if s.closed}
     rows.update(stores.sessions.read(set(outbox.sessions) - rows.keys()))
     encode = sink.encode or json_summary(model)
-    sink.publish([(sid.encode(), encode(sid, s)) for sid, s in rows.items()],
-                             outbox.id, rng.until_offset)
+    sink.publish([(sid.encode(), encode(sid, s)) for sid, s in rows.items()], outbox.id,
+                 rng.until_offset)
     crash_point("task_after_publish")
     stores.partitions.outbox_published(topic, rng.partition, outbox.id)
     return time.monotonic() - t0
@@ -236,10 +236,6 @@ def _shares(records: Sequence[int]) -> list[float]:
     """Each range's share of a step's common time: by records (equal when none has any)."""
     total = sum(records)
     return [n / total for n in records] if total else [1 / len(records)] * len(records)
-
-
-def _named(step: Sequence[_Range]) -> str:
-    return str(step[0].rng) if len(step) == 1 else f"{len(step)} ranges from {step[0].rng}"
 
 
 def owed(sink: SummarySink, stored: Outbox, result: FoldResult, new_id: str) -> Outbox | None:

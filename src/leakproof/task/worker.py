@@ -39,7 +39,7 @@ from leakproof.kafka.closed_sink import ClosedSink
 from leakproof.kafka.reader import consumer_cached, read_range
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import Model
-from leakproof.offsets import Gap, OffsetRange
+from leakproof.offsets import Gap, OffsetRange, named
 from leakproof.registry import client, decoder_for
 from leakproof.reports import TaskReport
 from leakproof.summaries import Encode, avro_summary, summary_schema
@@ -144,12 +144,8 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
             done[0].client_stalls = stalls() - stalled
             return done
 
-        reports += ride_out(cfg.hbase, f"writes of {_named(wave)}", attempt, conns.reset)
+        reports += ride_out(cfg.hbase, f"writes of {named(wave)}", attempt, conns.reset)
     return reports
-
-
-def _named(wave: Sequence[OffsetRange]) -> str:
-    return str(wave[0]) if len(wave) == 1 else f"{len(wave)} ranges from {wave[0]}"
 
 
 def warm_up(cfg: Config) -> float:
