@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from leakproof import config
-from leakproof.hbase.connection import connect
+from leakproof.hbase.connection import connect, families
 from proctools import CpuByRole
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +66,7 @@ def main() -> int:
         for round_ in range(3):
             for cells in (list(reversed(WIDTHS)) if round_ == 2 else WIDTHS):
                 name = f"{prefix}_{round_}_{cells}"
-                conn.create_table(name, {"s": {"max_versions": 1}})
+                conn.create_table(name, families("s"))  # as the sessions table is made
                 wall, spent = write(conn, name, cells)
                 n = ROWS * cells
                 hbase = spent.get("hbase", 0.0) * 1e6 / n

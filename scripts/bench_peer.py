@@ -139,12 +139,12 @@ def main() -> int:
     bounds = meta.log_bounds(topic, meta.partitions(topic))
     meta.close()
     total = args.expect or sum(b.log_end - b.log_start for b in bounds.values())
-    from leakproof.hbase.connection import connect
+    from leakproof.hbase.connection import connect, families
 
     conn = connect(cfg.hbase)
     try:
         if args.table.encode() not in conn.tables():
-            conn.create_table(args.table, {"s": {"max_versions": 1}})
+            conn.create_table(args.table, families("s"))  # as the job makes its own
     finally:
         conn.close()
 

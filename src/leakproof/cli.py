@@ -216,14 +216,17 @@ def topic(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 
 def tables(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    from leakproof.hbase.connection import connect, ensure_tables
+    from leakproof.hbase.connection import connect, ensure_tables, untuned_tables
 
     conn = connect(cfg.hbase)
     try:
         created = ensure_tables(conn, cfg.hbase)
+        advice = untuned_tables(conn, cfg.hbase)
     finally:
         conn.close()
     print(f"tables created: {', '.join(created) or 'none (all exist)'}")
+    for command in advice:
+        print(f"without a Bloom filter or block cache; in the HBase shell: {command}")
     return 0
 
 

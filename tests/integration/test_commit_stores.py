@@ -4,6 +4,7 @@ end to end with it, interrupted and resumed, judged by the oracle."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
@@ -17,7 +18,7 @@ from leakproof.hbase.connection import DAY_S, connect, ensure_tables
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.produce import create_topic
 
-from .helpers import Env, run_cli
+from .helpers import ROOT, Env, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -152,3 +153,34 @@ def test_a_recreated_topic_is_refused_whatever_the_store(env: Env, store: str) -
     again = env.run(config=path, check=False)
     assert again.returncode == 1, again.stderr[-3000:]
     assert "was deleted and recreated" in again.stderr, again.stderr[-3000:]
+
+
+def test_tables_get_bloom_filters_and_the_block_cache_and_an_old_table_is_told_how(
+        env: Env) -> None:
+    # an older leakproof made the sessions table with Thrift1's defaults
+    conn = env.hbase()
+    try:
+        conn.create_table(env.cfg.hbase.sessions_table, {"s": {"max_versions": 1},
+                                                          "f": {"max_versions": 1}})
+    finally:
+        conn.close()
+    told = run_cli("tables", "create", "--config", str(env.path))
+    table = env.cfg.hbase.full_name(env.cfg.hbase.sessions_table)
+    command = (f"alter '{table}', {{NAME => 'f', BLOOMFILTER => 'ROW', BLOCKCACHE => 'true'}}, "
+               f"{{NAME => 's', BLOOMFILTER => 'ROW', BLOCKCACHE => 'true'}}")
+    assert command in told.stdout, told.stdout
+    conn = env.hbase()
+    try:  # the tables it made itself have both, in every family
+        for name in (env.cfg.hbase.state_table, env.cfg.hbase.offsets_table,
+                     env.cfg.hbase.dead_letter_table):
+            for family, opts in conn.table(name).families().items():
+                assert (opts["bloom_filter_type"], opts["block_cache_enabled"]) == (
+                    b"ROW", True), (name, family, opts)
+    finally:
+        conn.close()
+    # the operator runs the command in the HBase shell; the advice is then gone
+    shell = subprocess.run([str(ROOT / "scripts" / "hbase-shell")], input=command + "\n",
+                           capture_output=True, text=True, timeout=180, check=False)
+    assert shell.returncode == 0, shell.stdout[-2000:] + shell.stderr[-2000:]
+    again = run_cli("tables", "create", "--config", str(env.path))
+    assert "alter" not in again.stdout, again.stdout

@@ -43,7 +43,7 @@ from leakproof.driver.planning import Planner
 from leakproof.driver.progress import Progress, log_line
 from leakproof.driver.stopping import StopRequests
 from leakproof.errors import BatchFailed, ConfigError, KafkaReadError, LeakproofError
-from leakproof.hbase.connection import ConnectionSlot, ensure_tables
+from leakproof.hbase.connection import ConnectionSlot, ensure_tables, untuned_tables
 from leakproof.hbase.state_store import HBaseLeaseStore, HBaseRunRecord
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.offsets import OffsetRange
@@ -88,9 +88,13 @@ class Job:
         cfg = self.cfg
         conns = ConnectionSlot(cfg.hbase)
         created = conns.call("create tables", lambda c: ensure_tables(c, cfg.hbase))
+        advice = conns.call("read table settings", lambda c: untuned_tables(c, cfg.hbase))
         conns.reset()
         if created:
             log.info("created HBase tables %s", ", ".join(created))
+        for command in advice:
+            log.warning("an HBase table without a Bloom filter or block cache makes every "
+                        "session row read go to disk; in the HBase shell: %s", command)
         leases = self._closes(HBaseLeaseStore(cfg.hbase, self.topic, self.group))
         lease = leases.take(f"start:{uuid.uuid4().hex[:8]}")
         log.info("driver lease epoch %d for %s:%s", lease.epoch, self.topic, self.group)

@@ -29,19 +29,32 @@ T = TypeVar("T")
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (TException, TTransportException,
                                                       socket.error, BrokenPipeError)
 
-SESSIONS_FAMILIES = {"s": {"max_versions": 1}, "f": {"max_versions": 1}}
-DEAD_LETTER_FAMILIES = {"d": {"max_versions": 1}}
+# What every family the job creates asks for. Thrift1's ColumnDescriptor does not leave the
+# choice to HBase: a field left out is sent as the IDL's default, and those are no Bloom
+# filter and no block cache. Without them each read of a session row walked every store
+# file of both families (a miss too: most touched sessions are new) and read its blocks
+# from disk, checksum and all, every time: 36 % of the region server's CPU in a
+# many-sessions drain. One version: the row is the state, older cells are only garbage.
+FAMILY = {"max_versions": 1, "bloom_filter_type": "ROW", "block_cache_enabled": True}
+
+
+def families(*names: str, **extra: int) -> dict[str, dict[str, object]]:
+    """``FAMILY`` for each of ``names`` (``extra``: more options, e.g. ``time_to_live``)."""
+    return {name: {**FAMILY, **extra} for name in names}
+
+
+SESSIONS_FAMILIES = families("s", "f")
+DEAD_LETTER_FAMILIES = families("d")
 DAY_S = 86_400
 
 
-def offsets_families(ttl_days: float) -> dict[str, dict[str, int]]:
+def offsets_families(ttl_days: float) -> dict[str, dict[str, object]]:
     """Both families of the offsets table expire together after ``ttl_days`` (0: never)."""
     ttl = {"time_to_live": round(ttl_days * DAY_S)} if ttl_days else {}
-    return {"offsets": {"max_versions": 1, **ttl}, "audit": {"max_versions": 1, **ttl}}
+    return families("offsets", "audit", **ttl)
 
 
-STATE_FAMILIES = {"w": {"max_versions": 1}, "o": {"max_versions": 1},
-                  "l": {"max_versions": 1}, "g": {"max_versions": 1}}
+STATE_FAMILIES = families("w", "o", "l", "g")
 
 
 class _Connection(happybase.Connection):  # type: ignore[misc]
@@ -209,3 +222,28 @@ def ensure_tables(conn: happybase.Connection, cfg: HBaseConfig) -> list[str]:
             if name.encode() not in conn.tables():
                 raise StoreError(f"cannot create HBase table {cfg.full_name(name)}: {exc}") from exc
     return created
+
+
+def family_advice(table: str, found: dict[bytes, dict[str, object]]) -> str | None:
+    """The HBase shell command that gives ``table``'s families what ``FAMILY`` asks for, or
+    None when they have it. Tables made before the job asked for Bloom filters and the block
+    cache keep working, only slower; Thrift1 cannot alter a table, so an operator does."""
+    lacking = sorted(name.decode().rstrip(":") for name, opts in found.items()
+                     if opts.get("bloom_filter_type") in (b"NONE", "NONE")
+                     or not opts.get("block_cache_enabled"))
+    if not lacking:
+        return None
+    specs = ", ".join(f"{{NAME => '{n}', BLOOMFILTER => 'ROW', BLOCKCACHE => 'true'}}"
+                      for n in lacking)
+    return f"alter '{table}', {specs}"
+
+
+def untuned_tables(conn: happybase.Connection, cfg: HBaseConfig) -> list[str]:
+    """``family_advice`` for each of the job's read tables that exists and lacks it."""
+    advice = []
+    for name in (cfg.sessions_table, cfg.state_table):
+        found = conn.table(name).families()
+        command = family_advice(cfg.full_name(name), found)
+        if command is not None:
+            advice.append(command)
+    return advice

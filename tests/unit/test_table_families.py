@@ -1,0 +1,29 @@
+"""What the job asks of its tables' families, and the shell command for a table without it."""
+
+from __future__ import annotations
+
+from leakproof.hbase.connection import SESSIONS_FAMILIES, STATE_FAMILIES, family_advice
+
+
+def test_every_read_family_asks_for_a_row_bloom_filter_and_the_block_cache() -> None:
+    # Thrift1 sends its IDL's defaults for what is left out: no Bloom filter, no block cache
+    for options in (*SESSIONS_FAMILIES.values(), *STATE_FAMILIES.values()):
+        assert options["bloom_filter_type"] == "ROW"
+        assert options["block_cache_enabled"] is True
+        assert options["max_versions"] == 1
+
+
+def test_a_table_with_what_the_job_asks_for_needs_no_advice() -> None:
+    tuned = {b"s:": {"bloom_filter_type": b"ROW", "block_cache_enabled": True},
+             b"f:": {"bloom_filter_type": b"ROWCOL", "block_cache_enabled": True}}
+    assert family_advice("t1_web_sessions", tuned) is None
+
+
+def test_the_advice_names_the_table_and_only_the_families_that_lack_it() -> None:
+    found = {b"s:": {"bloom_filter_type": b"NONE", "block_cache_enabled": True},
+             b"f:": {"bloom_filter_type": b"ROW", "block_cache_enabled": False},
+             b"x:": {"bloom_filter_type": b"ROW", "block_cache_enabled": True}}
+    assert family_advice("t1_web_sessions", found) == (
+        "alter 't1_web_sessions', "
+        "{NAME => 'f', BLOOMFILTER => 'ROW', BLOCKCACHE => 'true'}, "
+        "{NAME => 's', BLOOMFILTER => 'ROW', BLOCKCACHE => 'true'}")
