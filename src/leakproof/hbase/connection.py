@@ -31,10 +31,11 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (TException, TTransportExce
 
 # What every family the job creates asks for. Thrift1's ColumnDescriptor does not leave the
 # choice to HBase: a field left out is sent as the IDL's default, and those are no Bloom
-# filter and no block cache. Without them each read of a session row walked every store
-# file of both families (a miss too: most touched sessions are new) and read its blocks
-# from disk, checksum and all, every time: 36 % of the region server's CPU in a
-# many-sessions drain. One version: the row is the state, older cells are only garbage.
+# filter and no block cache. Without them each read of a session row visits every store
+# file of both families (a miss too: most touched sessions are new) and reads its blocks
+# from disk, checksum and all, every time; at 25 000 ev/s the fold's reads took 0.43 s a
+# batch on average and up to 6.5 s, with them 0.25 s and 2.2 s (docs/BENCHMARKS.md).
+# One version: the row is the state, older cells are only garbage.
 FAMILY = {"max_versions": 1, "bloom_filter_type": "ROW", "block_cache_enabled": True}
 
 
