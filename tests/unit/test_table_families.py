@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from leakproof.hbase.connection import SESSIONS_FAMILIES, STATE_FAMILIES, family_advice
+import pytest
+from thriftpy2.thrift import TException
+from thriftpy2.transport import TTransportException
+
+from leakproof import config
+from leakproof.hbase.connection import (
+    SESSIONS_FAMILIES,
+    STATE_FAMILIES,
+    family_advice,
+    untuned_tables,
+)
 
 
 def test_every_read_family_asks_for_a_row_bloom_filter_and_the_block_cache() -> None:
@@ -27,3 +37,36 @@ def test_the_advice_names_the_table_and_only_the_families_that_lack_it() -> None
         "alter 't1_web_sessions', "
         "{NAME => 'f', BLOOMFILTER => 'ROW', BLOCKCACHE => 'true'}, "
         "{NAME => 's', BLOOMFILTER => 'ROW', BLOCKCACHE => 'true'}")
+
+
+class _Tables:
+    """A connection whose tables answer ``families()`` from a dict, or raise."""
+
+    def __init__(self, answers: dict[str, object]) -> None:
+        self.answers = answers
+
+    def table(self, name: str) -> _Tables:
+        self.asked = name
+        return self
+
+    def families(self) -> object:
+        answer = self.answers[self.asked]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_a_table_whose_settings_cannot_be_read_is_passed_over_not_fatal() -> None:
+    cfg = config.HBaseConfig(table_prefix="t1")
+    old = {b"s:": {"bloom_filter_type": b"NONE", "block_cache_enabled": False}}
+    conn = _Tables({cfg.sessions_table: old,
+                    cfg.state_table: TException("AccessDeniedException: no CREATE")})
+    assert untuned_tables(conn, cfg) == [
+        "alter 't1_web_sessions', {NAME => 's', BLOOMFILTER => 'ROW', BLOCKCACHE => 'true'}"]
+
+
+def test_a_lost_connection_while_reading_them_is_the_callers_to_retry() -> None:
+    cfg = config.HBaseConfig()
+    conn = _Tables({cfg.sessions_table: TTransportException(message="reset")})
+    with pytest.raises(TTransportException):
+        untuned_tables(conn, cfg)

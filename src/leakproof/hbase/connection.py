@@ -243,7 +243,13 @@ def untuned_tables(conn: happybase.Connection, cfg: HBaseConfig) -> list[str]:
     """``family_advice`` for each of the job's read tables that exists and lacks it."""
     advice = []
     for name in (cfg.sessions_table, cfg.state_table):
-        found = conn.table(name).families()
+        try:
+            found = conn.table(name).families()
+        except TTransportException:
+            raise  # the connection is gone: the caller's retry decides
+        except TException as exc:  # e.g. a user without ADMIN or CREATE on the table
+            log.info("not checking the families of %s: %s", cfg.full_name(name), _brief(exc))
+            continue
         command = family_advice(cfg.full_name(name), found)
         if command is not None:
             advice.append(command)
