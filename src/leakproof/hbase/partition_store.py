@@ -18,6 +18,7 @@ from typing import Any
 import happybase
 from happybase.table import TScan  # the Thrift struct happybase itself scans with
 
+from leakproof.hbase.row_puts import row_puts
 from leakproof.hbase.state_store import read_lease_epoch
 from leakproof.open_index import MAX_BUCKET, MAX_WIDTH, Entry, IndexChanges, bucket_of
 from leakproof.outbox import PUBLISHED, Outbox
@@ -133,7 +134,7 @@ class PartitionStore:
         """Every partition's puts in one round, then the deletes in another (never an entry
         deleted before its replacement is written)."""
         if any(index.puts for _, index in changes):
-            with self._table.batch(batch_size=batch_size) as batch:
+            with row_puts(self._table, batch_size) as batch:
                 for partition, index in changes:
                     for bucket, cells in index.puts.items():
                         batch.put(_open_row(topic, partition, bucket),

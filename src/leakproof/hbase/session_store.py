@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import happybase
 
+from leakproof.hbase.row_puts import row_puts
 from leakproof.model.compiled import CompiledModel
 from leakproof.session_cells import from_cells, order_cells_of, readable, to_cells
 from leakproof.sessions import CLOSED, OPEN, SessionState
@@ -62,7 +63,7 @@ class SessionStore:
     def write(self, rows: Iterable[SessionState], close: Iterable[str] = ()) -> None:
         """Put each row's changed cells (all of a row ``read`` did not find), and mark
         sessions closed that expired without new events."""
-        with self._table.batch(batch_size=self._write_cells) as batch:
+        with row_puts(self._table, self._write_cells) as batch:
             for s in rows:
                 stored = self._stored.get(s.session_id)
                 cells = to_cells(s, self._model,
