@@ -4,7 +4,7 @@ happybase builds a thriftpy2 ``Mutation`` object for every cell and thriftpy2 se
 2.1 us of CPU a cell on the development machine, and a session row write is cells above all.
 The bytes of a put-only ``mutateRows`` call are simple (Thrift's strict binary protocol: a
 message header, the table name, a list of rows, each a list of (column, value) mutations),
-so they are written here directly, 0.6 us a cell, the same bytes to the byte
+so they are written here directly, 0.4 us a cell, the same bytes to the byte
 (``tests/unit/test_row_puts.py`` compares them with thriftpy2's own encoding). They go
 through the connection's own transport, so plain, framed, SASL and HTTP connections all
 carry them; the reply is read by the Thrift client as any call's. A connection speaking
@@ -39,23 +39,13 @@ def encode_mutate_rows(table: bytes, rows: Mapping[bytes, Mapping[bytes, bytes]]
     written to the WAL: what happybase's ``Batch`` sends for the same puts."""
     out = [_CALL, _I32(len(_METHOD)), _METHOD, _I32(seqid),
            _TABLE, _I32(len(table)), table, _BATCHES, _I32(len(rows))]
-    add = out.append
     for row, cells in rows.items():
-        add(_ROW)
-        add(_I32(len(row)))
-        add(row)
-        add(_MUTATIONS)
-        add(_I32(len(cells)))
+        out += (_ROW, _I32(len(row)), row, _MUTATIONS, _I32(len(cells)))
         for column, value in cells.items():
-            add(_PUT_COLUMN)
-            add(_I32(len(column)))
-            add(column)
-            add(_VALUE)
-            add(_I32(len(value)))
-            add(value)
-            add(_TO_WAL)
-        add(_STOP)
-    add(_NO_ATTRIBUTES)
+            out += (_PUT_COLUMN, _I32(len(column)), column,
+                    _VALUE, _I32(len(value)), value, _TO_WAL)
+        out.append(_STOP)
+    out.append(_NO_ATTRIBUTES)
     return b"".join(out)
 
 
