@@ -1,7 +1,8 @@
-"""happybase connections and table creation; the one place that speaks Thrift.
+"""happybase connections and table creation.
 
-Everything above this module uses happybase's API; the one call happybase lacks
-(checkAndPut, for the driver lease) is made here on the raw Thrift client.
+Everything above the ``hbase`` package uses happybase's API. Two things go to the raw Thrift
+client instead: checkAndPut for the driver lease (happybase lacks it), here, and the put-only
+mutateRows requests of session rows and index entries, encoded in ``row_puts``.
 """
 
 from __future__ import annotations
@@ -230,7 +231,7 @@ def family_advice(table: str, found: dict[bytes, dict[str, object]]) -> str | No
     None when they have it. Tables made before the job asked for Bloom filters and the block
     cache keep working, only slower; Thrift1 cannot alter a table, so an operator does."""
     lacking = sorted(name.decode().rstrip(":") for name, opts in found.items()
-                     if opts.get("bloom_filter_type") in (b"NONE", "NONE")
+                     if opts.get("bloom_filter_type") == b"NONE"
                      or not opts.get("block_cache_enabled"))
     if not lacking:
         return None

@@ -50,7 +50,7 @@ def encode_mutate_rows(table: bytes, rows: Mapping[bytes, Mapping[bytes, bytes]]
 
 
 class Puts(Protocol):
-    """What ``SessionStore`` writes through: happybase's ``Batch`` has the same ``put``."""
+    """What the stores put rows through: ``RowPuts`` or happybase's ``Batch`` (same ``put``)."""
 
     def put(self, row: bytes, data: dict[bytes, bytes]) -> None: ...
 
