@@ -23,6 +23,11 @@ same-run baseline of read_committed's cost); CLOSED=1 also publishes closed-sess
 summaries to a topic of their own, in transactions (TRANSACTIONAL=0: plain sends), and prints
 what publishing cost per batch;
 KEEP=1 keeps the run's HBase tables (dropped otherwise: HBase slows as they pile up).
+LATENCY=1 (make bench-latency): a steady load for LATENCY_S at RATE (default half the last
+make bench's steady rate), sent by Kafka's Java client (scripts/PacedProducer.java; with
+PRODUCER=python by kafka-python in this process, at about seven times its CPU a record);
+percentiles of Kafka timestamp -> commit over every record and over those sent after the
+first WARMUP_S, and the CPU each process spent per M events.
 """
 
 from __future__ import annotations
@@ -76,6 +81,9 @@ PROFILE_S = int(os.environ.get("PROFILE_S", "12"))  # py-spy window on the job's
 # the peer's variants: decode in the JVM / in mapInPandas; capped batches / one batch
 PEERS = os.environ.get("PEERS", "jvm,jvm-one-batch,pandas").split(",")
 PEERS_FIRST = os.environ.get("PEERS_FIRST") == "1"
+# the latency mode's load: Kafka's Java client (jvm) or kafka-python in this process (python)
+PRODUCER = os.environ.get("PRODUCER", "jvm")
+WARMUP_S = float(os.environ.get("WARMUP_S", "30"))  # the latency mode's start-up, also shown apart
 # MODEL=access: the proxy access-log example (a foreign schema, 13 aggregates with where
 # filters and a Python aggregate) in place of the web model; no peers (theirs is the web
 # fold). FORMAT=json: its records as JSON objects.
@@ -443,8 +451,9 @@ def commit_times(batches: Sequence[tuple[float, Mapping[int, int]]]
 
 
 def latencies(cfg: config.Config, topic: str,
-              batches: Sequence[tuple[float, Mapping[int, int]]]) -> list[float]:
-    """Seconds from each record's Kafka timestamp to the commit of the batch that holds it."""
+              batches: Sequence[tuple[float, Mapping[int, int]]]) -> list[tuple[int, float]]:
+    """Each record's Kafka timestamp (ms) and the seconds from it to the commit of the batch
+    that holds it."""
     per = commit_times(batches)
     meta = KafkaMetadata(cfg.kafka)
     bounds = meta.log_bounds(topic, meta.partitions(topic))
@@ -455,8 +464,18 @@ def latencies(cfg: config.Config, topic: str,
         for rec in read_range(cfg.kafka, OffsetRange(topic, partition, b.log_start, b.log_end)):
             i = bisect.bisect_right(until, rec.offset)
             if i < len(until):
-                out.append((when[i] - rec.timestamp) / 1000)
+                out.append((rec.timestamp, (when[i] - rec.timestamp) / 1000))
     return out
+
+
+def after_warmup(timed: list[tuple[int, float]], warmup_s: float) -> list[float]:
+    """The latencies of records sent ``warmup_s`` or more after the first: a fresh job's first
+    batches meet cold consumers, a fresh table and a cold Thrift server, and the backlog they
+    leave is a start-up cost, not the steady state's."""
+    if not timed:
+        return []
+    start = min(ts for ts, _ in timed) + warmup_s * 1000
+    return [lat for ts, lat in timed if ts >= start]
 
 
 def percentiles(values: list[float]) -> str:
@@ -467,17 +486,36 @@ def percentiles(values: list[float]) -> str:
 
 
 class PacedProducer:
-    """Sends pre-encoded records at a steady rate in a thread (encoding is done up front, so
-    the producer's own CPU is as small as it can be)."""
+    """Sends pre-encoded records at a steady rate, from a process of its own: Kafka's Java
+    client (scripts/PacedProducer.java, about a seventh of kafka-python's CPU a record), or with
+    PRODUCER=python kafka-python in a thread of this one (what earlier runs used)."""
 
     def __init__(self, cfg: config.Config, topic: str, pairs: list[tuple[bytes, bytes]],
-                 rate: float) -> None:
-        self._thread = threading.Thread(
-            target=send_raw, args=(cfg.kafka, topic, pairs, rate), daemon=True)
-        self._thread.start()
+                 rate: float, work: Path) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._thread: threading.Thread | None = None
+        if PRODUCER == "python":
+            self._thread = threading.Thread(
+                target=send_raw, args=(cfg.kafka, topic, pairs, rate), daemon=True)
+            self._thread.start()
+            return
+        records = work / f"pairs-{topic}.bin"
+        with open(records, "wb") as out:
+            for key, value in pairs:
+                out.write(b"".join((len(key).to_bytes(4, "big"), key,
+                                    len(value).to_bytes(4, "big"), value)))
+        servers = cfg.kafka.bootstrap_servers
+        self._proc = subprocess.Popen(
+            ["java", "-cp", str(ROOT / ".services" / "kafka" / "lib" / "*"),
+             str(ROOT / "scripts" / "PacedProducer.java"),
+             servers if isinstance(servers, str) else ",".join(servers), topic, str(rate),
+             str(records)])
 
     def join(self) -> None:
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
+        elif self._proc is not None and self._proc.wait() != 0:
+            raise RuntimeError(f"the paced producer failed (exit {self._proc.returncode})")
 
 
 def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
@@ -497,7 +535,8 @@ def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
     spec = GeneratorSpec(11, count, max(1, count // 10))
     pairs = [(codec.encode_key(e), codec.encode_value(e)) for e in generate(spec)]
     interval = float(data["job"]["batch_interval_s"])
-    results = {}
+    results: dict[str, list[float]] = {}
+    steady: dict[str, list[float]] = {}
     # PEERS without jvm (e.g. PEERS=) measures leakproof alone
     for program in ("leakproof", *(["peer jvm"] if "jvm" in PEERS else [])):
         topic = f"{name}-{'job' if program == 'leakproof' else 'peer'}"
@@ -523,9 +562,14 @@ def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
                 time.sleep(0.5)
             time.sleep(10 if program != "leakproof" else 2)  # the peer resolves, then starts
             print(f"   {program}: producing", flush=True)
-            producer = PacedProducer(cfg, topic, pairs, rate)
+            by_role = CpuByRole()
+            by_role.start()
+            sampler = PeakSampler(proc.pid, by_role)
+            producer = PacedProducer(cfg, topic, pairs, rate, work)
             producer.join()
             rc = proc.wait(timeout=seconds + 300)
+            sampler.stop()
+            spent = by_role.stop()
         if rc != 0:
             print(f"   {program} failed (exit {rc}); see {log}", flush=True)
             return 1
@@ -538,10 +582,20 @@ def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
                         if ln.startswith("PEER "))
             batches = [(b["start_ms"] + b["took_ms"], {int(k): v for k, v in b["ends"].items()})
                        for b in json.loads(line[5:])["batches"]]
-        results[program] = latencies(cfg, topic, batches)
+        timed = latencies(cfg, topic, batches)
+        results[program] = [lat for _, lat in timed]
+        steady[program] = after_warmup(timed, WARMUP_S)
         print(f"   {program}: {percentiles(results[program])}", flush=True)
+        print(f"   {program} after the first {WARMUP_S:.0f}s: {percentiles(steady[program])}",
+              flush=True)
+        busy = sorted(spent.items(), key=lambda kv: -kv[1])
+        print(f"   {program}: CPU s per M events from the first record sent, by process: "
+              + ", ".join(f"{role} {1e6 * s / len(pairs):.1f}" for role, s in busy
+                          if s > 0.05), flush=True)
     print(f"\nRESULT latency at {rate:.0f} ev/s, batch interval {interval:.0f}s: "
           + " | ".join(f"{k} {percentiles(v)}" for k, v in results.items())
+          + f" | after the first {WARMUP_S:.0f}s: "
+          + " | ".join(f"{k} {percentiles(v)}" for k, v in steady.items())
           + f" | target: leakproof p99 <= {interval + 1:.0f}s")
     return 0
 

@@ -80,6 +80,8 @@ def listening_sockets(pid: int) -> list[tuple[str, int]]:
 
 # what a process is, by a word of its command line; the first that matches wins
 ROLES: tuple[tuple[bytes, str], ...] = (
+    (b"PacedProducer", "bench producer"),
+    (b"scripts/bench.py", "bench script"),
     (b"kafka.Kafka", "kafka"),
     (b"ThriftServer", "hbase thrift"),
     (b"org.apache.hadoop.hbase", "hbase"),
