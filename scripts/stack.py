@@ -525,12 +525,32 @@ def registry_service() -> Service:
                     "-jar", str(runner)])
 
 
+def registry_lacks_tables(status: int, log_text: str) -> bool:
+    """Whether a registry answering ``status`` has a database without its tables: one stopped
+    while it first made them leaves them half made, and then skips making them on every
+    start, so no wait will help. ``log_text``: its log (appended over starts; only the lines
+    since its last start count)."""
+    since_start = log_text.rpartition("Listening on: ")[2]
+    return status == 500 and "JdbcSQLSyntaxErrorException: Table" in since_start
+
+
 def probe_registry() -> None:
+    import urllib.error
     import urllib.request
 
-    with urllib.request.urlopen(f"{REGISTRY_API}/subjects", timeout=5) as resp:
-        if resp.status != 200:
-            raise ConnectionError(f"registry answered {resp.status}")
+    try:
+        with urllib.request.urlopen(f"{REGISTRY_API}/subjects", timeout=5) as resp:
+            if resp.status != 200:
+                raise ConnectionError(f"registry answered {resp.status}")
+    except urllib.error.HTTPError as exc:
+        log_file = RUN / "registry" / "logs" / "registry.out"
+        text = log_file.read_text(errors="replace") if log_file.exists() else ""
+        if registry_lacks_tables(exc.code, text):
+            raise StackError(
+                f"the registry's database {RUN / 'registry' / 'data'} lacks its tables (a "
+                f"registry stopped part way through its first start; see {log_file}); "
+                "`stack.py down --wipe` clears it with the rest of the stack's data") from exc
+        raise
 
 
 def optional_services() -> list[Service]:
@@ -564,7 +584,9 @@ def wait_until(svc: Service, probe_name: str, probe: Callable[[], None]) -> None
         try:
             probe()
             return
-        except Exception as exc:  # noqa: BLE001 - any failure means "not yet"
+        except StackError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any other failure means "not yet"
             last = exc
             time.sleep(1.0)
     raise StackError(f"{svc.name} not ready after {READY_TIMEOUT_S:.0f}s ({probe_name}: {last}); "
@@ -728,6 +750,8 @@ def up(spark: bool, wipe: bool) -> None:
         prepare_kafka(wipe)
     if hbase.pid() is None:
         prepare_hbase(wipe)
+    if wipe and registry.pid() is None:  # its ids name schemas of the records just wiped
+        shutil.rmtree(RUN / "registry" / "data", ignore_errors=True)
     kafka.start()
     hbase.start()
     registry.start()  # about 3 s, while HBase starts: it adds nothing to the wait
@@ -935,7 +959,8 @@ def down(wipe: bool) -> None:
     for svc in reversed(all_services()):
         svc.stop(signal.SIGKILL if wipe else signal.SIGTERM)
     if wipe:
-        for sub in ("kafka/data", "hbase/root", "hbase/tmp", "hbase/zk", "spark", "yarn/tmp",
+        for sub in ("kafka/data", "hbase/root", "hbase/tmp", "hbase/zk", "registry/data",
+                    "spark", "yarn/tmp",
                     "yarn/target", "secure/kafka/data", "secure/hbase/root",
                     "secure/hbase/tmp", "secure/hbase/zk"):
             shutil.rmtree(RUN / sub, ignore_errors=True)
@@ -962,7 +987,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("fetch")
     p_up = sub.add_parser("up")
     p_up.add_argument("--spark", action="store_true", help="also a standalone master + 2 workers")
-    p_up.add_argument("--wipe", action="store_true", help="start from empty Kafka and HBase")
+    p_up.add_argument("--wipe", action="store_true",
+                      help="start from empty Kafka, HBase and schema registry")
     p_up.add_argument("--yarn", action="store_true",
                       help="also a YARN MiniCluster (ResourceManager on 8032)")
     p_up.add_argument("--secure", action="store_true",
