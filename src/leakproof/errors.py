@@ -71,6 +71,11 @@ class HBaseUnavailable(StoreError):
     """The Thrift server could not be reached (or dropped the connection): worth a retry."""
 
 
+class TableMissing(StoreError):
+    """A table the call names does not exist: a wrong ``hbase.table_prefix`` or table name,
+    or tables never created. No retry brings it back, so none is made."""
+
+
 class BatchFailed(LeakproofError):
     """A batch's output failed; the job stops so a supervisor can restart it from HBase."""
 

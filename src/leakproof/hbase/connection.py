@@ -8,6 +8,7 @@ mutateRows requests of session rows and index entries, encoded in ``row_puts``.
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from thriftpy2.thrift import TClient, TException
 from thriftpy2.transport import TTransportException
 
 from leakproof.config import HBaseConfig
-from leakproof.errors import HBaseUnavailable, KerberosError, StoreError
+from leakproof.errors import HBaseUnavailable, KerberosError, StoreError, TableMissing
 from leakproof.hbase import secure
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,16 @@ def _plain_hint(cfg: HBaseConfig, exc: BaseException) -> str:
 RETRYABLE: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, HBaseUnavailable)
 
 
+_TABLE_NOT_FOUND = re.compile(r"TableNotFoundException: ([\w.:-]+)")
+
+
+def missing_table(exc: BaseException) -> str | None:
+    """The table an HBase error says does not exist (the Thrift server passes the Java
+    exception on as an IOError's message), or None for any other error."""
+    found = _TABLE_NOT_FOUND.search(_brief(exc))
+    return found.group(1) if found else None
+
+
 def ride_out(cfg: HBaseConfig, what: str, attempt: Callable[[], T],
              reset: Callable[[], None] = lambda: None) -> T:
     """Call ``attempt`` until it succeeds; on a connection error wait (0.5 s doubling to 5 s)
@@ -175,6 +186,12 @@ def ride_out(cfg: HBaseConfig, what: str, attempt: Callable[[], T],
         try:
             return attempt()
         except RETRYABLE as exc:
+            missing = missing_table(exc)
+            if missing is not None:
+                raise TableMissing(
+                    f"HBase {what}: table {missing} does not exist at {cfg.host}:{cfg.port} "
+                    f"(hbase.table_prefix: {cfg.table_prefix or 'none'}; `leakproof tables "
+                    "create` makes the job's tables)") from exc
             reset()
             tries += 1
             if tries > 1 and time.monotonic() + delay > deadline:
