@@ -108,6 +108,10 @@ class StackError(RuntimeError):
     """A service did not start, stop or answer; the message names it and its log file."""
 
 
+class WillNotStart(StackError):
+    """A probe's answer that no wait will change: start-up gives up at once."""
+
+
 def log(msg: str) -> None:
     print(f"[stack] {msg}", flush=True)
 
@@ -546,7 +550,7 @@ def probe_registry() -> None:
         log_file = RUN / "registry" / "logs" / "registry.out"
         text = log_file.read_text(errors="replace") if log_file.exists() else ""
         if registry_lacks_tables(exc.code, text):
-            raise StackError(
+            raise WillNotStart(
                 f"the registry's database {RUN / 'registry' / 'data'} lacks its tables (a "
                 f"registry stopped part way through its first start; see {log_file}); "
                 "`stack.py down --wipe` clears it with the rest of the stack's data") from exc
@@ -584,7 +588,7 @@ def wait_until(svc: Service, probe_name: str, probe: Callable[[], None]) -> None
         try:
             probe()
             return
-        except StackError:
+        except WillNotStart:
             raise
         except Exception as exc:  # noqa: BLE001 - any other failure means "not yet"
             last = exc
