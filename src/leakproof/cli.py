@@ -232,10 +232,14 @@ def tables(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 def offsets_history(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.commit_stores import open_store
+    from leakproof.errors import TableMissing
 
     store = open_store(cfg)
     try:
         rows = store.history(1 if args.action == "show" else args.limit)
+    except TableMissing as exc:  # before the job's first run, or a mistyped prefix
+        print(f"no committed offsets for {cfg.kafka.topic}:{cfg.kafka.group_id}: {exc}")
+        return 1
     finally:
         store.close()
     if not rows:

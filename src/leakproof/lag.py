@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from leakproof.commit_stores import open_store
 from leakproof.config import Config
+from leakproof.errors import TableMissing
 from leakproof.kafka.admin import KafkaMetadata
+
+log = logging.getLogger(__name__)
 
 
 def lag(cfg: Config) -> dict[str, Any]:
@@ -23,6 +27,9 @@ def lag(cfg: Config) -> dict[str, Any]:
     store = open_store(cfg)
     try:
         latest = store.latest()
+    except TableMissing as exc:  # before the job's first run: every record is behind
+        log.warning("%s; read as nothing committed", exc)
+        latest = None
     finally:
         store.close()
     meta = KafkaMetadata(cfg.kafka)
