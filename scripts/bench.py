@@ -509,12 +509,10 @@ class PacedProducer:
             for key, value in pairs:
                 out.write(b"".join((len(key).to_bytes(4, "big"), key,
                                     len(value).to_bytes(4, "big"), value)))
-        servers = cfg.kafka.bootstrap_servers
         self._proc = subprocess.Popen(
             ["java", "-cp", str(ROOT / ".services" / "kafka" / "lib" / "*"),
-             str(ROOT / "scripts" / "PacedProducer.java"),
-             servers if isinstance(servers, str) else ",".join(servers), topic, str(rate),
-             str(records)])
+             str(ROOT / "scripts" / "PacedProducer.java"), cfg.kafka.bootstrap_servers, topic,
+             str(rate), str(records)])
 
     def join(self) -> None:
         if self._thread is not None:

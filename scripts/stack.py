@@ -964,9 +964,8 @@ def down(wipe: bool) -> None:
         svc.stop(signal.SIGKILL if wipe else signal.SIGTERM)
     if wipe:
         for sub in ("kafka/data", "hbase/root", "hbase/tmp", "hbase/zk", "registry/data",
-                    "spark", "yarn/tmp",
-                    "yarn/target", "secure/kafka/data", "secure/hbase/root",
-                    "secure/hbase/tmp", "secure/hbase/zk"):
+                    "spark", "yarn/tmp", "yarn/target", "secure/kafka/data",
+                    "secure/hbase/root", "secure/hbase/tmp", "secure/hbase/zk"):
             shutil.rmtree(RUN / sub, ignore_errors=True)
         log("data wiped")
 
