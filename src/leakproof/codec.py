@@ -147,7 +147,7 @@ class Decoder:
 
     def decode(self, key: bytes | None, value: bytes | None, *, topic: str, partition: int,
                offset: int, timestamp: int | None = None,
-               headers: Sequence[tuple[str, bytes]] = ()) -> Event:
+               headers: Sequence[tuple[str, bytes | None]] = ()) -> Event:
         """Decode and validate one record; raises KeyDecodeError or ValueDecodeError.
 
         Almost every Avro record is plain schemaless under the reader schema and passes every
@@ -215,7 +215,7 @@ class Decoder:
 
     def _from_registry(self, key: bytes | None, value: bytes | None, topic: str,
                        partition: int, offset: int, timestamp: int | None,
-                       headers: Sequence[tuple[str, bytes]]) -> Event:
+                       headers: Sequence[tuple[str, bytes | None]]) -> Event:
         """Registry framing: the common case -- a known frame at the start of the value whose
         schema is the reader's -- reads the record straight after the frame."""
         if not headers and value:

@@ -46,7 +46,7 @@ def confluent_frame(schema_id: int) -> bytes:
     return b"\x00" + schema_id.to_bytes(4, "big")
 
 
-def frame_of(api: str, value: bytes, headers: Sequence[tuple[str, bytes]] = ()
+def frame_of(api: str, value: bytes, headers: Sequence[tuple[str, bytes | None]] = ()
              ) -> tuple[bytes, int]:
     """The frame and where the Avro record starts in ``value``."""
     for name, header in headers:

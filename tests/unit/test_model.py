@@ -23,7 +23,7 @@ from leakproof.examples.access_log import (
     model_sections,
     requests,
 )
-from leakproof.kafka.reader import KafkaRecord
+from leakproof.kafka.records import KafkaRecord
 from leakproof.model import where
 from leakproof.model.compiled import compile_model, float_text
 from leakproof.model.spec import Model, read_model

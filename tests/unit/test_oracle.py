@@ -11,7 +11,7 @@ import pytest
 from leakproof import open_index
 from leakproof.events import Event, WebEvent
 from leakproof.generator import GeneratorSpec, generate
-from leakproof.kafka.reader import KafkaRecord
+from leakproof.kafka.records import KafkaRecord
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
 from leakproof.offsets import OffsetRange

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from kafka import KafkaConsumer
-from kafka.consumer.fetcher import ConsumerRecord
 
 from leakproof.kafka import reader
 from leakproof.kafka.reader import MIN_FETCH_BYTES, fetch_bytes
+from leakproof.kafka.records import KafkaRecord
 
 MIB = 1024 * 1024
 
@@ -37,8 +37,5 @@ def test_the_fetch_size_reaches_the_pinned_kafka_pythons_fetcher() -> None:
 
 
 def test_the_wire_size_comes_from_keys_and_values() -> None:
-    def record(key: int, value: int) -> ConsumerRecord:
-        return ConsumerRecord("t", 0, 0, 0, 0, 0, None, None, [], None, key, value, -1)
-
-    assert reader._wire_size([record(10, 100), record(-1, 300)]) == \
-        reader.RECORD_OVERHEAD + (10 + 100 + 300) / 2
+    records = [KafkaRecord(0, b"k" * 10, b"v" * 100, 0), KafkaRecord(1, None, b"v" * 300, 0)]
+    assert reader._wire_size(records) == reader.RECORD_OVERHEAD + (10 + 100 + 300) / 2

@@ -12,7 +12,7 @@ from leakproof import config
 from leakproof.codec import Decoder, encode_key, encode_value
 from leakproof.events import WebEvent
 from leakproof.generator import GeneratorSpec, generate
-from leakproof.kafka.reader import KafkaRecord
+from leakproof.kafka.records import KafkaRecord
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import Model, web_model
 from leakproof.offsets import OffsetRange

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Iterator
+from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError, OffsetOutOfRangeError
@@ -18,6 +18,8 @@ from kafka.errors import KafkaError, OffsetOutOfRangeError
 from leakproof.config import KafkaConfig
 from leakproof.errors import DataLossError, KafkaReadError
 from leakproof.kafka import client_settings
+from leakproof.kafka.lean_fetch import lean_fetches
+from leakproof.kafka.records import KafkaRecord
 from leakproof.offsets import Gap, OffsetRange
 
 log = logging.getLogger(__name__)
@@ -27,6 +29,7 @@ log = logging.getLogger(__name__)
 # each with its own connection and start-up (0.26 s of a 240-partition batch's every task).
 _ConsumerKey = tuple[str, str, str]
 _consumers: dict[_ConsumerKey, KafkaConsumer] = {}
+_lean: set[_ConsumerKey] = set()  # consumers whose polls return KafkaRecord tuples
 # (servers, isolation level, topic, partition): bytes per record on the wire, as last seen
 _Key = tuple[str, str, str, int]
 _record_bytes: dict[_Key, float] = {}
@@ -34,16 +37,6 @@ _record_bytes: dict[_Key, float] = {}
 POLL_RECORDS = 5000  # at most this many records per poll: bounds one poll's list
 MIN_FETCH_BYTES = 256 * 1024  # a range's fetches never ask for less than this per partition
 RECORD_OVERHEAD = 24  # a v2 record's framing beside its key and value, about (varints, attributes)
-
-
-class KafkaRecord(NamedTuple):
-    """One record of a range as the job uses it (a tuple: this is built per record)."""
-
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp: int  # ms; the producer's create time or the broker's append time
-    headers: Sequence[tuple[str, bytes]] = ()  # a registry's schema id may travel here
 
 
 def consumer_settings(cfg: KafkaConfig) -> dict[str, Any]:
@@ -87,6 +80,8 @@ def _consumer(cfg: KafkaConfig, topic: str, partition: int) -> KafkaConsumer:
     if consumer is None:
         consumer = _consumers[key] = KafkaConsumer(client_id=f"leakproof-{cfg.group_id}",
                                                    **consumer_settings(cfg))
+        if lean_fetches(consumer):
+            _lean.add(key)
     tp = TopicPartition(topic, partition)
     if consumer.assignment() != {tp}:
         consumer.assign([tp])
@@ -134,8 +129,7 @@ def _log_start(consumer: KafkaConsumer, tp: TopicPartition) -> int | None:
 def _wire_size(batch: list[Any]) -> float:
     """Bytes per record in a polled batch, from its first records' keys and values."""
     sample = batch[:64]
-    sizes: int = sum(max(0, r.serialized_key_size) + max(0, r.serialized_value_size)
-                     for r in sample)
+    sizes = sum(len(r.key or b"") + len(r.value or b"") for r in sample)
     return RECORD_OVERHEAD + sizes / len(sample)
 
 
@@ -143,6 +137,7 @@ def drop_consumer(cfg: KafkaConfig, topic: str, partition: int) -> None:
     """Forget the topic's consumer after an error, so the next attempt starts clean."""
     key = _key(cfg, topic, partition)
     consumer = _consumers.pop(_consumer_key(cfg, topic), None)
+    _lean.discard(_consumer_key(cfg, topic))
     _record_bytes.pop(key, None)
     if consumer is not None:
         try:
@@ -170,6 +165,7 @@ def read_range(cfg: KafkaConfig, rng: OffsetRange, gaps: list[Gap] | None = None
     tp = TopicPartition(rng.topic, rng.partition)
     key = _key(cfg, rng.topic, rng.partition)
     consumer = _consumer(cfg, rng.topic, rng.partition)
+    lean = _consumer_key(cfg, rng.topic) in _lean
     position = rng.from_offset
     ceiling = int(consumer.config["max_partition_fetch_bytes"])
     try:
@@ -183,12 +179,14 @@ def read_range(cfg: KafkaConfig, rng: OffsetRange, gaps: list[Gap] | None = None
             batch = consumer.poll(timeout_ms=500, max_records=min(POLL_RECORDS, left)).get(tp, [])
             if batch:
                 _record_bytes[key] = _wire_size(batch)
+            if not lean:
+                batch = [KafkaRecord(r.offset, r.key, r.value, r.timestamp, r.headers or ())
+                         for r in batch]
             for record in batch:
                 if record.offset >= rng.until_offset:
                     return
                 if record.offset >= position:
-                    yield KafkaRecord(record.offset, record.key, record.value, record.timestamp,
-                                      record.headers or ())
+                    yield record
             new_position = consumer.position(tp)
             if new_position > position:
                 position = new_position

@@ -32,7 +32,7 @@ __all__ = [
 
 
 class Record(Protocol):
-    """One Kafka record of the range, in offset order (``kafka.reader.KafkaRecord``)."""
+    """One Kafka record of the range, in offset order (``kafka.records.KafkaRecord``)."""
 
     @property
     def offset(self) -> int: ...
@@ -44,7 +44,7 @@ class Record(Protocol):
     def value(self) -> bytes | None: ...
 
     @property
-    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+    def headers(self) -> Sequence[tuple[str, bytes | None]]: ...
 
     @property
     def timestamp(self) -> int: ...
@@ -54,7 +54,7 @@ class Decode(Protocol):
     """A record's event, or DecodeError naming its kind (``codec.Decoder.decode``)."""
 
     def __call__(self, key: bytes | None, value: bytes | None, *, topic: str, partition: int,
-                 offset: int, timestamp: int, headers: Sequence[tuple[str, bytes]] = ()
+                 offset: int, timestamp: int, headers: Sequence[tuple[str, bytes | None]] = ()
                  ) -> Event: ...
 
 
