@@ -12,11 +12,12 @@ def r(partition: int, count: int) -> OffsetRange:
 
 def test_tasks_follow_records_and_cores_not_partitions() -> None:
     assert task_count(0, 0, 2) == 0
-    assert task_count(240, 45_000, 2) == 4  # two per core
-    assert task_count(240, 9_000, 2) == 3  # one per 4 000 records
+    assert task_count(240, 45_000, 2) == 2  # one per core
+    assert task_count(240, 45_000, 8) == 8
+    assert task_count(240, 9_000, 8) == 3  # one per 4 000 records
     assert task_count(240, 10, 2) == 1  # a trickle: one task
     assert task_count(3, 1_000_000, 8) == 3  # never more than the ranges
-    assert task_count(4, 1_000_000, 2) == 4
+    assert task_count(4, 1_000_000, 2) == 2
 
 
 def test_runs_keep_partition_order_and_even_out_the_records() -> None:
@@ -35,11 +36,14 @@ def test_on_a_cluster_each_executors_partitions_are_grouped_apart() -> None:
     ranges = [r(p, 5_000) for p in range(6)]
     placement = {0: "executor_h_1", 1: "executor_h_2", 2: "executor_h_1", 3: "executor_h_2",
                  4: "executor_h_1", 5: "executor_h_2"}
-    tasks = group(ranges, 2, placement)
+    tasks = group(ranges, 4, placement)
     assert [([x.partition for x in rs], where) for rs, where in tasks] == [
         ([0, 2], "executor_h_1"), ([4], "executor_h_1"),
         ([1, 3], "executor_h_2"), ([5], "executor_h_2")]
-    assert group(ranges, 2) == [(tuple(ranges[:2]), None), (tuple(ranges[2:3]), None),
+    two_cores = group(ranges, 2, placement)
+    assert [([x.partition for x in rs], where) for rs, where in two_cores] == [
+        ([0, 2, 4], "executor_h_1"), ([1, 3, 5], "executor_h_2")]
+    assert group(ranges, 4) == [(tuple(ranges[:2]), None), (tuple(ranges[2:3]), None),
                                 (tuple(ranges[3:5]), None), (tuple(ranges[5:]), None)]
 
 
