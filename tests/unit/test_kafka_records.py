@@ -12,6 +12,7 @@ from kafka.consumer.fetcher import Fetcher
 from kafka.errors import CorruptRecordError
 from kafka.protocol.consumer import IsolationLevel
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 from kafka.record.util import calc_crc32c
 from kafka.serializer import Deserializer
@@ -172,3 +173,15 @@ def test_a_corrupt_batch_fails_the_fetch_naming_its_offset() -> None:
     part = lean_fetch.LeanPartitionRecords(40, TP, MemoryRecords(bytes(bad)))
     with pytest.raises(CorruptRecordError, match="record batch at offset 40"):
         part.take(10)
+
+
+def test_a_legacy_message_set_reads_as_kafka_python_reads_it() -> None:
+    builder = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+    for i in range(20):
+        builder.append(i, timestamp=1_700_000_000_000 + i, key=b"k%d" % i if i % 3 else None,
+                       value=b"v%d" % i)
+    data = bytes(builder.build())
+    ours, ours_next = _fetched(lean_fetch.LeanPartitionRecords, data, 5, [])
+    theirs, theirs_next = _fetched(Fetcher.PartitionRecords, data, 5, [])
+    assert [o for o, _ in ours] == list(range(5, 20))
+    assert ours == theirs and ours_next == theirs_next == 20

@@ -89,6 +89,9 @@ class LeanPartitionRecords(Fetcher.PartitionRecords):  # type: ignore[misc]
 
     def _legacy(self, batch: Any) -> Iterator[KafkaRecord]:
         for record in batch:
+            if self.check_crcs and not record.validate_crc():
+                raise CorruptRecordError(f"record for {self.topic_partition} at offset "
+                                         f"{record.offset} failed its CRC check")
             self.records_read += 1
             self.bytes_read += record.size_in_bytes
             self.next_fetch_offset = record.offset + 1
