@@ -139,6 +139,12 @@ def plug_fits() -> bool:
         return False
 
 
+def reads_lean(consumer: Any) -> bool:
+    """Whether this consumer's polls return ``KafkaRecord`` tuples (the plug is in)."""
+    return getattr(getattr(consumer, "_fetcher", None), "PartitionRecords",
+                   None) is LeanPartitionRecords
+
+
 def lean_fetches(consumer: Any) -> bool:
     """Plug ``LeanPartitionRecords`` into this consumer's fetcher; whether it went in (the
     consumer's records are then ``KafkaRecord`` tuples)."""

@@ -18,7 +18,7 @@ from kafka.errors import KafkaError, OffsetOutOfRangeError
 from leakproof.config import KafkaConfig
 from leakproof.errors import DataLossError, KafkaReadError
 from leakproof.kafka import client_settings
-from leakproof.kafka.lean_fetch import lean_fetches
+from leakproof.kafka.lean_fetch import lean_fetches, reads_lean
 from leakproof.kafka.records import KafkaRecord
 from leakproof.offsets import Gap, OffsetRange
 
@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 # each with its own connection and start-up (0.26 s of a 240-partition batch's every task).
 _ConsumerKey = tuple[str, str, str]
 _consumers: dict[_ConsumerKey, KafkaConsumer] = {}
-_lean: set[_ConsumerKey] = set()  # consumers whose polls return KafkaRecord tuples
 # (servers, isolation level, topic, partition): bytes per record on the wire, as last seen
 _Key = tuple[str, str, str, int]
 _record_bytes: dict[_Key, float] = {}
@@ -80,8 +79,7 @@ def _consumer(cfg: KafkaConfig, topic: str, partition: int) -> KafkaConsumer:
     if consumer is None:
         consumer = _consumers[key] = KafkaConsumer(client_id=f"leakproof-{cfg.group_id}",
                                                    **consumer_settings(cfg))
-        if lean_fetches(consumer):
-            _lean.add(key)
+        lean_fetches(consumer)
     tp = TopicPartition(topic, partition)
     if consumer.assignment() != {tp}:
         consumer.assign([tp])
@@ -137,7 +135,6 @@ def drop_consumer(cfg: KafkaConfig, topic: str, partition: int) -> None:
     """Forget the topic's consumer after an error, so the next attempt starts clean."""
     key = _key(cfg, topic, partition)
     consumer = _consumers.pop(_consumer_key(cfg, topic), None)
-    _lean.discard(_consumer_key(cfg, topic))
     _record_bytes.pop(key, None)
     if consumer is not None:
         try:
@@ -165,7 +162,7 @@ def read_range(cfg: KafkaConfig, rng: OffsetRange, gaps: list[Gap] | None = None
     tp = TopicPartition(rng.topic, rng.partition)
     key = _key(cfg, rng.topic, rng.partition)
     consumer = _consumer(cfg, rng.topic, rng.partition)
-    lean = _consumer_key(cfg, rng.topic) in _lean
+    lean = reads_lean(consumer)
     position = rng.from_offset
     ceiling = int(consumer.config["max_partition_fetch_bytes"])
     try:

@@ -2,12 +2,12 @@
 
 kafka-python reads a fetched batch one record at a time through four layers (a
 ``DefaultRecord`` object, a ``ConsumerRecord`` of 13 fields with sizes and deserializer
-calls, then the reader's own tuple), with a function call per varint: 6.3 CPU us per record of
-the bench topic, a third of what a worker spends on an event. This module reads a batch's
-record area -- whose layout the Kafka protocol fixes -- straight into ``KafkaRecord`` tuples,
-most varints in a single byte without a call. ``lean_fetches`` (in ``kafka.fetch``) plugs it
-into kafka-python's fetcher for every batch, so the fetcher's own rules (read_committed's
-aborted transactions, control batches, positions) stay the ones that apply.
+calls, then the reader's own tuple), with a function call per varint: about 7 CPU us per
+record of the bench topic, against 2.6 for this module, which reads a batch's record area --
+whose layout the Kafka protocol fixes -- straight into ``KafkaRecord`` tuples.
+``kafka.lean_fetch`` plugs it into kafka-python's fetcher for every batch, so the fetcher's
+own rules (read_committed's aborted transactions, control batches, positions) stay the ones
+that apply.
 
 Record (inside a batch; all lengths and deltas are zigzag varints):
   length, attributes (int8), timestamp delta, offset delta, key length, key,
@@ -65,6 +65,8 @@ def read_records(buf: bytes | bytearray, pos: int, count: int, base_offset: int,
 
     Each varint is read inline when it has one or two bytes (a record's lengths and deltas
     almost always do) and by ``_uvarint`` otherwise; ``(u >> 1) ^ -(u & 1)`` undoes zigzag.
+    The five copies of that inline read are on purpose: with a call for every varint past
+    one byte, parsing took 1.97-2.07 us a record of the bench topic against 1.60-1.66.
     """
     out: list[KafkaRecord] = []
     keep = out.append
