@@ -39,6 +39,7 @@ class TaskReport:
     consumer_cached: bool = False
     expiring: int = 0  # open-session index entries read: sessions that may expire here
     client_stalls: int = 0  # Kafka client IO-loop stalls in the worker during the range
+    rows_kept: int = 0  # touched session rows the worker kept from the partition's last range
 
     @property
     def dead_letters(self) -> int:
@@ -72,6 +73,7 @@ class BatchTotals:
     consumers_cached: int = 0  # tasks whose worker still had the partition's consumer
     expiring: int = 0
     client_stalls: int = 0
+    rows_kept: int = 0  # touched rows not read: the worker kept them (of ``sessions``)
 
     @classmethod
     def of(cls, reports: Iterable[TaskReport]) -> BatchTotals:
@@ -89,7 +91,8 @@ class BatchTotals:
                    tasks=len(reports),
                    consumers_cached=sum(r.consumer_cached for r in reports),
                    expiring=sum(r.expiring for r in reports),
-                   client_stalls=sum(r.client_stalls for r in reports))
+                   client_stalls=sum(r.client_stalls for r in reports),
+                   rows_kept=sum(r.rows_kept for r in reports))
 
     def counts(self) -> dict[str, int]:
         return {c: getattr(self, c) for c in COUNTS}

@@ -14,17 +14,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from leakproof.errors import DecodeError, KafkaReadError
+from leakproof.kept_rows import KeptRows, new_token, take_all
 from leakproof.lease import FIRST_EPOCH, Lease
 from leakproof.model.compiled import CompiledModel, compile_model
 from leakproof.model.spec import web_model
 from leakproof.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
 from leakproof.open_index import MAX_WIDTH, Entry, IndexChanges
-from leakproof.outbox import PUBLISHED, Outbox
+from leakproof.outbox import PUBLISHED
 from leakproof.runs import RUNNING, STOPPED, RunState
 from leakproof.session_cells import from_cells, order_cells_of, to_cells
 from leakproof.sessions import SessionState
 from leakproof.summaries import Encode
-from leakproof.task.ports import PartitionSave, StoredPartition
+from leakproof.task.ports import Kept, Mark, PartitionSave, StoredPartition, Touched
 
 
 @dataclass
@@ -201,10 +202,25 @@ class FakeSessionRows:
     cells: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
     tear_after: int | None = None
     model: CompiledModel = field(default_factory=lambda: compile_model(web_model()))
+    kept: KeptRows | None = None  # a worker's kept rows; several fakes may share ``cells``
 
     def read(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
         return {sid: from_cells(sid, self.cells[sid], self.model) for sid in session_ids
                 if sid in self.cells}
+
+    def read_touched(self, wanted: Sequence[Touched]) -> tuple[dict[str, SessionState],
+                                                                 dict[str, int]]:
+        hits, missing, counts = take_all(self.kept, wanted)
+        found = self.read(missing)
+        found.update((sid, from_cells(sid, c, self.model)) for sid, c in hits.items())
+        return found, counts
+
+    def keep(self, done: Sequence[Kept]) -> None:
+        if self.kept is not None:
+            for d in done:
+                self.kept.keep(d.key, d.read, d.token,
+                               {sid: dict(self.cells[sid]) for sid in d.session_ids
+                                if sid in self.cells}, d.closed)
 
     def read_expiry(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
         return {sid: SessionState(sid, last_ts=int(c[b"s:last_ts"]),
@@ -260,15 +276,18 @@ class FakePartitionRows:
             row.update(s.watermark_cells())
             row.pop(b"w:pending", None)
 
-    def begin_writes(self, topic: str, marks: Sequence[tuple[int, int, Outbox | None]]
-                     ) -> None:
-        with_outbox = any(outbox is not None for _, _, outbox in marks)
+    def begin_writes(self, topic: str, marks: Sequence[Mark],
+                     foreign: Sequence[tuple[str, int]] = ()) -> None:
+        with_outbox = any(m.outbox is not None for m in marks)
         self.journal.step("pending, outbox" if with_outbox else "pending")
-        for partition, pending, outbox in marks:
+        for partition, pending, outbox, writer in marks:
             row = self.state.setdefault((topic, partition), {})
             row[b"w:pending"] = str(pending).encode()
+            row[b"w:writer"] = writer
             if outbox is not None:
                 row.update(outbox.encode())
+        for other, partition in foreign:
+            self.state.setdefault((other, partition), {})[b"w:foreign"] = new_token()
 
     def outbox_published(self, topic: str, partition: int, outbox_id: str) -> None:
         self.journal.step("outbox published")

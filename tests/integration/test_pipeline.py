@@ -21,6 +21,7 @@ from .helpers import (
     assert_offsets_chain,
     audit_total,
     offsets_rows,
+    progress_lines,
     records,
     stack,
     wait_for,
@@ -145,6 +146,29 @@ def test_open_sets_of_the_state_layout_before_the_index_move_into_it(env: Env) -
 
 
 @pytest.mark.faults
+def test_rows_kept_between_batches_stay_exact_through_a_driver_kill(env: Env) -> None:
+    """Sessions that span batches: one Python worker (local[1]) takes the rows it wrote last
+    batch instead of reading them; killed after a batch's writes, before its commit, the job
+    restarts on two workers that take turns (each brings its rows up to date from the
+    other's deltas) and replays that batch exactly."""
+    spec = GeneratorSpec(seed=311, events=12_000, sessions=300, span_s=30)
+    env.produce(spec)
+    one = env.variant("one-worker", job={"master": "local[1]"},
+                      kafka={"max_rate_per_partition": 400})
+    killed = env.run("--until-idle", "4", "--log-format", "json", config=one, check=False,
+                     env={"LEAKPROOF_CRASH_AT": "driver_after_tasks@4"})
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    kept = [p["cache"]["rows"] for p in progress_lines(killed.stderr)]
+    assert len(kept) == 3 and kept[0] == 0 and all(k > 0 for k in kept[1:]), kept
+    two = env.variant("two-workers", kafka={"max_rate_per_partition": 400})
+    again = env.run("--until-idle", "4", "--log-format", "json", config=two)
+    kept = [p["cache"]["rows"] for p in progress_lines(again.stderr) if p["records"]]
+    assert kept[0] == 0 and sum(kept[1:]) > 0, kept
+    env.verify(spec)
+    assert_offsets_chain(env)
+    assert audit_total(env, b"replayed") > 0
+
+
 def test_driver_killed_after_session_writes_before_commit(env: Env) -> None:
     spec = GeneratorSpec(seed=301, events=20_000, sessions=2_000)
     env.produce(spec)

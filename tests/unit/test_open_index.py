@@ -12,7 +12,7 @@ from leakproof.events import WebEvent
 from leakproof.hbase.partition_store import PartitionStore
 from leakproof.open_index import Entry, bucket_of
 from leakproof.sessions import FoldResult, OpenSessions, PartitionState, SessionState
-from leakproof.task.ports import PartitionSave
+from leakproof.task.ports import Mark, PartitionSave
 
 from .test_session_store import WEB, event
 
@@ -164,9 +164,15 @@ def test_a_range_that_stops_while_writing_the_index_leaves_its_mark_until_one_co
 def test_several_partitions_are_read_and_written_in_one_call_each_its_own_row() -> None:
     conn = StateConnection()
     store = PartitionStore(conn, "state", table_scan)
-    store.begin_writes("t", [(0, 5_000, None), (7, 9_000, None)])
-    assert conn.t.cells == {b"wm:t:0": {b"w:pending": b"5000"},
-                            b"wm:t:7": {b"w:pending": b"9000"}}
+    store.begin_writes("t", [Mark(0, 5_000, None, b"w0"), Mark(7, 9_000, None, b"w7")],
+                       foreign=[("t", 3)])
+    foreign = conn.t.cells[b"wm:t:3"][b"w:foreign"]
+    assert conn.t.cells == {b"wm:t:0": {b"w:pending": b"5000", b"w:writer": b"w0"},
+                            b"wm:t:7": {b"w:pending": b"9000", b"w:writer": b"w7"},
+                            b"wm:t:3": {b"w:foreign": foreign}}
+    # the tokens read back: the writer's, then the other partitions' bump
+    tokens = {p: s.writer for p, s in store.read_partitions("t", [0, 3], W).items()}
+    assert tokens == {0: b"w0/", 3: b"/" + foreign}
     a, b = open_index.IndexChanges(), open_index.IndexChanges()
     a.put(0, "x", 5_000)
     b.put(0, "y", 9_000)

@@ -96,10 +96,12 @@ class Rig:
             close_after_ms=CLOSE_MS)
 
     def state(self) -> tuple[object, ...]:
-        """Everything a range leaves behind, but the journal, the outbox and the mark a
-        crashed range leaves (entries below it are checked against their rows for good)."""
+        """Everything a range leaves behind, but the journal, the outbox, the mark a crashed
+        range leaves (entries below it are checked against their rows for good) and the
+        writer tokens (random)."""
         wm = {k: {c: v for c, v in row.items()
-                  if not c.startswith(b"w:outbox") and c != b"w:check_below"}
+                  if not c.startswith(b"w:outbox")
+                  and c not in (b"w:check_below", b"w:writer", b"w:foreign")}
               for k, row in self.partitions.state.items()}
         return (self.sessions.readable(), wm, self.partitions.index, self.dead.rows,
                 [ids for ids, _ in self.sink.committed])

@@ -39,7 +39,7 @@ def progress_record(outcome: BatchOutcome) -> dict[str, Any]:
         "gaps": [{"partition": g.partition, "from": g.stored, "to": g.resumed_at}
                  for g in done.gaps],
         "rate_limit": None if outcome.rate_limit is None else round(outcome.rate_limit, 1),
-        "cache": {"tasks": t.tasks, "consumer": t.consumers_cached},
+        "cache": {"tasks": t.tasks, "consumer": t.consumers_cached, "rows": t.rows_kept},
         "expiring": t.expiring,
         "client_stalls": t.client_stalls,
         "held": held_record(outcome),
@@ -69,6 +69,7 @@ def text_line(p: dict[str, Any]) -> str:
         + (f" (publish {p['publish_s']:.2f}s)" if p.get("publish_s") else "")
         + f" commit {p['commit_s']:.2f}s total {p['total_s']:.2f}s"
         f" | cached consumer {p['cache']['consumer']}/{p['cache']['tasks']}"
+        f" rows {p['cache']['rows']}/{p['sessions']}"
         + ("" if p["rate_limit"] is None else f" | rate limit {p['rate_limit']:.0f} ev/s")
         + _held_text(p["held"]))
 

@@ -20,9 +20,10 @@ from happybase.table import TScan  # the Thrift struct happybase itself scans wi
 
 from leakproof.hbase.row_puts import row_puts
 from leakproof.hbase.state_store import read_lease_epoch
+from leakproof.kept_rows import new_token
 from leakproof.open_index import MAX_BUCKET, MAX_WIDTH, Entry, IndexChanges, bucket_of
-from leakproof.outbox import PUBLISHED, Outbox
-from leakproof.task.ports import PartitionSave, StoredPartition
+from leakproof.outbox import PUBLISHED
+from leakproof.task.ports import Mark, PartitionSave, StoredPartition
 
 
 def _wm_row(topic: str, partition: int) -> bytes:
@@ -75,16 +76,19 @@ class PartitionStore:
             stored[p] = StoredPartition.of_cells(cells)
         return stored
 
-    def begin_writes(self, topic: str, marks: Sequence[tuple[int, int, Outbox | None]]
-                     ) -> None:
-        """``w:pending`` before the ranges write anything, and the sessions each will
-        publish: one put per partition, all in one call, before their rows are written."""
+    def begin_writes(self, topic: str, marks: Sequence[Mark],
+                     foreign: Sequence[tuple[str, int]] = ()) -> None:
+        """``w:pending`` and ``w:writer`` before the ranges write anything, and the sessions
+        each will publish; ``w:foreign`` for the partitions in ``foreign``: one put per
+        partition, all in one call, before any session row is written."""
         with self._table.batch() as batch:
-            for partition, pending, outbox in marks:
-                cells = {b"w:pending": str(pending).encode()}
+            for partition, pending, outbox, writer in marks:
+                cells = {b"w:pending": str(pending).encode(), b"w:writer": writer}
                 if outbox is not None:
                     cells.update(outbox.encode())
                 batch.put(_wm_row(topic, partition), cells)
+            for other, partition in foreign:
+                batch.put(_wm_row(other, partition), {b"w:foreign": new_token()})
 
     def outbox_published(self, topic: str, partition: int, outbox_id: str) -> None:
         """The outbox went out (the Kafka marker says so too: this only saves a look-up)."""

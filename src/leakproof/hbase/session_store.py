@@ -10,21 +10,23 @@ event; its user, entry url, first_ts and most counters do not).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import happybase
 
 from leakproof.hbase.row_puts import row_puts
+from leakproof.kept_rows import KeptRows, take_all
 from leakproof.model.compiled import CompiledModel
 from leakproof.session_cells import from_cells, order_cells_of, readable, to_cells
 from leakproof.sessions import CLOSED, OPEN, SessionState
+from leakproof.task.ports import Kept, Touched
 
 
 class SessionStore:
     """Batched reads and writes of session rows on one happybase table."""
 
     def __init__(self, table: happybase.Table, model: CompiledModel, batch_size: int = 1000,
-                 write_cells: int = 5000) -> None:
+                 write_cells: int = 5000, kept: KeptRows | None = None) -> None:
         """``batch_size`` rows per getRows; ``write_cells`` cells per mutateRows: each call
         costs the Thrift server and HBase a round of their own: 5 000 cells in place of
         1 000 took the Thrift server 0.8-1.0 CPU s against 1.2-1.9 for the same 60 000 rows
@@ -34,6 +36,8 @@ class SessionStore:
         self._batch_size = batch_size
         self._write_cells = write_cells
         self._stored: dict[str, Mapping[bytes, bytes]] = {}  # the cells ``read`` saw
+        self._kept = kept  # the worker's kept rows (``kept_rows``), if it keeps any
+        self._after: dict[str, Mapping[bytes, bytes]] = {}  # the cells after ``write``
 
     def _rows(self, session_ids: Iterable[str], columns: list[bytes] | None = None
               ) -> Iterator[tuple[str, dict[bytes, bytes]]]:
@@ -51,6 +55,27 @@ class SessionStore:
             found[sid] = from_cells(sid, cells, self._model)
             self._stored[sid] = cells
         return found
+
+    def read_touched(self, wanted: Sequence[Touched]) -> tuple[dict[str, SessionState],
+                                                                 dict[str, int]]:
+        """``read`` of each range's touched sessions, but a row this worker kept for the
+        range's partition (its token still holds) is taken from there, not read."""
+        hits, missing, counts = take_all(self._kept, wanted)
+        found = self.read(missing)
+        for sid, cells in hits.items():
+            found[sid] = from_cells(sid, cells, self._model)
+            self._stored[sid] = cells
+        return found, counts
+
+    def keep(self, done: Sequence[Kept]) -> None:
+        """Each range's touched rows, as its reads and writes left them, kept for its
+        partition's next range on this worker (closed sessions forgotten)."""
+        if self._kept is None:
+            return
+        for d in done:
+            rows = {sid: cells for sid in d.session_ids
+                    if (cells := self._after.get(sid, self._stored.get(sid))) is not None}
+            self._kept.keep(d.key, d.read, d.token, rows, d.closed)
 
     def read_expiry(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
         """What expiry needs of the rows that exist among ``session_ids``: last_ts and
@@ -70,10 +95,14 @@ class SessionStore:
                                  order_cells_of(stored) if stored is not None else frozenset())
                 if stored is not None:
                     cells = {k: v for k, v in cells.items() if stored.get(k) != v}
+                    self._after[s.session_id] = {**stored, **cells}
                     if not cells:
                         continue
+                else:
+                    self._after[s.session_id] = cells
                 batch.put(s.session_id.encode("utf-8"), cells)
             for sid in close:
+                self._after.pop(sid, None)
                 batch.put(sid.encode("utf-8"), {b"s:state": CLOSED.encode()})
 
 

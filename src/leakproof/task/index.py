@@ -4,7 +4,8 @@ The rules are ``open_index``'s (pure); this is where they meet the stores, in on
 an index entry is taken at its word unless it lies below ``check_below`` -- a range that
 stopped part way may have left it stale -- and then its session row's last_ts and state
 decide. The touched sessions' rows are read whole here too, since both the fold and the
-index need them.
+index need them -- or taken from the rows the worker kept from the partition's last range,
+while its writer token says no one else wrote since (``kept_rows``).
 
 Several partitions' ranges load and save together (one task's ranges): one call reads their
 partition rows, one their touched rows, one the rows their stale entries need; each
@@ -19,8 +20,20 @@ from dataclasses import dataclass
 
 from leakproof import open_index
 from leakproof.open_index import Entry
-from leakproof.sessions import FoldResult, OpenSessions, PartitionState, SessionState
-from leakproof.task.ports import PartitionRows, PartitionSave, SessionRows, StoredPartition
+from leakproof.sessions import (
+    FoldResult,
+    OpenSessions,
+    PartitionState,
+    SessionState,
+    fence_key,
+)
+from leakproof.task.ports import (
+    PartitionRows,
+    PartitionSave,
+    SessionRows,
+    StoredPartition,
+    Touched,
+)
 
 
 @dataclass
@@ -34,6 +47,7 @@ class Loaded:
     cutoff: int  # sessions whose last_ts is below this expire in this range
     found: list[Entry]  # the index entries that may expire in it
     before: dict[str, SessionState]  # what is known of every session found or touched
+    kept: int = 0  # of ``rows``, those the worker kept from the partition's last range
 
     def sessions(self) -> set[str]:
         """Every session whose row this range reads or may write: touched or found (all in
@@ -64,7 +78,9 @@ def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_aft
         found = open_index.expiring(partitions.scan_open(topic, w.partition, s.cutoff, cutoff),
                                     cutoff)
         scanned.append((cutoff, found, open_index.to_check(found, s.check_below)))
-    rows = sessions.read(set().union(*(w.touched for w in wanted)))
+    rows, kept = sessions.read_touched([
+        Touched(fence_key(topic, w.partition), stored[w.partition].writer, w.touched)
+        for w in wanted])
     checked = sessions.read_expiry(set().union(*(stale for *_, stale in scanned)) - rows.keys())
     loaded = []
     for w, (cutoff, found, stale) in zip(wanted, scanned, strict=True):
@@ -74,7 +90,8 @@ def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_aft
                        if (st := checked.get(sid) or rows.get(sid)) is not None}
         before = open_index.known_rows(found, stale, own_checked, own_rows)
         s.state.open_sessions = OpenSessions(open_index.open_set(found, before))
-        loaded.append(Loaded(s, s.state, own_rows, width, cutoff, found, before))
+        loaded.append(Loaded(s, s.state, own_rows, width, cutoff, found, before,
+                             kept[fence_key(topic, w.partition)]))
     return loaded
 
 

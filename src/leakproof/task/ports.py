@@ -21,13 +21,18 @@ from leakproof.summaries import Encode
 __all__ = [
     "DeadLetters",
     "Decode",
+    "Kept",
     "LeaseCheck",
+    "Mark",
     "PartitionRows",
     "PartitionSave",
     "Record",
     "SessionRows",
     "StoredPartition",
     "SummarySink",
+    "Touched",
+    "rewritten",
+    "writer_token",
 ]
 
 
@@ -61,12 +66,14 @@ class Decode(Protocol):
 class StoredPartition(NamedTuple):
     """A partition's state row: its watermark; the cutoff its last range closed below (the
     index holds no entry under it); below what an index entry may be stale, so must be
-    checked against its session row (0: none may be); and its outbox."""
+    checked against its session row (0: none may be); its outbox; and its writer token
+    (``kept_rows``: whose kept rows still hold)."""
 
     state: PartitionState
     cutoff: int
     check_below: int = 0
     outbox: Outbox = Outbox()
+    writer: bytes = b""
 
     @classmethod
     def of_cells(cls, cells: Mapping[bytes, bytes]) -> StoredPartition:
@@ -78,7 +85,51 @@ class StoredPartition(NamedTuple):
                    int(cells.get(b"w:cutoff", b"0")),
                    max(int(cells.get(b"w:check_below", b"0")),
                        int(cells.get(b"w:pending", b"0"))),
-                   Outbox.parse(cells))
+                   Outbox.parse(cells),
+                   writer_token(cells))
+
+
+def writer_token(cells: Mapping[bytes, bytes]) -> bytes:
+    """The ``wm:`` row's writer token: ``w:writer`` (a fresh one in each range's pending
+    mark), then ``w:foreign`` (a fresh one whenever another partition's range writes a row
+    that also bears this partition's fence)."""
+    return cells.get(b"w:writer", b"") + b"/" + cells.get(b"w:foreign", b"")
+
+
+def rewritten(read: bytes, writer: bytes) -> bytes:
+    """The writer token once a range's ``w:writer`` replaced the one its load ``read``
+    (``w:foreign`` as it was then: a bump since then must not go unseen)."""
+    return writer + b"/" + read.partition(b"/")[2]
+
+
+class Mark(NamedTuple):
+    """What a range puts in its partition's row before it writes a session row: its pending
+    mark (its watermark), its outbox if any, and a fresh writer token."""
+
+    partition: int
+    pending: int
+    outbox: Outbox | None = None
+    writer: bytes = b""
+
+
+class Touched(NamedTuple):
+    """One range's touched sessions, for ``SessionRows.read_touched``: its partition's fence
+    key and the writer token its state row holds."""
+
+    key: str
+    token: bytes
+    session_ids: frozenset[str]
+
+
+class Kept(NamedTuple):
+    """One range's rows to keep after all its writes landed (``SessionRows.keep``): the
+    token its load saw and the one it wrote, its touched sessions and those it closed."""
+
+    key: str
+    read: bytes
+    token: bytes
+    session_ids: frozenset[str]
+    closed: tuple[str, ...]
 
 
 class SessionRows(Protocol):
@@ -86,6 +137,17 @@ class SessionRows(Protocol):
 
     def read(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
         """The rows that exist among ``session_ids``, whole."""
+        ...
+
+    def read_touched(self, wanted: Sequence[Touched]) -> tuple[dict[str, SessionState],
+                                                                 dict[str, int]]:
+        """The rows that exist among each range's touched sessions -- kept by this worker
+        where its partition's token still holds, read otherwise -- and per fence key how
+        many were kept."""
+        ...
+
+    def keep(self, done: Sequence[Kept]) -> None:
+        """Each range's touched rows as HBase now holds them, kept for its next range."""
         ...
 
     def read_expiry(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
@@ -131,11 +193,11 @@ class PartitionRows(Protocol):
         ahead of its index; then the pending marks are cleared."""
         ...
 
-    def begin_writes(self, topic: str, marks: Sequence[tuple[int, int, Outbox | None]]
-                     ) -> None:
-        """Before any session row: for each (partition, pending, outbox) the mark that the
-        range's writes are under way (its watermark: no index entry they may leave stale is
-        newer), with its outbox if any."""
+    def begin_writes(self, topic: str, marks: Sequence[Mark],
+                     foreign: Sequence[tuple[str, int]] = ()) -> None:
+        """Before any session row: each range's ``Mark`` (its watermark: no index entry its
+        writes may leave stale is newer), and a fresh ``w:foreign`` token for each (topic,
+        partition) in ``foreign``: partitions whose fence a row about to be written bears."""
         ...
 
     def outbox_published(self, topic: str, partition: int, outbox_id: str) -> None: ...

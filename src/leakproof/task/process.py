@@ -1,14 +1,16 @@
 """``process_ranges``: what one Spark task does with its offset ranges, over the ports.
 
 1. read each range's records, in offset order, and decode each (undecodable: a dead letter);
-2. load: the partitions' watermarks, the touched sessions' rows, and the open sessions that
-   may expire in each range (``index.load``);
+2. load: the partitions' watermarks, the touched sessions' rows (or the ones this worker
+   kept from the partition's last range, while no one else wrote it: ``kept_rows``), and the
+   open sessions that may expire in each range (``index.load``);
 3. fold each range's events into its sessions (fences skip what an earlier attempt applied);
-4. if this driver still holds the lease: the pending marks (with the outboxes, with an
-   output topic), then the session rows, aggregate and fence in one put per row;
+4. if this driver still holds the lease: the pending marks with fresh writer tokens (with
+   the outboxes, with an output topic), then the session rows, aggregate and fence in one
+   put per row;
 5. the dead letters;
 6. the open-session indexes, then the watermarks -- last, so neither runs ahead of the
-   session rows (``index.save``);
+   session rows (``index.save``); the touched rows are kept for the partitions' next ranges;
 7. each range's closed sessions' summaries, in one Kafka transaction with its outbox's
    marker.
 
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from leakproof.crashpoints import crash_point
 from leakproof.errors import CommitRefused, DecodeError
 from leakproof.events import Event
+from leakproof.kept_rows import new_token
 from leakproof.model.compiled import CompiledModel
 from leakproof.offsets import OffsetRange, named
 from leakproof.outbox import Outbox, outbox_id
@@ -47,11 +50,14 @@ from leakproof.task import index
 from leakproof.task.ports import (
     DeadLetters,
     Decode,
+    Kept,
     LeaseCheck,
+    Mark,
     PartitionRows,
     Record,
     SessionRows,
     SummarySink,
+    rewritten,
 )
 
 
@@ -171,6 +177,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
             folder.feed(offset, event)
         results.append(folder.finish())
         r.report.expiring = len(ld.found)
+        r.report.rows_kept = ld.kept
         r.report.fold_s = time.monotonic() - t1 + load_s * share
     t2 = time.monotonic()
     # 4. the lease, the outboxes, the session rows. (Thrift1 has no multi-column
@@ -180,6 +187,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     if holder != epoch:
         raise CommitRefused(f"{named([r.rng for r in step])}: the driver lease is at epoch "
                             f"{holder}, this driver's is {epoch}; not writing")
+    tokens = [new_token() for _ in step]
     outboxes: list[Outbox | None] = [None] * len(step)
     if stores.summaries is not None:
         outboxes = [owed(stores.summaries(r.rng.partition), ld.stored.outbox, result,
@@ -187,9 +195,12 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
                     for r, ld, result in zip(step, loaded, results, strict=True)]
     # A row written before a stop moves its session on while its old index entry stays: the
     # replay reads the row, not the entry, so only the mark says to check that entry later.
+    # The writer tokens go first too: from here on no worker may trust the rows it kept for
+    # these partitions, nor for the others whose fences the touched rows bear.
     stores.partitions.begin_writes(topic, [
-        (r.rng.partition, result.partition.watermark, outbox)
-        for r, result, outbox in zip(step, results, outboxes, strict=True)])
+        Mark(r.rng.partition, result.partition.watermark, outbox, token)
+        for r, result, outbox, token in zip(step, results, outboxes, tokens, strict=True)],
+        _foreign(topic, step, loaded))
     stores.sessions.write([s for result in results for s in result.touched.values()],
                           close=[sid for result in results for sid in result.closed_untouched])
     crash_point("task_after_sessions")
@@ -199,6 +210,10 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     index.save(stores.partitions, topic,
                [(r.rng.partition, ld, result)
                 for r, ld, result in zip(step, loaded, results, strict=True)])
+    stores.sessions.keep([
+        Kept(fence_key(topic, r.rng.partition), ld.stored.writer,
+             rewritten(ld.stored.writer, token), r.touched, tuple(result.closed_untouched))
+        for r, ld, result, token in zip(step, loaded, results, tokens, strict=True)])
     write_s = time.monotonic() - t2
     for r, result, outbox, share in zip(step, results, outboxes, shares, strict=True):
         r.report.write_s = write_s * share
@@ -226,6 +241,21 @@ def _publish(stores: Stores, model: CompiledModel, topic: str, rng: OffsetRange,
     crash_point("task_after_publish")
     stores.partitions.outbox_published(topic, rng.partition, outbox.id)
     return time.monotonic() - t0
+
+
+def _foreign(topic: str, step: Sequence[_Range], loaded: Sequence[index.Loaded]
+             ) -> list[tuple[str, int]]:
+    """The (topic, partition) of every fence a touched row bears besides its range's own:
+    those partitions' ranges may keep the row, and must stop trusting it."""
+    out: set[tuple[str, int]] = set()
+    for r, ld in zip(step, loaded, strict=True):
+        own = fence_key(topic, r.rng.partition)
+        for s in ld.rows.values():
+            for key in s.fences:
+                if key != own:
+                    other, _, partition = key.rpartition(":")
+                    out.add((other, int(partition)))
+    return sorted(out)
 
 
 def _overlap(sets: Sequence[set[str]]) -> bool:

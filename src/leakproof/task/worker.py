@@ -11,6 +11,9 @@ by the settings that made it, so a task of another config never gets a wrong one
   fetched, by id, live in the decoder (ids never change);
 - the closed-session sinks (per servers, group, topic, output settings and partition): a
   transactional producer lives until the broker fences it, then the next range makes another;
+- kept session rows (``kept_rows``, per tables, group and driver epoch): the rows of a
+  partition's last ranges, brought up to date from the host's other workers
+  (``kept_trail``), so a range reads only the rows its partition's last ranges did not touch;
 - Kafka consumers: ``kafka.reader`` keeps them (one per config and topic, assigned each
   range's partition in turn), since reading decides whether a consumer can be reused.
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -37,20 +41,25 @@ from leakproof.hbase.session_store import SessionStore
 from leakproof.kafka import stalls
 from leakproof.kafka.closed_sink import ClosedSink
 from leakproof.kafka.reader import consumer_cached, read_range
+from leakproof.kept_rows import KeptRows
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import Model
 from leakproof.offsets import Gap, OffsetRange, named
 from leakproof.registry import client, decoder_for
 from leakproof.reports import TaskReport
 from leakproof.summaries import Encode, avro_summary, summary_schema
+from leakproof.task.kept_trail import SharedKeptRows, Trail, trail_root
 from leakproof.task.process import Stores, process_ranges
 
 WAVE_RECORDS = 50_000  # at most this many records of a task's ranges in memory at once
+
+log = logging.getLogger(__name__)
 
 _connections: dict[HBaseConfig, ConnectionSlot] = {}
 _decoders: dict[tuple[Model, InputConfig], codec.Decoder] = {}
 _encoders: dict[tuple[Model, OutputConfig], Encode] = {}
 _sinks: dict[tuple[str, str, str, OutputConfig, int], ClosedSink] = {}
+_kept: dict[tuple[HBaseConfig, str, int], KeptRows] = {}
 
 
 def _connection(cfg: HBaseConfig) -> ConnectionSlot:
@@ -65,6 +74,26 @@ def _decoder(model: Model, cfg: InputConfig) -> codec.Decoder:
     if decoder is None:
         decoder = _decoders[model, cfg] = decoder_for(model, cfg)
     return decoder
+
+
+def _kept_rows(cfg: Config, epoch: int) -> KeptRows:
+    """This worker's kept rows for these tables and group under this driver epoch, shared
+    with the host's other workers (``kept_trail``); rows kept under another epoch (a driver
+    since replaced, a rewind) are dropped."""
+    h, group = cfg.hbase, cfg.kafka.group_id
+    kept = _kept.get((h, group, epoch))
+    if kept is None:
+        for key in [k for k in _kept if k[:2] == (h, group)]:
+            del _kept[key]
+        try:
+            root = trail_root(h.host, str(h.port), h.sessions_table, h.state_table, group,
+                              epoch=epoch)
+            kept = SharedKeptRows(Trail(root))
+        except OSError as exc:
+            log.warning("kept rows stay in this Python worker (%s)", exc)
+            kept = KeptRows()
+        _kept[h, group, epoch] = kept
+    return kept
 
 
 def _sink(cfg: Config, partition: int) -> ClosedSink:
@@ -128,7 +157,8 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
             gaps: dict[OffsetRange, list[Gap]] = {rng: [] for rng in wave}
             with _no_cycle_collection(), conns.get() as conn:
                 stores = Stores(
-                    SessionStore(conn.table(cfg.hbase.sessions_table), model),
+                    SessionStore(conn.table(cfg.hbase.sessions_table), model,
+                                 kept=_kept_rows(cfg, epoch)),
                     PartitionStore(conn, cfg.hbase.state_table),
                     DeadLetterStore(conn.table(cfg.hbase.dead_letter_table)),
                     LeaseReader(conn, cfg.hbase.state_table, topic, cfg.kafka.group_id),
