@@ -27,9 +27,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-_FENCE = b"f:p:"
-_STATE = b"s:state"
-_OPEN = b"open"
+from leakproof.sessions import OPEN, SessionState
 
 Cells = Mapping[bytes, bytes]
 
@@ -48,12 +46,10 @@ def new_token() -> bytes:
     return secrets.token_hex(8).encode()
 
 
-def keepable(key: str, cells: Cells) -> bool:
-    """Whether a row may be kept under partition ``key``: open, and fenced by ``key`` only."""
-    if cells.get(_STATE, _OPEN) != _OPEN:
-        return False
-    own = _FENCE + key.encode()
-    return all(k == own for k in cells if k.startswith(_FENCE))
+def keepable(s: SessionState, key: str) -> bool:
+    """Whether a session's row, as a range of partition ``key`` leaves it, may be kept: open,
+    and fenced by ``key`` alone."""
+    return s.state == OPEN and all(k == key for k in s.fences)
 
 
 class KeptRows:
@@ -93,11 +89,12 @@ class KeptRows:
     def keep(self, key: str, read: bytes, token: bytes, rows: Mapping[str, Cells],
              gone: Iterable[str] = ()) -> Delta:
         """After a range's writes all landed: ``token`` (written in place of ``read``, the
-        token its load saw) is now the partition's; ``rows`` (as HBase now holds them) are
-        kept where ``keepable``, ``gone`` forgotten. Returns the change, for other workers."""
+        token its load saw) is now the partition's; ``rows`` (``keepable``, as HBase now
+        holds them) are kept, ``gone`` forgotten. Returns the change, for other workers."""
         change: dict[str, bytes | None] = dict.fromkeys(gone)
+        dumps = marshal.dumps
         for sid, cells in rows.items():
-            change[sid] = marshal.dumps(dict(cells)) if keepable(key, cells) else None
+            change[sid] = dumps(cells if type(cells) is dict else dict(cells))
         delta = Delta(read, token, change)
         self.apply(key, delta)
         return delta

@@ -220,7 +220,7 @@ class FakeSessionRows:
             for d in done:
                 self.kept.keep(d.key, d.read, d.token,
                                {sid: dict(self.cells[sid]) for sid in d.session_ids
-                                if sid in self.cells}, d.closed)
+                                if sid in self.cells}, d.forget)
 
     def read_expiry(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
         return {sid: SessionState(sid, last_ts=int(c[b"s:last_ts"]),

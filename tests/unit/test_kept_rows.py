@@ -19,6 +19,7 @@ from leakproof.model.spec import web_model
 from leakproof.offsets import OffsetRange
 from leakproof.oracle import compare, expected_rows
 from leakproof.reports import TaskReport
+from leakproof.sessions import SessionState
 from leakproof.task.kept_trail import SharedKeptRows, Trail, trail_root
 from leakproof.task.ports import rewritten, writer_token
 from leakproof.task.process import Stores, process_range, process_ranges
@@ -39,12 +40,17 @@ OPEN_ROW = {b"s:events": b"2", b"s:state": b"open", b"f:p:t:0": b"41"}
 # -- the pure rules ------------------------------------------------------------------------
 
 def test_a_row_is_kept_only_open_and_fenced_by_its_own_partition_alone() -> None:
-    assert keepable("t:0", OPEN_ROW)
-    assert keepable("t:0", {b"s:events": b"1"})  # no fence yet, no state cell: open
-    assert not keepable("t:1", OPEN_ROW)
-    assert not keepable("t:0", {**OPEN_ROW, b"s:state": b"closed"})
-    assert not keepable("t:0", {**OPEN_ROW, b"f:p:t:7": b"3"})
-    assert not keepable("t:0", {**OPEN_ROW, b"f:p:other:0": b"3"})
+    def state(state: str = "open", **fences: int) -> SessionState:
+        s = SessionState("s", state=state)
+        s.fences = {k.replace("_", ":"): v for k, v in fences.items()}
+        return s
+
+    assert keepable(state(t_0=41), "t:0")
+    assert keepable(state(), "t:0")  # nothing applied yet
+    assert not keepable(state(t_0=41), "t:1")
+    assert not keepable(state("closed", t_0=41), "t:0")
+    assert not keepable(state(t_0=41, t_7=3), "t:0")
+    assert not keepable(state(t_0=41, other_0=3), "t:0")
 
 
 def test_the_token_is_the_writer_then_the_foreign_bump() -> None:
@@ -59,7 +65,7 @@ def test_the_token_is_the_writer_then_the_foreign_bump() -> None:
 def test_rows_are_taken_while_the_token_holds_and_all_dropped_when_it_changes() -> None:
     kept = KeptRows()
     assert kept.take("t:0", b"/", ["a"]) == {}  # nothing kept yet
-    kept.keep("t:0", b"/", b"w1/", {"a": OPEN_ROW, "b": {**OPEN_ROW, b"s:state": b"closed"}})
+    kept.keep("t:0", b"/", b"w1/", {"a": OPEN_ROW})
     assert kept.take("t:0", b"w1/", ["a", "b", "c"]) == {"a": OPEN_ROW}
     assert kept.take("t:1", b"w1/", ["a"]) == {}  # another partition's key
     # another writer's token: nothing taken, and the old rows never come back
@@ -76,10 +82,10 @@ def test_keep_after_a_load_that_saw_another_token_drops_the_older_rows() -> None
     assert kept.take("t:0", b"w2/", ["a", "b"]) == {"b": OPEN_ROW}
 
 
-def test_closed_sessions_and_foreign_rows_are_forgotten_and_the_oldest_go_first() -> None:
+def test_rows_gone_are_forgotten_and_the_oldest_go_first() -> None:
     kept = KeptRows(most=2)
     kept.keep("t:0", b"/", b"w1/", {"a": OPEN_ROW, "b": OPEN_ROW})
-    kept.keep("t:0", b"w1/", b"w2/", {"b": {**OPEN_ROW, b"f:p:t:3": b"1"}}, gone=["a"])
+    kept.keep("t:0", b"w1/", b"w2/", {}, gone=["a", "b"])
     assert kept.take("t:0", b"w2/", ["a", "b"]) == {}
     kept.keep("t:0", b"w2/", b"w3/", {"a": OPEN_ROW, "b": OPEN_ROW})
     kept.take("t:0", b"w3/", ["a"])  # a used last: b is the oldest
@@ -319,3 +325,25 @@ def test_a_task_of_several_partitions_takes_each_ones_rows_under_its_own_token()
     assert [r.rows_kept for r in reports] == [1, 0]
     rows = w.sessions.readable()
     assert (rows["a"]["events"], rows["b"]["events"], rows["b"]["clicks"]) == ("4", "4", "4")
+
+
+def test_a_row_that_another_partition_closes_is_never_taken_open() -> None:
+    # m's events come from partition 0, then from partition 1 (the key moved), then partition
+    # 0's later events expire m there and close its row -- a write that bumps no token, so
+    # partition 1 must not have kept m's row (it bears both fences) -- then m's next event
+    # comes from partition 1: it must meet the closed row, as reading every row would
+    m = moved("c")
+    far = [WebEvent(f"o{i}", "u", 0, 10 * CLOSE_MS + i, "pageview", "/o", 200, 1)
+           for i in range(2)]
+    results = []
+    for keep in (True, False):
+        w = Workers(2, keep=keep)
+        w.run(0, [(OffsetRange("t", 0, 0, 2), as_records(m[:2], "cl0"))], 1)
+        w.run(1, [(OffsetRange("t", 1, 0, 2), as_records(m[2:4], "cl1"))], 2)
+        [closing] = w.run(0, [(OffsetRange("t", 0, 2, 4), as_records(far, "cl2", 2))], 3)
+        assert closing.closed == 1
+        [report] = w.run(1, [(OffsetRange("t", 1, 2, 3), as_records(m[4:5], "cl3", 2))], 4)
+        assert report.rows_kept == 0
+        results.append(w.sessions.readable()["m"])
+    assert results[0] == results[1]
+    assert results[0]["state"] == "closed" and results[0]["late_events"] == "1"

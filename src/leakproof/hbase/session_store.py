@@ -68,14 +68,14 @@ class SessionStore:
         return found, counts
 
     def keep(self, done: Sequence[Kept]) -> None:
-        """Each range's touched rows, as its reads and writes left them, kept for its
-        partition's next range on this worker (closed sessions forgotten)."""
+        """Each range's keepable rows, as its reads and writes left them, kept for its
+        partition's next range."""
         if self._kept is None:
             return
         for d in done:
             rows = {sid: cells for sid in d.session_ids
                     if (cells := self._after.get(sid, self._stored.get(sid))) is not None}
-            self._kept.keep(d.key, d.read, d.token, rows, d.closed)
+            self._kept.keep(d.key, d.read, d.token, rows, d.forget)
 
     def read_expiry(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
         """What expiry needs of the rows that exist among ``session_ids``: last_ts and

@@ -123,13 +123,14 @@ class Touched(NamedTuple):
 
 class Kept(NamedTuple):
     """One range's rows to keep after all its writes landed (``SessionRows.keep``): the
-    token its load saw and the one it wrote, its touched sessions and those it closed."""
+    token its load saw and the one it wrote, the touched sessions whose rows may be kept
+    (``kept_rows.keepable``), and those to forget (closed, or fenced by another partition)."""
 
     key: str
     read: bytes
     token: bytes
     session_ids: frozenset[str]
-    closed: tuple[str, ...]
+    forget: tuple[str, ...]
 
 
 class SessionRows(Protocol):

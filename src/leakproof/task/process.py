@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from leakproof.crashpoints import crash_point
 from leakproof.errors import CommitRefused, DecodeError
 from leakproof.events import Event
-from leakproof.kept_rows import new_token
+from leakproof.kept_rows import keepable, new_token
 from leakproof.model.compiled import CompiledModel
 from leakproof.offsets import OffsetRange, named
 from leakproof.outbox import Outbox, outbox_id
@@ -210,10 +210,9 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     index.save(stores.partitions, topic,
                [(r.rng.partition, ld, result)
                 for r, ld, result in zip(step, loaded, results, strict=True)])
-    stores.sessions.keep([
-        Kept(fence_key(topic, r.rng.partition), ld.stored.writer,
-             rewritten(ld.stored.writer, token), r.touched, tuple(result.closed_untouched))
-        for r, ld, result, token in zip(step, loaded, results, tokens, strict=True)])
+    stores.sessions.keep([_kept(topic, r.rng.partition, ld.stored.writer, token, result)
+                          for r, ld, result, token in zip(step, loaded, results, tokens,
+                                                          strict=True)])
     write_s = time.monotonic() - t2
     for r, result, outbox, share in zip(step, results, outboxes, shares, strict=True):
         r.report.write_s = write_s * share
@@ -241,6 +240,14 @@ def _publish(stores: Stores, model: CompiledModel, topic: str, rng: OffsetRange,
     crash_point("task_after_publish")
     stores.partitions.outbox_published(topic, rng.partition, outbox.id)
     return time.monotonic() - t0
+
+
+def _kept(topic: str, partition: int, read: bytes, token: bytes, result: FoldResult) -> Kept:
+    """What a range's rows leave kept: its touched rows that may be, the rest forgotten."""
+    key = fence_key(topic, partition)
+    keep = frozenset(sid for sid, s in result.touched.items() if keepable(s, key))
+    return Kept(key, read, rewritten(read, token), keep,
+                (*result.closed_untouched, *(result.touched.keys() - keep)))
 
 
 def _foreign(topic: str, step: Sequence[_Range], loaded: Sequence[index.Loaded]
