@@ -47,6 +47,10 @@ class JobMetrics:
                                "the client's IO loop past its warning threshold (1 s), in "
                                "the driver and the batches' tasks", list(labels),
                                registry=r).labels(**labels)
+        self._rows = Counter("leakproof_session_rows", "Sessions the batches touched, by "
+                             "where their rows came from: read (asked of HBase, new ones "
+                             "too) or kept from the partition's last batch",
+                             [*labels, "source"], registry=r)
         self._driver_stalls = stalls()
         self._labels = labels
         self.server, _ = start_http_server(port, addr=host, registry=r)
@@ -67,6 +71,8 @@ class JobMetrics:
             self._held.labels(**self._labels, partition=str(p)).set(1 if hold else 0)
             self._held_age.labels(**self._labels, partition=str(p)).set(
                 (hold.age_s(now) or 0) if hold else 0)
+        self._rows.labels(**self._labels, source="kept").inc(t.rows_kept)
+        self._rows.labels(**self._labels, source="read").inc(max(0, t.sessions - t.rows_kept))
         self._duration.observe(outcome.took_s)
         self._rate.set(t.records / outcome.took_s if outcome.took_s else 0.0)
         self._limit.set(outcome.rate_limit or 0)

@@ -17,7 +17,7 @@ from leakproof.reports import BatchTotals, TaskReport
 def report(p: int, records: int, read_s: float, **kinds: int) -> TaskReport:
     return TaskReport(p, 0, records, records=records, applied=records - 1, late=1,
                       duplicates=1, dead_letter_kinds=kinds, sessions=3, closed=1,
-                      read_s=read_s, fold_s=0.1, write_s=0.2)
+                      read_s=read_s, fold_s=0.1, write_s=0.2, rows_kept=2)
 
 
 def outcome() -> BatchOutcome:
@@ -38,6 +38,7 @@ def test_progress_record() -> None:
     assert rec["lag"] == 5
     assert rec["read_s"] == 0.9 and rec["events_per_s"] == 5.0
     assert rec["gaps"] == [{"partition": 1, "from": 2, "to": 5}]
+    assert rec["cache"] == {"tasks": 2, "consumer": 0, "rows": 4}
     assert rec["rate_limit"] is None
     json.dumps(rec)  # one JSON object per batch with --log-format json
 
@@ -56,6 +57,7 @@ def test_the_line_goes_to_the_logger_operators_filter_on(
     else:
         assert text.startswith("batch 1700000000000 | p0:0->10 | records 10 (applied 8, ")
         assert 'dead 2 {"key_mismatch": 1, "tombstone": 1})' in text
+        assert "| cached consumer 0/2 rows 4/6" in text
     assert seen and seen[0]["batch_ms"] == 1_700_000_000_000
 
 
@@ -80,6 +82,8 @@ def test_metrics_from_the_typed_outcome() -> None:
     assert 'leakproof_lag_records{group="g",partition="0",topic="t"} 5.0' in text
     assert 'leakproof_events_per_second{group="g",topic="t"} 5.0' in text
     assert 'leakproof_client_stalls_total{group="g",topic="t"} 0.0' in text
+    assert 'leakproof_session_rows_total{group="g",source="kept",topic="t"} 4.0' in text
+    assert 'leakproof_session_rows_total{group="g",source="read",topic="t"} 2.0' in text
 
 
 def test_a_wide_batchs_line_summarises_its_ranges() -> None:
