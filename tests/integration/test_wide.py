@@ -32,6 +32,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 WIDE = 240
 
 
+DRAIN = {"max_rate_per_partition": 50}  # a run that only drains: the few largest
+# partitions' tails (up to ~1 000 records) in tens of batches, not a hundred
+
+
 @pytest.fixture
 def wide(tmp_path: Path) -> Env:
     """A fresh topic of WIDE partitions and its table prefix; about 2 400 records a batch."""
@@ -49,7 +53,7 @@ def test_a_wide_topic_is_exact_through_a_restart_and_a_driver_kill(wide: Env) ->
     wide.run("--max-batches", "2")
     killed = wide.run(check=False, env={"LEAKPROOF_CRASH_AT": "driver_after_tasks@2"})
     assert killed.returncode != 0, killed.stderr[-3000:]
-    wide.run("--until-idle", "4")
+    wide.run("--until-idle", "4", config=wide.variant("drain", kafka=DRAIN))
     wide.verify(spec)
     rows = assert_offsets_chain(wide)
     assert len(rows[-1]) == WIDE  # one offsets row holds every partition
@@ -58,7 +62,8 @@ def test_a_wide_topic_is_exact_through_a_restart_and_a_driver_kill(wide: Env) ->
 def test_partitions_added_to_a_wide_topic_while_the_job_runs(wide: Env) -> None:
     before = GeneratorSpec(seed=3011, events=8_000, sessions=1_000)
     wide.produce(before)
-    with wide.background("--until-idle", "8", name="grow") as job:
+    with wide.background("--until-idle", "8", name="grow",
+                         config=wide.variant("drain", kafka=DRAIN)) as job:
         wait_for("a first commit", lambda: bool(offsets_rows(wide)), timeout=120)
         client = KafkaAdminClient(bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}")
         try:
