@@ -40,6 +40,12 @@ OPEN: SessionStatus = "open"
 CLOSED: SessionStatus = "closed"
 
 
+def fence_source(key: str) -> tuple[str, int]:
+    """The (topic, partition) a ``fence_key`` names (a topic name has no colon)."""
+    topic, _, partition = key.rpartition(":")
+    return topic, int(partition)
+
+
 def fence_key(topic: str, partition: int) -> str:
     """Names a session row's fence for one Kafka partition: ``<topic>:<partition>``.
 

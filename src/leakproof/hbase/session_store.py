@@ -35,9 +35,9 @@ class SessionStore:
         self._model = model
         self._batch_size = batch_size
         self._write_cells = write_cells
-        self._stored: dict[str, Mapping[bytes, bytes]] = {}  # the cells ``read`` saw
+        # each row's cells as HBase holds them: as read (or taken), then as ``write`` left them
+        self._stored: dict[str, Mapping[bytes, bytes]] = {}
         self._kept = kept  # the worker's kept rows (``kept_rows``), if it keeps any
-        self._after: dict[str, Mapping[bytes, bytes]] = {}  # the cells after ``write``
 
     def _rows(self, session_ids: Iterable[str], columns: list[bytes] | None = None
               ) -> Iterator[tuple[str, dict[bytes, bytes]]]:
@@ -74,7 +74,7 @@ class SessionStore:
             return
         for d in done:
             rows = {sid: cells for sid in d.session_ids
-                    if (cells := self._after.get(sid, self._stored.get(sid))) is not None}
+                    if (cells := self._stored.get(sid)) is not None}
             self._kept.keep(d.key, d.read, d.token, rows, d.forget)
 
     def read_expiry(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
@@ -95,14 +95,13 @@ class SessionStore:
                                  order_cells_of(stored) if stored is not None else frozenset())
                 if stored is not None:
                     cells = {k: v for k, v in cells.items() if stored.get(k) != v}
-                    self._after[s.session_id] = {**stored, **cells}
                     if not cells:
                         continue
+                    self._stored[s.session_id] = {**stored, **cells}
                 else:
-                    self._after[s.session_id] = cells
+                    self._stored[s.session_id] = cells
                 batch.put(s.session_id.encode("utf-8"), cells)
             for sid in close:
-                self._after.pop(sid, None)
                 batch.put(sid.encode("utf-8"), {b"s:state": CLOSED.encode()})
 
 

@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from leakproof.kept_rows import Cells, Delta, KeptRows
+from leakproof.kept_rows import MOST_ROWS, Cells, Delta, KeptRows
 
 log = logging.getLogger(__name__)
 
@@ -106,18 +106,16 @@ class SharedKeptRows(KeptRows):
     """A worker's kept rows, brought up to date from the host's trail when another worker
     wrote the partition since, and each range's delta left on it."""
 
-    def __init__(self, trail: Trail, most: int = 50_000) -> None:
+    def __init__(self, trail: Trail, most: int = MOST_ROWS) -> None:
         super().__init__(most)
         self._trail = trail
         self._warned = False
 
     def take(self, key: str, token: bytes, session_ids: Iterable[str]) -> dict[str, Cells]:
-        if self.token(key) != token:
-            try:
-                for delta in self._trail.since(key, token, self.token(key)):
-                    self.apply(key, delta)
-            except OSError as exc:
-                self._warn(exc)
+        held = self.token(key)
+        if held != token:  # (``Trail.read`` takes an unreadable file for the trail's end)
+            for delta in self._trail.since(key, token, held):
+                self.apply(key, delta)
         return super().take(key, token, session_ids)
 
     def keep(self, key: str, read: bytes, token: bytes, rows: Mapping[str, Cells],

@@ -108,8 +108,8 @@ class Mark(NamedTuple):
 
     partition: int
     pending: int
-    outbox: Outbox | None = None
-    writer: bytes = b""
+    outbox: Outbox | None
+    writer: bytes
 
 
 class Touched(NamedTuple):

@@ -44,6 +44,7 @@ from leakproof.sessions import (
     FoldResult,
     PartitionFolder,
     fence_key,
+    fence_source,
 )
 from leakproof.summaries import json_summary
 from leakproof.task import index
@@ -254,15 +255,9 @@ def _foreign(topic: str, step: Sequence[_Range], loaded: Sequence[index.Loaded]
              ) -> list[tuple[str, int]]:
     """The (topic, partition) of every fence a touched row bears besides its range's own:
     those partitions' ranges may keep the row, and must stop trusting it."""
-    out: set[tuple[str, int]] = set()
-    for r, ld in zip(step, loaded, strict=True):
-        own = fence_key(topic, r.rng.partition)
-        for s in ld.rows.values():
-            for key in s.fences:
-                if key != own:
-                    other, _, partition = key.rpartition(":")
-                    out.add((other, int(partition)))
-    return sorted(out)
+    keys = {key for r, ld in zip(step, loaded, strict=True) for s in ld.rows.values()
+            for key in s.fences if key != fence_key(topic, r.rng.partition)}
+    return sorted(map(fence_source, keys))
 
 
 def _overlap(sets: Sequence[set[str]]) -> bool:
