@@ -85,6 +85,9 @@ class KafkaConfig:
     consumer: Mapping[str, Any] = field(default_factory=dict, repr=False)
     read_timeout_s: float = 60.0
     mirror_group_offsets: bool = True  # also commit to the Kafka group, for its lag tools
+    # After partitions are added: how long until every producer writes with the new count
+    # (its metadata.max.age.ms, five minutes by default, and a margin): ``moved_keys``.
+    partitions_settle_s: float = 330.0
     backpressure: BackpressureConfig = field(default_factory=BackpressureConfig)
     # From ``security.kerberos``, not a key of its own: the login for SASL/GSSAPI.
     kerberos: KerberosConfig | None = field(default=None, repr=False, compare=False)
@@ -406,6 +409,7 @@ def _kafka(data: dict[str, Any]) -> KafkaConfig:
         consumer=dict(consumer),
         read_timeout_s=s.number("read_timeout_s", minimum=0, exclusive=True),
         mirror_group_offsets=s.flag("mirror_group_offsets"),
+        partitions_settle_s=s.number("partitions_settle_s", minimum=0),
         backpressure=_backpressure(s.section("backpressure")),
     )
 

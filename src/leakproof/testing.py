@@ -18,6 +18,8 @@ from leakproof.kept_rows import KeptRows, new_token, take_all
 from leakproof.lease import FIRST_EPOCH, Lease
 from leakproof.model.compiled import CompiledModel, compile_model
 from leakproof.model.spec import web_model
+from leakproof.moved_keys import NONE as NO_MOVES
+from leakproof.moved_keys import KeyMoves
 from leakproof.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
 from leakproof.open_index import MAX_WIDTH, Entry, IndexChanges
 from leakproof.outbox import PUBLISHED
@@ -111,6 +113,7 @@ class FakeLeaseStore:
     gaps: list[Gap] = field(default_factory=list)
     lose_reply: bool = False
     recorded_topic_id: str | None = None
+    moves: KeyMoves = NO_MOVES
 
     def take(self, tag: str) -> Lease:
         self.cell = self.cell.successor(tag) if self.cell else Lease(FIRST_EPOCH, tag)
@@ -136,6 +139,12 @@ class FakeLeaseStore:
 
     def record_topic_id(self, topic_id: str) -> None:
         self.recorded_topic_id = topic_id
+
+    def key_moves(self) -> KeyMoves:
+        return self.moves
+
+    def record_key_moves(self, moves: KeyMoves) -> None:
+        self.moves = moves
 
     def close(self) -> None:
         pass

@@ -7,8 +7,12 @@ import signal
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
+from kafka.admin import NewPartitions
 
-from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
+from leakproof import oracle
+from leakproof.generator import DEFAULT_START_TS, GeneratorSpec, generate
+from leakproof.hbase.session_store import scan_readable
+from leakproof.model.spec import web_model
 from leakproof.produce import create_topic
 
 from .helpers import Env, assert_offsets_chain, audit_total, offsets_rows, records, wait_for
@@ -60,6 +64,49 @@ def test_partitions_added_while_running_are_picked_up(env: Env) -> None:
     assert {k for k in newest if k.startswith(b"offsets:")} == {
         f"offsets:{p}".encode() for p in range(6)}
     env.verify(first, second)
+
+
+def test_a_session_in_two_partitions_of_one_batch_after_partitions_were_added_is_exact(
+        env: Env) -> None:
+    # Long open sessions, produced in three parts: the first read by a run that then stops;
+    # the second to the 4 partitions; the topic grown to 8; the third with the new count,
+    # so most sessions have records in an old and a new partition of the restart's first
+    # batch. Two tasks at once would both read such a row and the second put would drop the
+    # first one's events; the restart runs its batches as one task until keys stop moving.
+    spec = GeneratorSpec(seed=711, events=30_000, sessions=3_000, span_s=20,
+                         mean_think_s=0.2, late_fraction=0.0)
+    events = generate(spec)
+    third = len(events) // 3
+    # a long gap: every session stays open, so the oracle needs no partition's watermark
+    long = env.variant("long", sessions={"inactivity_gap_s": 7200})
+    env.produce_events(events[:third])
+    env.run("--until-idle", "3", config=long)
+    env.produce_events(events[third:2 * third])
+    admin = KafkaAdminClient(bootstrap_servers="127.0.0.1:9092")
+    try:
+        admin.create_partitions({env.name: NewPartitions(total_count=8)})
+    finally:
+        admin.close()
+    env.produce_events(events[2 * third:])
+    settle = env.variant("settle", sessions={"inactivity_gap_s": 7200},
+                         kafka={"partitions_settle_s": 0, "max_rate_per_partition": 0})
+    out = env.run("--until-idle", "3", config=settle)
+    text = out.stdout + out.stderr
+    assert "batches run as one task" in text, text[-3000:]
+    assert "several tasks again" in text, text[-3000:]
+    # the oracle, independently: every event counted once, in emission order
+    expected = oracle.expected_rows({0: [e.as_event() for e in events]}, 7_230_000,
+                                    web_model())
+    assert all(row["state"] == "open" for row in expected.values())
+    conn = env.hbase()
+    try:
+        got = scan_readable(conn.table("web_sessions"))
+        moved = conn.table("leakproof_state").row(f"lease:{env.name}:{env.cfg.kafka.group_id}")
+    finally:
+        conn.close()
+    assert oracle.compare(expected, got) == []
+    assert moved[b"l:moved_since"] == b"" and moved[b"l:moved_until"].count(b"=") == 8
+    assert len(assert_offsets_chain(env)[-1]) == 8
 
 
 def test_closed_sessions_are_produced_to_a_compacted_topic(env: Env) -> None:

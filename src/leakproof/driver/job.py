@@ -46,6 +46,8 @@ from leakproof.errors import BatchFailed, ConfigError, KafkaReadError, Leakproof
 from leakproof.hbase.connection import ConnectionSlot, ensure_tables, untuned_tables
 from leakproof.hbase.state_store import HBaseLeaseStore, HBaseRunRecord
 from leakproof.kafka.admin import KafkaMetadata
+from leakproof.moved_keys import NONE as NO_MOVES
+from leakproof.moved_keys import KeyMoves
 from leakproof.offsets import OffsetRange
 from leakproof.reports import TaskReport
 from leakproof.runs import heartbeat_period_s
@@ -77,6 +79,11 @@ class Job:
         self._outputs = 0  # batch outputs that succeeded (the output thread's count)
         self._abandoned = False  # a stop's deadline passed with a batch still running
         self._dispatched = threading.Event()  # a batch's tasks were submitted to Spark
+        # partitions added: batches run as one task while keys may be in two (moved_keys);
+        # read and written by the planning thread once the stream runs
+        self._moves: KeyMoves = NO_MOVES
+        self._moves_store: HBaseLeaseStore | None = None
+        self._mixing = False
 
     # ------------------------------------------------------------------ start
 
@@ -111,6 +118,11 @@ class Job:
             mirror = self._closes(KafkaMetadata(cfg.kafka))
         self.committer = Committer(self.topic, self.group, store, leases, mirror)
         self.committer.begin(lease, latest, start, self.planner.topic_id)
+        # its own connection: from here on only the planning thread uses it
+        self._moves_store = self._closes(HBaseLeaseStore(cfg.hbase, self.topic, self.group))
+        self._moves = self._moves_store.key_moves()
+        if latest and set(start.positions) - set(latest.offsets):
+            self._note_moves(self._moves.added(int(time.time() * 1000)))
         where = (f"offsets row {latest.batch_ms}" if latest else
                  f"no offsets row, auto_offset_reset={cfg.kafka.auto_offset_reset}")
         log.info("starting %s group %s from %s: %s", self.topic, self.group, where,
@@ -146,14 +158,21 @@ class Job:
             return sc.emptyRDD()
         self.control.hand_over(plan)
         work = plan.work
+        try:
+            one_task = self._one_task(plan)
+        except Exception as exc:  # noqa: BLE001 - without the record a restart would forget
+            self.control.fail(exc if isinstance(exc, LeakproofError) else BatchFailed(
+                f"batch {batch_ms}: could not record that partitions were added: "
+                f"{describe(exc)}"))
+            return sc.emptyRDD()
         if not work:
             return sc.emptyRDD()
         executors = executor_locations(sc)
         if executors is None and not self._placement_warned:
             self._placement_warned = True
             log.warning("cannot list the executors; ranges run without a preferred executor")
-        cores = int(sc.defaultParallelism)
-        if not executors:  # local mode (one executor, nothing to prefer), or none listed yet
+        cores = 1 if one_task else int(sc.defaultParallelism)
+        if not executors or one_task:  # local mode (nothing to prefer), none listed yet
             runs = [ranges for ranges, _ in group(work, cores)]
             return sc.parallelize(runs, len(runs))
         # every assigned partition, with records or not, so a quiet one keeps its executor
@@ -165,6 +184,33 @@ class Job:
         self._placement = placed
         return rdd_with_locations(sc, [(ranges, where or "")
                                        for ranges, where in group(work, cores, placed)])
+
+    def _one_task(self, plan: BatchPlan) -> bool:
+        """Whether this batch must run as one task because partitions were added
+        (``moved_keys``); the rule's record is written before any task of the batch runs."""
+        now = int(time.time() * 1000)
+        moves = self._moves.added(now) if plan.appeared else self._moves
+        moves = moves.settled(now, round(self.cfg.kafka.partitions_settle_s * 1000),
+                              {p: b.log_end for p, b in plan.bounds.items()})
+        self._note_moves(moves)
+        mixing = moves.mixing({r.partition: r.from_offset for r in plan.work})
+        if mixing != self._mixing:
+            self._mixing = mixing
+            if mixing:
+                log.info("partitions were added to %s: a session may have records in two "
+                         "partitions, so batches run as one task until records written "
+                         "%.0fs after that are reached", self.topic,
+                         self.cfg.kafka.partitions_settle_s)
+            else:
+                log.info("%s: keys no longer move between partitions; batches run as "
+                         "several tasks again", self.topic)
+        return mixing
+
+    def _note_moves(self, moves: KeyMoves) -> None:
+        if moves != self._moves:
+            assert self._moves_store is not None
+            self._moves_store.record_key_moves(moves)
+            self._moves = moves
 
     # ------------------------------------------------------------------ per batch: output
 

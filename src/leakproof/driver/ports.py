@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from leakproof.lease import Lease
+from leakproof.moved_keys import KeyMoves
 from leakproof.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
 from leakproof.runs import RunState
 
@@ -111,5 +112,11 @@ class LeaseStore(Protocol):
         ...
 
     def record_topic_id(self, topic_id: str) -> None: ...
+
+    def key_moves(self) -> KeyMoves:
+        """When batches may run as several tasks again after partitions were added."""
+        ...
+
+    def record_key_moves(self, moves: KeyMoves) -> None: ...
 
     def close(self) -> None: ...

@@ -2,7 +2,9 @@
 
 Rows (the partitions' ``wm:`` and ``op:`` rows of the same table are ``partition_store``'s):
 - ``lease:<topic>:<group>`` family ``l``, cell ``holder`` = a Lease (``<epoch>:<tag>``):
-  every offsets commit is a checkAndPut on it, so a second driver fences the first.
+  every offsets commit is a checkAndPut on it, so a second driver fences the first; beside
+  it ``topic_id`` and, once partitions were added, ``moved_since`` / ``moved_until`` (the
+  ``moved_keys.KeyMoves`` record: when batches may run as several tasks again).
 - ``gap:<topic>:<group>:<partition>:<stored offset>`` family ``g``: data lost to retention.
 - ``last:<topic>:<group>`` family ``l``: a TTL-free copy of the newest commit (commit_stores).
 - ``run:<topic>:<group>`` family ``l``: the running driver's heartbeat, ``leakproof stop``
@@ -19,6 +21,7 @@ from leakproof.config import HBaseConfig
 from leakproof.errors import CommitRefused
 from leakproof.hbase.connection import ConnectionSlot, check_and_put
 from leakproof.lease import FIRST_EPOCH, Lease
+from leakproof.moved_keys import KeyMoves
 from leakproof.offsets import Gap
 from leakproof.runs import RUNNING, STOPPED, RunState
 
@@ -29,6 +32,7 @@ def lease_row(topic: str, group: str) -> bytes:
 
 LEASE_COLUMN = b"l:holder"
 TOPIC_ID_COLUMN = b"l:topic_id"  # beside the lease: the topic the offsets belong to
+MOVED_COLUMNS = (b"l:moved_since", b"l:moved_until")  # moved_keys.KeyMoves
 
 
 def read_lease_epoch(table: happybase.Table, topic: str, group: str) -> int | None:
@@ -88,6 +92,15 @@ class StateStore:
     def write_topic_id(self, topic: str, group: str, topic_id: str) -> None:
         self._table.put(lease_row(topic, group), {TOPIC_ID_COLUMN: topic_id.encode()})
 
+    def read_key_moves(self, topic: str, group: str) -> KeyMoves:
+        cells = self._table.row(lease_row(topic, group), columns=list(MOVED_COLUMNS))
+        since, until = (cells.get(c, b"").decode() for c in MOVED_COLUMNS)
+        return KeyMoves.from_text(since, until)
+
+    def write_key_moves(self, topic: str, group: str, moves: KeyMoves) -> None:
+        self._table.put(lease_row(topic, group), {
+            c: v.encode() for c, v in zip(MOVED_COLUMNS, moves.to_text(), strict=True)})
+
     # -- gaps ----------------------------------------------------------------------------
 
     def record_gap(self, topic: str, group: str, gap: Gap) -> None:
@@ -138,6 +151,14 @@ class HBaseLeaseStore:
     def record_topic_id(self, topic_id: str) -> None:
         self._conns.call("topic id", lambda c: self._state(c).write_topic_id(
             self._topic, self._group, topic_id))
+
+    def key_moves(self) -> KeyMoves:
+        return self._conns.call("key moves", lambda c: self._state(c).read_key_moves(
+            self._topic, self._group))
+
+    def record_key_moves(self, moves: KeyMoves) -> None:
+        self._conns.call("key moves", lambda c: self._state(c).write_key_moves(
+            self._topic, self._group, moves))
 
     def close(self) -> None:
         self._conns.reset()
