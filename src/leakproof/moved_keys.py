@@ -10,16 +10,29 @@ first one's aggregates while both fences stay -- events lost for good. So from t
 the driver sees partitions added until every partition's ranges start past the records
 written before the producers settled, every batch runs as one task.
 
+A first run (no stored offsets) cannot see a growth that happened before it, under the
+backlog it reads. There each range's keys are checked against the partition Kafka's default
+partitioner gives them (murmur2 of the key, as the Java client and kafka-python place keyed
+records) until the records written ``settle_ms`` after the start are reached. A range holding
+a key placed elsewhere writes nothing; the driver runs such ranges again once the batch's
+other ranges are written, alone in one task, and treats the topic as just grown. A key can be
+placed in only one partition, so of two ranges sharing a session at least one is held back.
+(A producer with another partitioner -- librdkafka's default among them -- makes every key
+look moved: its first backlog then runs as one task, slower but exact.)
+
 ``KeyMoves`` is that record, kept beside the driver lease so that it survives a restart:
 ``since_ms``, when partitions were first seen added (pending while set); ``until``, each
 partition's log end once ``settle_ms`` had passed after that -- records from there on were
-written with the new partition count.
+written with the new partition count; ``check_since_ms`` and ``checked`` the same for a
+first run's checks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from kafka.partitioner.default import murmur2
 
 
 @dataclass(frozen=True)
@@ -28,38 +41,85 @@ class KeyMoves:
 
     since_ms: int | None
     until: Mapping[int, int] = field(default_factory=dict)
+    check_since_ms: int | None = None
+    checked: Mapping[int, int] = field(default_factory=dict)
 
     def added(self, now_ms: int) -> KeyMoves:
         """Partitions were (again) seen added at ``now_ms``: pending from the first sight."""
-        since = now_ms if self.since_ms is None else min(self.since_ms, now_ms)
-        return KeyMoves(since, self.until)
+        return replace(self, since_ms=_first(self.since_ms, now_ms))
+
+    def first_run(self, now_ms: int) -> KeyMoves:
+        """A run starts with no stored offsets at ``now_ms``: check keys from here."""
+        return replace(self, check_since_ms=_first(self.check_since_ms, now_ms))
 
     def settled(self, now_ms: int, settle_ms: int, log_ends: Mapping[int, int]) -> KeyMoves:
-        """Once ``settle_ms`` passed since partitions were added: each partition's
-        ``log_ends`` now are where keys stopped moving (never lowered: a later growth's
-        bound cannot forget an earlier one's)."""
-        if self.since_ms is None or now_ms < self.since_ms + settle_ms:
-            return self
-        until = dict(self.until)
-        for p, end in log_ends.items():
-            until[p] = max(end, until.get(p, end))
-        return KeyMoves(None, until)
+        """Once ``settle_ms`` passed since partitions were added (or a first run began):
+        each partition's ``log_ends`` now are where keys stopped moving (never lowered: a
+        later growth's bound cannot forget an earlier one's)."""
+        out = self
+        if self.since_ms is not None and now_ms >= self.since_ms + settle_ms:
+            out = replace(out, since_ms=None, until=_raised(self.until, log_ends))
+        if self.check_since_ms is not None and now_ms >= self.check_since_ms + settle_ms:
+            out = replace(out, check_since_ms=None, checked=_raised(self.checked, log_ends))
+        return out
 
     def mixing(self, starts: Mapping[int, int]) -> bool:
         """Whether a batch whose ranges start at ``starts`` may hold one session's records
-        in two partitions."""
-        return self.since_ms is not None or any(
-            start < self.until.get(p, start) for p, start in starts.items())
+        in two partitions: it must run as one task."""
+        return _below(self.since_ms, self.until, starts)
 
-    def to_text(self) -> tuple[str, str]:
-        """The two cells: since (empty when settled), until as ``p=offset,...``."""
-        return ("" if self.since_ms is None else str(self.since_ms),
-                ",".join(f"{p}={o}" for p, o in sorted(self.until.items())))
+    def checking(self, starts: Mapping[int, int]) -> bool:
+        """Whether the keys of a batch whose ranges start at ``starts`` must be checked."""
+        return _below(self.check_since_ms, self.checked, starts)
+
+    def to_text(self) -> tuple[str, str, str]:
+        """The cells: since (empty when settled), until as ``p=offset,...``, and the
+        first run's checks as ``since;p=offset,...``."""
+        return (_ms_text(self.since_ms), _offsets_text(self.until),
+                f"{_ms_text(self.check_since_ms)};{_offsets_text(self.checked)}"
+                if self.check_since_ms is not None or self.checked else "")
 
     @staticmethod
-    def from_text(since: str, until: str) -> KeyMoves:
-        pairs = (item.split("=", 1) for item in until.split(",") if item)
-        return KeyMoves(int(since) if since else None, {int(p): int(o) for p, o in pairs})
+    def from_text(since: str, until: str, checks: str = "") -> KeyMoves:
+        check_since, _, checked = checks.partition(";")
+        return KeyMoves(int(since) if since else None, _offsets(until),
+                        int(check_since) if check_since else None, _offsets(checked))
+
+
+def placed(key: bytes, partition: int, partitions: int) -> bool:
+    """Whether Kafka's default partitioner puts a record keyed ``key`` in ``partition`` of
+    ``partitions`` (murmur2, made positive, modulo the count)."""
+    hashed: int = murmur2(key)  # kafka-python's, pure Python: the Java client's hash
+    return (hashed & 0x7FFFFFFF) % partitions == partition
+
+
+def _first(current: int | None, now_ms: int) -> int:
+    return now_ms if current is None else min(current, now_ms)
+
+
+def _raised(bound: Mapping[int, int], log_ends: Mapping[int, int]) -> dict[int, int]:
+    out = dict(bound)
+    for p, end in log_ends.items():
+        out[p] = max(end, out.get(p, end))
+    return out
+
+
+def _below(since_ms: int | None, bound: Mapping[int, int], starts: Mapping[int, int]) -> bool:
+    return since_ms is not None or any(start < bound.get(p, start)
+                                       for p, start in starts.items())
+
+
+def _ms_text(ms: int | None) -> str:
+    return "" if ms is None else str(ms)
+
+
+def _offsets_text(offsets: Mapping[int, int]) -> str:
+    return ",".join(f"{p}={o}" for p, o in sorted(offsets.items()))
+
+
+def _offsets(text: str) -> dict[int, int]:
+    pairs = (item.split("=", 1) for item in text.split(",") if item)
+    return {int(p): int(o) for p, o in pairs}
 
 
 NONE = KeyMoves(None)

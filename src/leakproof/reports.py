@@ -40,6 +40,8 @@ class TaskReport:
     expiring: int = 0  # open-session index entries read: sessions that may expire here
     client_stalls: int = 0  # Kafka client IO-loop stalls in the worker during the range
     rows_kept: int = 0  # touched session rows the worker kept from the partition's last range
+    # keys Kafka's default partitioner puts in another partition: the range wrote nothing
+    moved_keys: int = 0
 
     @property
     def dead_letters(self) -> int:

@@ -84,8 +84,8 @@ class Rig:
         return process_range(rng, recs, decode, stores, compile_model(web_model()),
                              batch_ms=batch_ms, epoch=epoch, close_after_ms=CLOSE_MS)
 
-    def run_many(self, work: list[tuple[int, list[Rec]]], *, batch_ms: int = 1_000
-                 ) -> list[TaskReport]:
+    def run_many(self, work: list[tuple[int, list[Rec]]], *, batch_ms: int = 1_000,
+                 placed_in: int | None = None) -> list[TaskReport]:
         """Ranges of several partitions as one task runs them (``process_ranges``)."""
         stores = Stores(self.sessions, self.partitions, self.dead, self.lease,
                         (lambda p: self.sink) if self.with_output else None)
@@ -93,7 +93,7 @@ class Rig:
             [(OffsetRange("t", p, recs[0].offset, recs[-1].offset + 1), recs)
              for p, recs in work],
             decode, stores, compile_model(web_model()), batch_ms=batch_ms, epoch=1,
-            close_after_ms=CLOSE_MS)
+            close_after_ms=CLOSE_MS, placed_in=placed_in)
 
     def state(self) -> tuple[object, ...]:
         """Everything a range leaves behind, but the journal, the outbox, the mark a crashed
@@ -260,6 +260,23 @@ def test_ranges_that_touch_one_session_go_through_the_steps_one_after_the_other(
                                      "index puts", "index deletes", "watermark"]
     assert rig.sessions.readable()["a"]["events"] == "3"  # nothing lost to a stale read
     assert rig.state() == alone([(0, FIRST), (5, moved)]).state()
+
+
+def test_a_range_holding_a_key_placed_in_another_partition_writes_nothing() -> None:
+    # of 2 partitions Kafka's default partitioner puts "a" in 0, "s2c7-0082da684a5a" in 1
+    other = "s2c7-0082da684a5a"
+    ours = records(ev("a", 0, 0), ev("a", 1, 1_000))
+    mixed = records(ev(other, 0, 0), ev("a", 2, 2_000), start=5)  # "a" written under 1
+    rig = Rig()
+    reports = rig.run_many([(0, ours), (1, mixed)], placed_in=2)
+    assert [(r.partition, r.moved_keys) for r in reports] == [(0, 0), (1, 1)]
+    assert rig.sessions.readable()["a"]["events"] == "2"
+    assert other not in rig.sessions.readable()
+    assert ("t", 1) not in rig.partitions.state  # no mark, no watermark
+    # the driver then runs it alone, unchecked: as if each range had run by itself
+    assert rig.run_many([(1, mixed)])[0].applied == 2
+    assert rig.state() == alone([(0, ours)], [(1, mixed)]).state()
+    assert rig.sessions.readable()["a"]["events"] == "3"
 
 
 def test_a_session_one_range_closes_and_another_touches_is_not_read_before_its_close() -> None:

@@ -84,6 +84,10 @@ class Job:
         self._moves: KeyMoves = NO_MOVES
         self._moves_store: HBaseLeaseStore | None = None
         self._mixing = False
+        # batch time -> the partition count its tasks check keys against (planning thread
+        # puts, output thread takes); when a batch found keys moved (output thread's)
+        self._checks: dict[int, int] = {}
+        self._keys_moved_ms: int | None = None
 
     # ------------------------------------------------------------------ start
 
@@ -121,8 +125,11 @@ class Job:
         # its own connection: from here on only the planning thread uses it
         self._moves_store = self._closes(HBaseLeaseStore(cfg.hbase, self.topic, self.group))
         self._moves = self._moves_store.key_moves()
-        if latest and set(start.positions) - set(latest.offsets):
-            self._note_moves(self._moves.added(int(time.time() * 1000)))
+        now = int(time.time() * 1000)
+        if latest is None:  # a growth before this run, under its backlog, is unseen
+            self._note_moves(self._moves.first_run(now))
+        elif set(start.positions) - set(latest.offsets):
+            self._note_moves(self._moves.added(now))
         where = (f"offsets row {latest.batch_ms}" if latest else
                  f"no offsets row, auto_offset_reset={cfg.kafka.auto_offset_reset}")
         log.info("starting %s group %s from %s: %s", self.topic, self.group, where,
@@ -190,10 +197,16 @@ class Job:
         (``moved_keys``); the rule's record is written before any task of the batch runs."""
         now = int(time.time() * 1000)
         moves = self._moves.added(now) if plan.appeared else self._moves
+        if (moved := self._keys_moved_ms) is not None:
+            moves = moves.added(moved)
+            self._keys_moved_ms = None
         moves = moves.settled(now, round(self.cfg.kafka.partitions_settle_s * 1000),
                               {p: b.log_end for p, b in plan.bounds.items()})
         self._note_moves(moves)
-        mixing = moves.mixing({r.partition: r.from_offset for r in plan.work})
+        starts = {r.partition: r.from_offset for r in plan.work}
+        mixing = moves.mixing(starts)
+        if not mixing and moves.checking(starts):
+            self._checks[plan.batch_ms] = len(plan.bounds)
         if mixing != self._mixing:
             self._mixing = mixing
             if mixing:
@@ -255,20 +268,39 @@ class Job:
             return []
         assert self.committer is not None
         cfg, batch_ms, epoch = self.cfg, plan.batch_ms, self.committer.lease.epoch
+        placed_in = self._checks.pop(batch_ms, None)
 
-        def task(runs: Iterator[tuple[OffsetRange, ...]]) -> Iterator[TaskReport]:
-            from leakproof.task.worker import run_ranges
+        def tasks(check: int | None) -> Callable[[Iterator[tuple[OffsetRange, ...]]],
+                                                 Iterator[TaskReport]]:
+            def task(runs: Iterator[tuple[OffsetRange, ...]]) -> Iterator[TaskReport]:
+                from leakproof.task.worker import run_ranges
 
-            for ranges in runs:  # in partition order, each its own fence and report
-                yield from run_ranges(cfg, batch_ms, ranges, epoch)
+                for ranges in runs:  # in partition order, each its own fence and report
+                    yield from run_ranges(cfg, batch_ms, ranges, epoch, check)
+            return task
 
         try:  # the Spark UI's job list then says which ranges each batch read
             rdd.context.setJobDescription(f"leakproof batch {batch_ms}: {plan.describe()}")
         except Exception:
             log.debug("could not set the job description", exc_info=True)
         self._dispatched.set()
-        reports: list[TaskReport] = rdd.mapPartitions(task).collect()
-        return reports
+        reports: list[TaskReport] = rdd.mapPartitions(tasks(placed_in)).collect()
+        held = [r for r in reports if r.moved_keys]
+        if not held:
+            return reports
+        # Ranges holding keys written under another partition count wrote nothing; now that
+        # the others are written they run alone, and later batches run as one task.
+        self._keys_moved_ms = int(time.time() * 1000)
+        log.warning("batch %d: %d keys sit in partitions Kafka's default partitioner does "
+                    "not give them (partitions added under the backlog, or another "
+                    "partitioner): partitions %s run again in one task, and batches run "
+                    "as one task for a while", batch_ms, sum(r.moved_keys for r in held),
+                    ",".join(str(r.partition) for r in held))
+        again = {r.partition for r in held}
+        rerun = tuple(r for r in plan.work if r.partition in again)
+        redone: list[TaskReport] = rdd.context.parallelize([rerun], 1).mapPartitions(
+            tasks(None)).collect()
+        return [r for r in reports if not r.moved_keys] + redone
 
     # ------------------------------------------------------------------ the run
 

@@ -3,8 +3,9 @@
 Rows (the partitions' ``wm:`` and ``op:`` rows of the same table are ``partition_store``'s):
 - ``lease:<topic>:<group>`` family ``l``, cell ``holder`` = a Lease (``<epoch>:<tag>``):
   every offsets commit is a checkAndPut on it, so a second driver fences the first; beside
-  it ``topic_id`` and, once partitions were added, ``moved_since`` / ``moved_until`` (the
-  ``moved_keys.KeyMoves`` record: when batches may run as several tasks again).
+  it ``topic_id`` and ``moved_since`` / ``moved_until`` / ``moved_checks`` (the
+  ``moved_keys.KeyMoves`` record: when batches may run as several tasks again, and up to
+  where a first run checks where keys sit).
 - ``gap:<topic>:<group>:<partition>:<stored offset>`` family ``g``: data lost to retention.
 - ``last:<topic>:<group>`` family ``l``: a TTL-free copy of the newest commit (commit_stores).
 - ``run:<topic>:<group>`` family ``l``: the running driver's heartbeat, ``leakproof stop``
@@ -32,7 +33,7 @@ def lease_row(topic: str, group: str) -> bytes:
 
 LEASE_COLUMN = b"l:holder"
 TOPIC_ID_COLUMN = b"l:topic_id"  # beside the lease: the topic the offsets belong to
-MOVED_COLUMNS = (b"l:moved_since", b"l:moved_until")  # moved_keys.KeyMoves
+MOVED_COLUMNS = (b"l:moved_since", b"l:moved_until", b"l:moved_checks")  # moved_keys
 
 
 def read_lease_epoch(table: happybase.Table, topic: str, group: str) -> int | None:
@@ -94,8 +95,7 @@ class StateStore:
 
     def read_key_moves(self, topic: str, group: str) -> KeyMoves:
         cells = self._table.row(lease_row(topic, group), columns=list(MOVED_COLUMNS))
-        since, until = (cells.get(c, b"").decode() for c in MOVED_COLUMNS)
-        return KeyMoves.from_text(since, until)
+        return KeyMoves.from_text(*(cells.get(c, b"").decode() for c in MOVED_COLUMNS))
 
     def write_key_moves(self, topic: str, group: str, moves: KeyMoves) -> None:
         self._table.put(lease_row(topic, group), {

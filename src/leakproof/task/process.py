@@ -36,6 +36,7 @@ from leakproof.errors import CommitRefused, DecodeError
 from leakproof.events import Event
 from leakproof.kept_rows import keepable, new_token
 from leakproof.model.compiled import CompiledModel
+from leakproof.moved_keys import placed
 from leakproof.offsets import OffsetRange, named
 from leakproof.outbox import Outbox, outbox_id
 from leakproof.reports import TaskReport
@@ -86,38 +87,46 @@ class _Range:
 
 
 def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, stores: Stores,
-                  model: CompiledModel, *, batch_ms: int, epoch: int, close_after_ms: int
-                  ) -> TaskReport:
+                  model: CompiledModel, *, batch_ms: int, epoch: int, close_after_ms: int,
+                  placed_in: int | None = None) -> TaskReport:
     """``process_ranges`` of one range."""
     return process_ranges([(rng, records)], decode, stores, model, batch_ms=batch_ms,
-                          epoch=epoch, close_after_ms=close_after_ms)[0]
+                          epoch=epoch, close_after_ms=close_after_ms, placed_in=placed_in)[0]
 
 
 def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode: Decode,
                    stores: Stores, model: CompiledModel, *, batch_ms: int, epoch: int,
-                   close_after_ms: int) -> list[TaskReport]:
+                   close_after_ms: int, placed_in: int | None = None) -> list[TaskReport]:
     """Steps 1-7 of the module docstring for ranges of one topic, in order; returns each
     range's counts and timings.
 
     ``epoch`` is the driver's lease epoch: a task of a driver that another one has replaced
     (a zombie) refuses to write, so it cannot overwrite rows the new driver has advanced.
+    With ``placed_in`` (the topic's partition count) a range holding a key that Kafka's
+    default partitioner puts in another partition writes nothing: its report counts those
+    keys in ``moved_keys`` and the driver runs it again alone (``moved_keys``).
     """
-    ranges = [_read(rng, records, decode) for rng, records in work]
+    ranges = [_read(rng, records, decode, placed_in) for rng, records in work]
     if len({r.rng.topic for r in ranges}) > 1:
         raise ValueError("process_ranges takes the ranges of one topic")
-    for step in _apart(ranges):
+    for step in _apart([r for r in ranges if not r.report.moved_keys]):
         _steps(step, stores, model, batch_ms=batch_ms, epoch=epoch,
                close_after_ms=close_after_ms)
     return [r.report for r in ranges]
 
 
-def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode) -> _Range:
-    """Step 1 for one range."""
+def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode,
+          placed_in: int | None = None) -> _Range:
+    """Step 1 for one range (and, with ``placed_in``, where its keys belong)."""
     report = TaskReport(rng.partition, rng.from_offset, rng.until_offset)
     t0 = time.monotonic()
     events: list[tuple[int, Event]] = []
     dead: list[DecodeError] = []
     keep, topic, partition = events.append, rng.topic, rng.partition
+    if placed_in is not None:
+        records = list(records)
+        report.moved_keys = sum(not placed(k, partition, placed_in)
+                                for k in {r.key for r in records} if k is not None)
     for rec in records:  # once per record: locals only
         try:
             keep((rec.offset, decode(rec.key, rec.value, topic=topic, partition=partition,

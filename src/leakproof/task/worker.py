@@ -140,11 +140,11 @@ def waves(ranges: Sequence[OffsetRange], most: int = WAVE_RECORDS
     return out
 
 
-def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch: int
-               ) -> list[TaskReport]:
+def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch: int,
+               placed_in: int | None = None) -> list[TaskReport]:
     """A task's ranges end to end (``task.process``), a wave at a time (``waves``), riding
     out an HBase outage: every step is idempotent, so a wave interrupted by one is redone
-    whole."""
+    whole. ``placed_in``: check the keys against that partition count (``moved_keys``)."""
     conns = _connection(cfg.hbase)
     model = compile_model(cfg.model)
     reports: list[TaskReport] = []
@@ -167,7 +167,8 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
                                        for rng in wave],
                                       _decoder(cfg.model, cfg.input).decode, stores, model,
                                       batch_ms=batch_ms, epoch=epoch,
-                                      close_after_ms=cfg.sessions.close_after_ms)
+                                      close_after_ms=cfg.sessions.close_after_ms,
+                                      placed_in=placed_in)
             for rng, report in zip(wave, done, strict=True):
                 # the first range found the topic's consumer or made it; the others use it
                 report.gaps, report.consumer_cached = tuple(gaps[rng]), cached or rng != wave[0]
