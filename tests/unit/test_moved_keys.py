@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+import random
 
-from leakproof.moved_keys import NONE, KeyMoves, placed
+import pytest
+from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+
+from leakproof.moved_keys import NONE, KeyMoves, murmur2, placed
 
 SETTLE = 300_000
 
@@ -92,3 +95,10 @@ def test_placed_is_where_the_default_partitioner_puts_a_key(
         key: bytes, partitions: int, partition: int) -> None:
     assert placed(key, partition, partitions)
     assert not placed(key, (partition + 1) % partitions, partitions)
+
+
+def test_murmur2_is_kafka_python_s_on_any_bytes() -> None:
+    rng = random.Random(7)
+    for _ in range(5_000):
+        data = rng.randbytes(rng.randrange(0, 41))
+        assert murmur2(data) == kafka_python_murmur2(data) & 0xFFFFFFFF, data

@@ -106,27 +106,26 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
     default partitioner puts in another partition writes nothing: its report counts those
     keys in ``moved_keys`` and the driver runs it again alone (``moved_keys``).
     """
-    ranges = [_read(rng, records, decode, placed_in) for rng, records in work]
+    ranges = [_read(rng, records, decode) for rng, records in work]
     if len({r.rng.topic for r in ranges}) > 1:
         raise ValueError("process_ranges takes the ranges of one topic")
+    if placed_in is not None:  # a decoded event's key is its session id (codec's rule)
+        for r in ranges:
+            r.report.moved_keys = sum(not placed(sid.encode(), r.rng.partition, placed_in)
+                                      for sid in r.touched)
     for step in _apart([r for r in ranges if not r.report.moved_keys]):
         _steps(step, stores, model, batch_ms=batch_ms, epoch=epoch,
                close_after_ms=close_after_ms)
     return [r.report for r in ranges]
 
 
-def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode,
-          placed_in: int | None = None) -> _Range:
-    """Step 1 for one range (and, with ``placed_in``, where its keys belong)."""
+def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode) -> _Range:
+    """Step 1 for one range."""
     report = TaskReport(rng.partition, rng.from_offset, rng.until_offset)
     t0 = time.monotonic()
     events: list[tuple[int, Event]] = []
     dead: list[DecodeError] = []
     keep, topic, partition = events.append, rng.topic, rng.partition
-    if placed_in is not None:
-        records = list(records)
-        report.moved_keys = sum(not placed(k, partition, placed_in)
-                                for k in {r.key for r in records} if k is not None)
     for rec in records:  # once per record: locals only
         try:
             keep((rec.offset, decode(rec.key, rec.value, topic=topic, partition=partition,
