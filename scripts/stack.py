@@ -343,7 +343,7 @@ def hbase_java(name: str, heap: str) -> list[str]:
 
 def hbase_service() -> Service:
     return Service("hbase", "hbase", ZK_PORT,
-                   [*hbase_java("master", "1536m"), "org.apache.hadoop.hbase.master.HMaster",
+                   [*hbase_java("master", "3g"), "org.apache.hadoop.hbase.master.HMaster",
                     "start"])
 
 

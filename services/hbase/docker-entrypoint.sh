@@ -14,7 +14,7 @@ opens="--add-opens java.base/java.nio=ALL-UNNAMED --add-opens java.base/sun.nio.
 cp_="$run/conf:$run/lib/*"
 log="-Dlog4j2.configurationFile=file:$run/conf/log4j2.properties"
 # shellcheck disable=SC2086
-java -Xmx1536m $opens $log -cp "$cp_" org.apache.hadoop.hbase.master.HMaster start &
+java -Xmx3g $opens $log -cp "$cp_" org.apache.hadoop.hbase.master.HMaster start &
 until bash -c '</dev/tcp/127.0.0.1/2181' 2>/dev/null; do sleep 1; done
 # shellcheck disable=SC2086
 exec java -Xmx512m $opens $log -cp "$cp_" org.apache.hadoop.hbase.thrift.ThriftServer -b 0.0.0.0 -p 9090 start
