@@ -19,7 +19,9 @@ class BatchPlan:
     ``gaps`` are offsets skipped at planning because retention deleted them
     (``kafka.on_data_loss: skip``); ``appeared`` holds the partitions this plan saw for the
     first time, with the offset each starts from, so the commit chain can take them in;
-    ``held`` the partitions whose ranges an open transaction stops short of the log end.
+    ``held`` the partitions whose ranges an open transaction stops short of the log end;
+    ``one_task`` and ``check_keys_in`` what keys moving between partitions ask of its tasks
+    (``moved_keys``: run as one task; check keys against that partition count).
     """
 
     batch_ms: int
@@ -28,6 +30,8 @@ class BatchPlan:
     gaps: tuple[Gap, ...] = ()
     appeared: Mapping[int, int] = field(default_factory=dict)
     held: Mapping[int, HeldTransaction] = field(default_factory=dict)
+    one_task: bool = False
+    check_keys_in: int | None = None
 
     @property
     def work(self) -> list[OffsetRange]:

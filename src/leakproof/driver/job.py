@@ -84,9 +84,7 @@ class Job:
         self._moves: KeyMoves = NO_MOVES
         self._moves_store: HBaseLeaseStore | None = None
         self._mixing = False
-        # batch time -> the partition count its tasks check keys against (planning thread
-        # puts, output thread takes); when a batch found keys moved (output thread's)
-        self._checks: dict[int, int] = {}
+        # when a batch found keys moved (the output thread's, for the planning thread)
         self._keys_moved_ms: int | None = None
 
     # ------------------------------------------------------------------ start
@@ -163,23 +161,24 @@ class Job:
         except LeakproofError as exc:
             self.control.fail(exc)
             return sc.emptyRDD()
-        self.control.hand_over(plan)
-        work = plan.work
         try:
-            one_task = self._one_task(plan)
+            plan = self._with_moves(plan)
         except Exception as exc:  # noqa: BLE001 - without the record a restart would forget
+            self.control.hand_over(plan)
             self.control.fail(exc if isinstance(exc, LeakproofError) else BatchFailed(
                 f"batch {batch_ms}: could not record that partitions were added: "
                 f"{describe(exc)}"))
             return sc.emptyRDD()
+        self.control.hand_over(plan)
+        work = plan.work
         if not work:
             return sc.emptyRDD()
         executors = executor_locations(sc)
         if executors is None and not self._placement_warned:
             self._placement_warned = True
             log.warning("cannot list the executors; ranges run without a preferred executor")
-        cores = 1 if one_task else int(sc.defaultParallelism)
-        if not executors or one_task:  # local mode (nothing to prefer), none listed yet
+        cores = 1 if plan.one_task else int(sc.defaultParallelism)
+        if not executors or plan.one_task:  # local mode (nothing to prefer), none listed yet
             runs = [ranges for ranges, _ in group(work, cores)]
             return sc.parallelize(runs, len(runs))
         # every assigned partition, with records or not, so a quiet one keeps its executor
@@ -192,8 +191,8 @@ class Job:
         return rdd_with_locations(sc, [(ranges, where or "")
                                        for ranges, where in group(work, cores, placed)])
 
-    def _one_task(self, plan: BatchPlan) -> bool:
-        """Whether this batch must run as one task because partitions were added
+    def _with_moves(self, plan: BatchPlan) -> BatchPlan:
+        """The plan with what keys moving between partitions ask of its tasks
         (``moved_keys``); the rule's record is written before any task of the batch runs."""
         now = int(time.time() * 1000)
         moves = self._moves.added(now) if plan.appeared else self._moves
@@ -205,8 +204,7 @@ class Job:
         self._note_moves(moves)
         starts = {r.partition: r.from_offset for r in plan.work}
         mixing = moves.mixing(starts)
-        if not mixing and moves.checking(starts):
-            self._checks[plan.batch_ms] = len(plan.bounds)
+        checks = len(plan.bounds) if not mixing and moves.checking(starts) else None
         if mixing != self._mixing:
             self._mixing = mixing
             if mixing:
@@ -217,7 +215,7 @@ class Job:
             else:
                 log.info("%s: keys no longer move between partitions; batches run as "
                          "several tasks again", self.topic)
-        return mixing
+        return replace(plan, one_task=mixing, check_keys_in=checks)
 
     def _note_moves(self, moves: KeyMoves) -> None:
         if moves != self._moves:
@@ -268,7 +266,6 @@ class Job:
             return []
         assert self.committer is not None
         cfg, batch_ms, epoch = self.cfg, plan.batch_ms, self.committer.lease.epoch
-        placed_in = self._checks.pop(batch_ms, None)
 
         def tasks(check: int | None) -> Callable[[Iterator[tuple[OffsetRange, ...]]],
                                                  Iterator[TaskReport]]:
@@ -284,7 +281,7 @@ class Job:
         except Exception:
             log.debug("could not set the job description", exc_info=True)
         self._dispatched.set()
-        reports: list[TaskReport] = rdd.mapPartitions(tasks(placed_in)).collect()
+        reports: list[TaskReport] = rdd.mapPartitions(tasks(plan.check_keys_in)).collect()
         held = [r for r in reports if r.moved_keys]
         if not held:
             return reports
