@@ -5,7 +5,9 @@ end to end with it, interrupted and resumed, judged by the oracle."""
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from kafka import KafkaAdminClient
@@ -184,3 +186,34 @@ def test_tables_get_bloom_filters_and_the_block_cache_and_an_old_table_is_told_h
     assert shell.returncode == 0, shell.stdout[-2000:] + shell.stderr[-2000:]
     again = run_cli("tables", "create", "--config", str(env.path))
     assert "alter" not in again.stdout, again.stdout
+
+
+def test_two_creators_racing_make_each_table_once_and_both_go_on(env: Env) -> None:
+    # two jobs (or a job and `leakproof tables create`) starting together on fresh tables
+    cfg = env.cfg.hbase
+    barrier = threading.Barrier(2)
+
+    def ensure() -> list[str]:
+        conn = connect(cfg)
+        try:
+            barrier.wait(timeout=30)
+            return ensure_tables(conn, cfg)
+        finally:
+            conn.close()
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first, second = (f.result(timeout=120) for f in [pool.submit(ensure), pool.submit(ensure)])
+    wanted = {cfg.sessions_table, cfg.dead_letter_table, cfg.offsets_table, cfg.state_table}
+    assert not set(first) & set(second), (first, second)  # each made by one of them
+    assert set(first) | set(second) == wanted, (first, second)
+    conn = env.hbase()
+    try:
+        assert {t.decode() for t in conn.tables()} >= wanted
+        assert set(conn.table(cfg.sessions_table).families()) == {b"s", b"f"}
+    finally:
+        conn.close()
+    again = connect(cfg)
+    try:
+        assert ensure_tables(again, cfg) == []
+    finally:
+        again.close()
