@@ -103,7 +103,7 @@ bench-wide: venv ## the same events in 4, 240 and 900 partitions: drain time and
 	$(STACK) up
 	$(BIN)/python scripts/bench_wide.py
 
-bench-cells: venv ## what a cell written to HBase costs: rows of 2-32 cells, wall and CPU per cell
+bench-cells: venv ## what a cell written to HBase costs (rows of 2-32 cells), and a row read, present or absent
 	$(STACK) up
 	$(BIN)/python scripts/bench_cells.py
 

@@ -22,7 +22,8 @@ can so alternate which of them meets a cold HBase); RATE_PER_PARTITION= caps bat
 same-run baseline of read_committed's cost); CLOSED=1 also publishes closed-session
 summaries to a topic of their own, in transactions (TRANSACTIONAL=0: plain sends), and prints
 what publishing cost per batch;
-KEEP=1 keeps the run's HBase tables (dropped otherwise: HBase slows as they pile up).
+KEEP=1 keeps the run's HBase tables (dropped otherwise: HBase slows as they pile up); INTERVAL= sets
+another batch interval (s) than config.yml's.
 LATENCY=1 (make bench-latency): a steady load for LATENCY_S at RATE (default half the last
 make bench's steady rate), sent by Kafka's Java client (scripts/PacedProducer.java; with
 PRODUCER=python by kafka-python in this process, at about seven times its CPU a record);
@@ -634,6 +635,8 @@ def measure(name: str) -> int:
     data["hbase"]["table_prefix"] = name
     if os.environ.get("MASTER"):
         data["job"]["master"] = os.environ["MASTER"]
+    if os.environ.get("INTERVAL"):  # another batch interval (s) than config.yml's
+        data["job"]["batch_interval_s"] = float(os.environ["INTERVAL"])
     if os.environ.get("RATE_PER_PARTITION"):  # smaller batches: a longer drain of more batches
         data["kafka"]["max_rate_per_partition"] = int(os.environ["RATE_PER_PARTITION"])
     if os.environ.get("ISOLATION"):

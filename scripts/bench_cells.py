@@ -6,7 +6,8 @@ table per run, the way the job writes session rows (happybase batches of 5 000 c
 the Thrift server), and prints the wall time and the CPU of HBase, its Thrift server and
 this writer, per row and per cell. A first round warms HBase and the Thrift server up (their
 JIT: it costs several times the later rounds) and is not counted; then two rounds in
-opposite orders. Figures, not assertions.
+opposite orders. Then what a session row read costs: a row that exists against one that does
+not. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from leakproof import config
@@ -26,14 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 ROWS = int(os.environ.get("ROWS", "40000"))
 WIDTHS = [int(w) for w in os.environ.get("CELLS", "2,4,8,16,32").split(",")]
 WRITE_CELLS = 5000  # hbase.session_store's cells per mutateRows
+READ_ROWS = 1000  # hbase.session_store's rows per getRows
+READ_WIDTH = 16  # about a new session row's cells
 
 
-def write(conn: object, table_name: str, cells: int) -> tuple[float, dict[str, float]]:
-    table = conn.table(table_name)  # type: ignore[attr-defined]
-    rng = random.Random(cells)
-    rows = [(f"s-{rng.getrandbits(48):012x}".encode(),
-             {f"s:c{i}".encode(): str(rng.randrange(10**6)).encode() for i in range(cells)})
-            for _ in range(ROWS)]
+def timed(work: Callable[[], object]) -> tuple[float, dict[str, float]]:
+    """Wall time of ``work`` and the CPU each process spent meanwhile."""
     cpu = CpuByRole()
     done = threading.Event()
 
@@ -45,13 +46,56 @@ def write(conn: object, table_name: str, cells: int) -> tuple[float, dict[str, f
     cpu.start()
     sampler.start()
     t0 = time.monotonic()
-    with table.batch(batch_size=WRITE_CELLS) as batch:
-        for key, row in rows:
-            batch.put(key, row)
+    work()
     wall = time.monotonic() - t0
     done.set()
     sampler.join()
     return wall, cpu.stop()
+
+
+def rows_of(cells: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """ROWS session-like rows of ``cells`` cells (the same ones for the same ``cells``)."""
+    rng = random.Random(cells)
+    return [(f"s-{rng.getrandbits(48):012x}".encode(),
+             {f"s:c{i}".encode(): str(rng.randrange(10**6)).encode() for i in range(cells)})
+            for _ in range(ROWS)]
+
+
+def write(conn: object, table_name: str, cells: int) -> tuple[float, dict[str, float]]:
+    table = conn.table(table_name)  # type: ignore[attr-defined]
+    rows = rows_of(cells)
+
+    def put_all() -> None:
+        with table.batch(batch_size=WRITE_CELLS) as batch:
+            for key, row in rows:
+                batch.put(key, row)
+    return timed(put_all)
+
+
+def reads(conn: object, table_name: str) -> None:
+    """What a session row read costs, a row that exists against one that does not (most
+    touched sessions are new): ``READ_WIDTH`` cells a row, ``READ_ROWS`` rows a getRows,
+    on a table of ROWS rows; twice, the first warms up."""
+    write(conn, table_name, READ_WIDTH)
+    table = conn.table(table_name)  # type: ignore[attr-defined]
+    present = [key for key, _ in rows_of(READ_WIDTH)]
+    rng = random.Random(-1)  # keys like them, among them, but never written
+    absent = [f"s-{rng.getrandbits(48):012x}-".encode() for _ in range(ROWS)]
+    print(f"\nreads: {ROWS} rows of {READ_WIDTH} cells, {READ_ROWS} rows per getRows; "
+          "CPU in microseconds per row")
+
+    def read_all(keys: list[bytes]) -> None:
+        for i in range(0, len(keys), READ_ROWS):
+            table.rows(keys[i:i + READ_ROWS])
+
+    for round_ in range(2):
+        for label, keys in (("present", present), ("absent", absent)):
+            wall, spent = timed(partial(read_all, keys))
+            mark = "" if round_ else "warm-up "
+            print(f"{mark}{label:>8}: wall {wall * 1e6 / ROWS:6.1f}, hbase "
+                  f"{spent.get('hbase', 0.0) * 1e6 / ROWS:6.1f}, thrift "
+                  f"{spent.get('hbase thrift', 0.0) * 1e6 / ROWS:5.1f}, reader "
+                  f"{spent.get('other', 0.0) * 1e6 / ROWS:5.1f}", flush=True)
 
 
 def main() -> int:
@@ -79,6 +123,11 @@ def main() -> int:
                       f"{wall * 1e6 / n:8.2f} {hbase:6.2f} {thrift:7.2f} {writer:7.2f}", flush=True)
                 conn.disable_table(name)
                 conn.delete_table(name)
+        name = f"{prefix}_reads"
+        conn.create_table(name, families("s"))
+        reads(conn, name)
+        conn.disable_table(name)
+        conn.delete_table(name)
     finally:
         conn.close()
     print("\nRESULT (mean of the two counted rounds; CPU: HBase + Thrift + writer)")
