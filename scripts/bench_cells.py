@@ -23,6 +23,7 @@ from pathlib import Path
 
 from leakproof import config
 from leakproof.hbase.connection import connect, families
+from leakproof.hbase.row_gets import get_rows
 from proctools import CpuByRole
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,18 +85,23 @@ def reads(conn: object, table_name: str) -> None:
     print(f"\nreads: {ROWS} rows of {READ_WIDTH} cells, {READ_ROWS} rows per getRows; "
           "CPU in microseconds per row")
 
-    def read_all(keys: list[bytes]) -> None:
+    def happybase_rows(keys: list[bytes]) -> None:
         for i in range(0, len(keys), READ_ROWS):
             table.rows(keys[i:i + READ_ROWS])
 
+    def leakproof_rows(keys: list[bytes]) -> None:  # what hbase.session_store reads with
+        for i in range(0, len(keys), READ_ROWS):
+            get_rows(table, keys[i:i + READ_ROWS])
+
     for round_ in range(2):
         for label, keys in (("present", present), ("absent", absent)):
-            wall, spent = timed(partial(read_all, keys))
-            mark = "" if round_ else "warm-up "
-            print(f"{mark}{label:>8}: wall {wall * 1e6 / ROWS:6.1f}, hbase "
-                  f"{spent.get('hbase', 0.0) * 1e6 / ROWS:6.1f}, thrift "
-                  f"{spent.get('hbase thrift', 0.0) * 1e6 / ROWS:5.1f}, reader "
-                  f"{spent.get('other', 0.0) * 1e6 / ROWS:5.1f}", flush=True)
+            for reader, read in (("happybase", happybase_rows), ("leakproof", leakproof_rows)):
+                wall, spent = timed(partial(read, keys))
+                mark = "" if round_ else "warm-up "
+                print(f"{mark}{label:>8} via {reader:9}: wall {wall * 1e6 / ROWS:6.1f}, hbase "
+                      f"{spent.get('hbase', 0.0) * 1e6 / ROWS:6.1f}, thrift "
+                      f"{spent.get('hbase thrift', 0.0) * 1e6 / ROWS:5.1f}, reader "
+                      f"{spent.get('other', 0.0) * 1e6 / ROWS:5.1f}", flush=True)
 
 
 def main() -> int:

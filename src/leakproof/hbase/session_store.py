@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import happybase
 
+from leakproof.hbase.row_gets import get_rows
 from leakproof.hbase.row_puts import row_puts
 from leakproof.kept_rows import KeptRows, take_all
 from leakproof.model.compiled import CompiledModel
@@ -45,7 +46,7 @@ class SessionStore:
         ids = list(session_ids)
         for i in range(0, len(ids), self._batch_size):
             chunk = [sid.encode("utf-8") for sid in ids[i:i + self._batch_size]]
-            for key, cells in self._table.rows(chunk, columns=columns):
+            for key, cells in get_rows(self._table, chunk, columns):
                 yield key.decode("utf-8"), cells
 
     def read(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
