@@ -14,7 +14,7 @@ compact protocol keeps happybase's ``rows``.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from thriftpy2.thrift import TApplicationException, TException
@@ -86,11 +86,7 @@ def read_reply(read: Read) -> list[Row]:
     if version & 0xFF != _REPLY:
         raise ReplyError(f"unexpected message type {version & 0xFF}")
     rows: list[Row] = []
-    while True:
-        ftype = read(1)[0]
-        if ftype == _STOP:
-            return rows
-        fid = _I16.unpack(read(2))[0]
+    for ftype, fid in _fields(read):
         if fid == 0 and ftype == _LIST:
             etype, count = _list_header(read)
             if etype != _STRUCT:
@@ -103,16 +99,13 @@ def read_reply(read: Read) -> list[Row]:
             raise HBaseIOError(message=message.decode("utf-8", "replace"))
         else:
             _skip(read, ftype)
+    return rows
 
 
 def _row(read: Read) -> Row:
     """One TRowResult: its key and its columns' values."""
     key, cells = b"", dict[bytes, bytes]()
-    while True:
-        ftype = read(1)[0]
-        if ftype == _STOP:
-            return key, cells
-        fid = _I16.unpack(read(2))[0]
+    for ftype, fid in _fields(read):
         if fid == 1 and ftype == _STRING:
             key = _string(read)
         elif fid == 2 and ftype == _MAP:
@@ -122,6 +115,7 @@ def _row(read: Read) -> Row:
             cells = _cells(read, count)
         else:
             _skip(read, ftype)
+    return key, cells
 
 
 def _cells(read: Read, count: int) -> dict[bytes, bytes]:
@@ -165,15 +159,18 @@ def _cell_slowly(read: Read, head: bytes) -> bytes:
         return out
 
     value = b""
-    while True:
-        ftype = take(1)[0]
-        if ftype == _STOP:
-            return value
-        fid = _I16.unpack(take(2))[0]
+    for ftype, fid in _fields(take):
         if fid == 1 and ftype == _STRING:
             value = take(_I32.unpack(take(4))[0])
         else:
             _skip(take, ftype)
+    return value
+
+
+def _fields(read: Read) -> Iterator[tuple[int, int]]:
+    """A struct's field headers (type, id) up to its stop; the caller reads each value."""
+    while (ftype := read(1)[0]) != _STOP:
+        yield ftype, _I16.unpack(read(2))[0]
 
 
 def _string(read: Read) -> bytes:
@@ -188,17 +185,14 @@ def _list_header(read: Read) -> tuple[int, int]:
 def _struct_fields(read: Read) -> dict[int, Any]:
     """A struct's string and i32 fields by id (others skipped): enough for the errors."""
     found: dict[int, Any] = {}
-    while True:
-        ftype = read(1)[0]
-        if ftype == _STOP:
-            return found
-        fid = _I16.unpack(read(2))[0]
+    for ftype, fid in _fields(read):
         if ftype == _STRING:
             found[fid] = _string(read)
         elif ftype == _I32_T:
             found[fid] = _I32.unpack(read(4))[0]
         else:
             _skip(read, ftype)
+    return found
 
 
 def _skip(read: Read, ftype: int) -> None:
@@ -208,8 +202,7 @@ def _skip(read: Read, ftype: int) -> None:
     elif ftype == _STRING:
         _string(read)
     elif ftype == _STRUCT:
-        while (inner := read(1)[0]) != _STOP:
-            read(2)
+        for inner, _ in _fields(read):
             _skip(read, inner)
     elif ftype == _MAP:
         ktype, vtype, count = read(1)[0], read(1)[0], _I32.unpack(read(4))[0]
