@@ -127,3 +127,16 @@ def test_get_rows_sends_the_request_and_reads_its_reply_and_compact_keeps_happyb
     compact = _Table(_Wire(b"", speaks=TCompactProtocol))
     assert get_rows(compact, [b"a"]) == [(b"from", {b"happybase": b"1"})]
     assert compact.asked == [([b"a"], None)]
+
+
+def test_a_tcell_shorter_than_the_bytes_read_ahead_is_refused_not_misread() -> None:
+    tiny = b"\x02\x00\x03\x01" + b"\x00"  # a bool field, then the stop: 5 bytes, 7 read ahead
+    row = (b"\x0b\x00\x01" + struct.pack(">i", 1) + b"r"
+           + b"\x0d\x00\x02\x0b\x0c" + struct.pack(">i", 2)
+           + struct.pack(">i", 3) + b"s:a" + tiny
+           + struct.pack(">i", 3) + b"s:b" + tiny + b"\x00")
+    head = (struct.pack(">i", -2147418112 | 2) + struct.pack(">i", 18) + b"getRowsWithColumns"
+            + struct.pack(">i", 0))
+    body = b"\x0f\x00\x00\x0c" + struct.pack(">i", 1) + row + b"\x00" + b"\x00" * 8
+    with pytest.raises(ReplyError, match="shorter than the bytes read ahead"):
+        decoded(head + body)

@@ -120,7 +120,8 @@ def _row(read: Read) -> Row:
 
 def _cells(read: Read, count: int) -> dict[bytes, bytes]:
     """``count`` column -> TCell entries. Each is read in three pieces whose sizes are known
-    when the TCell is in the order HBase writes it; any other form is read field by field."""
+    when the TCell is in the order HBase writes it (value, timestamp); one that starts with
+    another field is read field by field, one with fields past those two is refused."""
     cells: dict[bytes, bytes] = {}
     unpack = _I32.unpack_from
     if count == 0:
@@ -164,6 +165,8 @@ def _cell_slowly(read: Read, head: bytes) -> bytes:
             value = take(_I32.unpack(take(4))[0])
         else:
             _skip(take, ftype)
+    if pending:  # the head held bytes past the TCell: they were the next entry's
+        raise ReplyError("a TCell shorter than the bytes read ahead of it")
     return value
 
 
