@@ -85,18 +85,16 @@ def reads(conn: object, table_name: str) -> None:
     print(f"\nreads: {ROWS} rows of {READ_WIDTH} cells, {READ_ROWS} rows per getRows; "
           "CPU in microseconds per row")
 
-    def happybase_rows(keys: list[bytes]) -> None:
+    def read_all(fetch: Callable[[list[bytes]], object], keys: list[bytes]) -> None:
         for i in range(0, len(keys), READ_ROWS):
-            table.rows(keys[i:i + READ_ROWS])
+            fetch(keys[i:i + READ_ROWS])
 
-    def leakproof_rows(keys: list[bytes]) -> None:  # what hbase.session_store reads with
-        for i in range(0, len(keys), READ_ROWS):
-            get_rows(table, keys[i:i + READ_ROWS])
-
+    # happybase's own, and what hbase.session_store reads with
+    readers = (("happybase", table.rows), ("leakproof", partial(get_rows, table)))
     for round_ in range(2):
         for label, keys in (("present", present), ("absent", absent)):
-            for reader, read in (("happybase", happybase_rows), ("leakproof", leakproof_rows)):
-                wall, spent = timed(partial(read, keys))
+            for reader, fetch in readers:
+                wall, spent = timed(partial(read_all, fetch, keys))
                 mark = "" if round_ else "warm-up "
                 print(f"{mark}{label:>8} via {reader:9}: wall {wall * 1e6 / ROWS:6.1f}, hbase "
                       f"{spent.get('hbase', 0.0) * 1e6 / ROWS:6.1f}, thrift "
