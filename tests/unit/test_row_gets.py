@@ -57,17 +57,22 @@ def test_the_reply_decodes_to_what_happybase_returns(rows: list[Any]) -> None:
     assert decoded(reply(rows, sorted_columns=True)) == rows  # a field it skips
 
 
-def test_a_cell_in_another_field_order_is_still_read() -> None:
-    cell = (b"\x0a\x00\x02" + struct.pack(">q", 7)  # timestamp first
-            + b"\x0b\x00\x01" + struct.pack(">i", 2) + b"v1" + b"\x00")
+def by_hand(cell: bytes, after: bytes = b"") -> bytes:
+    """A reply of one row ``r`` with two columns, ``s:a`` and ``s:b``, each holding the TCell
+    bytes ``cell``, as no server writes it; ``after``: bytes past its end."""
     row = (b"\x0b\x00\x01" + struct.pack(">i", 1) + b"r"
            + b"\x0d\x00\x02\x0b\x0c" + struct.pack(">i", 2)
            + struct.pack(">i", 3) + b"s:a" + cell
            + struct.pack(">i", 3) + b"s:b" + cell + b"\x00")
     head = (struct.pack(">i", -2147418112 | 2) + struct.pack(">i", 18) + b"getRowsWithColumns"
             + struct.pack(">i", 0))
-    body = b"\x0f\x00\x00\x0c" + struct.pack(">i", 1) + row + b"\x00"
-    assert decoded(head + body) == [(b"r", {b"s:a": b"v1", b"s:b": b"v1"})]
+    return head + b"\x0f\x00\x00\x0c" + struct.pack(">i", 1) + row + b"\x00" + after
+
+
+def test_a_cell_in_another_field_order_is_still_read() -> None:
+    cell = (b"\x0a\x00\x02" + struct.pack(">q", 7)  # timestamp first
+            + b"\x0b\x00\x01" + struct.pack(">i", 2) + b"v1" + b"\x00")
+    assert decoded(by_hand(cell)) == [(b"r", {b"s:a": b"v1", b"s:b": b"v1"})]
 
 
 def test_the_servers_errors_are_raised_as_thriftpy2_raises_them() -> None:
@@ -131,12 +136,5 @@ def test_get_rows_sends_the_request_and_reads_its_reply_and_compact_keeps_happyb
 
 def test_a_tcell_shorter_than_the_bytes_read_ahead_is_refused_not_misread() -> None:
     tiny = b"\x02\x00\x03\x01" + b"\x00"  # a bool field, then the stop: 5 bytes, 7 read ahead
-    row = (b"\x0b\x00\x01" + struct.pack(">i", 1) + b"r"
-           + b"\x0d\x00\x02\x0b\x0c" + struct.pack(">i", 2)
-           + struct.pack(">i", 3) + b"s:a" + tiny
-           + struct.pack(">i", 3) + b"s:b" + tiny + b"\x00")
-    head = (struct.pack(">i", -2147418112 | 2) + struct.pack(">i", 18) + b"getRowsWithColumns"
-            + struct.pack(">i", 0))
-    body = b"\x0f\x00\x00\x0c" + struct.pack(">i", 1) + row + b"\x00" + b"\x00" * 8
     with pytest.raises(ReplyError, match="shorter than the bytes read ahead"):
-        decoded(head + body)
+        decoded(by_hand(tiny, after=b"\x00" * 8))
