@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import datetime
 import json
 import multiprocessing as mp
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,6 +69,7 @@ from leakproof.verify import read_topic
 from proctools import CpuByRole, pids_matching, tree_rss_mib
 
 ROOT = Path(__file__).resolve().parent.parent
+HBASE_LOG = ROOT / ".services" / "hbase" / "logs" / "hbase.out"  # the local stack's region server
 EVENTS = int(os.environ.get("EVENTS", "1000000"))
 # MANY=1: the many-concurrent-sessions topic (494 000 events, 130 000 sessions all starting
 # within one hour of event time); SESSIONS and SPAN_S set them one by one
@@ -484,6 +487,61 @@ def after_warmup(timed: list[tuple[int, float]], warmup_s: float) -> list[float]
     return [lat for ts, lat in timed if ts >= start]
 
 
+_LOG_TIME = "%Y-%m-%d %H:%M:%S,%f"
+_BATCH_LINE = re.compile(r"^(\S+ \S+) INFO leakproof\.stream: batch .* total ([\d.]+)s")
+_FLUSHED = re.compile(r"^(\S+)T(\S+) INFO .*Finished flush of .* in (\d+)ms")
+_COMPACTED = re.compile(r"^(\S+)T(\S+) INFO .*CompactSplit: Completed compaction .*"
+                        r"duration=(\d+)sec")
+
+
+def _log_time(day: str, clock: str) -> float:
+    return datetime.datetime.strptime(f"{day} {clock}", _LOG_TIME).timestamp()
+
+
+def store_work(hbase_log: Path) -> list[tuple[float, float, str]]:
+    """The region server's memstore flushes and compactions, (start, end, kind), as its log
+    says (a compaction's duration is in whole seconds: at least one is counted). HBase's own
+    system tables (the master's store, hbase:meta) are left out."""
+    spans = []
+    for line in hbase_log.read_text(errors="replace").splitlines():
+        if (m := _FLUSHED.match(line)) and "master:store" not in line \
+                and " 1588230740 " not in line:
+            end = _log_time(m[1], m[2])
+            spans.append((end - int(m[3]) / 1000, end, "flush"))
+        elif m := _COMPACTED.match(line):
+            end = _log_time(m[1], m[2])
+            spans.append((end - max(1, int(m[3])), end, "compaction"))
+    return spans
+
+
+def batches_beside_store_work(job_log: Path, hbase_log: Path, warmup_s: float) -> str:
+    """Where a steady batch's extra time goes: the batches' time (output start to commit)
+    after the first ``warmup_s``, grouped by what the region server did meanwhile -- nothing
+    of its own, a memstore flush, or a compaction (which rewrites the sessions store's files
+    on one of the two cores the job shares)."""
+    if not hbase_log.exists():
+        return "no local HBase log to compare with"
+    spans = store_work(hbase_log)
+    batches = []
+    for line in job_log.read_text(errors="replace").splitlines():
+        if m := _BATCH_LINE.match(line):
+            end = datetime.datetime.strptime(m[1], _LOG_TIME).timestamp()
+            batches.append((end - float(m[2]), end))
+    if not batches:
+        return "no batch lines in the job's log"
+    start = batches[0][0] + warmup_s
+    groups: dict[str, list[float]] = {"none": [], "flush": [], "compaction": []}
+    for begin, end in batches:
+        if begin >= start:
+            kinds = {kind for s, e, kind in spans if s < end and e > begin}
+            group = "compaction" if "compaction" in kinds else "flush" if kinds else "none"
+            groups[group].append(end - begin)
+    return "; ".join(
+        f"{'beside ' + kind if kind != 'none' else 'alone'}: {len(took)} batches, mean "
+        f"{sum(took) / len(took):.2f}s, max {max(took):.2f}s"
+        for kind, took in groups.items() if took)
+
+
 def percentiles(values: list[float]) -> str:
     values = sorted(values)
     pick = [values[min(len(values) - 1, int(q * len(values)))] for q in (0.5, 0.95, 0.99)]
@@ -592,6 +650,10 @@ def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
         print(f"   {program}: {percentiles(results[program])}", flush=True)
         print(f"   {program} after the first {WARMUP_S:.0f}s: {percentiles(steady[program])}",
               flush=True)
+        if program == "leakproof":
+            print(f"   {program}: batch time (output start to commit) after the first "
+                  f"{WARMUP_S:.0f}s, by what HBase did meanwhile: "
+                  + batches_beside_store_work(log, HBASE_LOG, WARMUP_S), flush=True)
         busy = sorted(spent.items(), key=lambda kv: -kv[1])
         print(f"   {program}: CPU s per M events from the first record sent, by process: "
               + ", ".join(f"{role} {1e6 * s / len(pairs):.1f}" for role, s in busy
