@@ -680,8 +680,33 @@ def drop_tables(cfg: config.HBaseConfig, prefix: str) -> None:
         conn.close()
 
 
+LEFTOVER_TABLES = 40  # more than this on the HBase a bench starts on: say so
+
+
+def leftover_note(tables: int) -> str | None:
+    """What to say of the tables an HBase holds before a run: the figures of a region server
+    that carries hundreds of tables (left by tests, or runs with KEEP=1) are not comparable."""
+    if tables <= LEFTOVER_TABLES:
+        return None
+    return (f"note: HBase holds {tables} tables before this run (tests and KEEP=1 runs leave "
+            "theirs); it slows as they pile up (see drop_tables), so these figures compare "
+            "only with runs on as full an HBase. `make stack-down WIPE=1 && make stack-up` "
+            "starts an empty one.")
+
+
+def count_tables(cfg: config.HBaseConfig) -> int:
+    conn = connect(replace(cfg, table_prefix=None))
+    try:
+        return len(conn.tables())
+    finally:
+        conn.close()
+
+
 def main() -> int:
     name = f"bench{int(time.time())}"
+    note = leftover_note(count_tables(config.load(ROOT / "config.yml").hbase))
+    if note:
+        print(note, flush=True)
     try:
         return measure(name)
     finally:

@@ -1,10 +1,11 @@
-"""The latency bench's grouping of batches by what the region server did meanwhile."""
+"""The bench's own logic: batches grouped by what the region server did meanwhile, and the
+note on an HBase that holds many tables before a run."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench import batches_beside_store_work, store_work
+from bench import LEFTOVER_TABLES, batches_beside_store_work, leftover_note, store_work
 
 HBASE = """\
 2026-11-26T17:00:10,500 INFO  [MemStoreFlusher.0] regionserver.HRegion: Finished flush of \
@@ -63,3 +64,11 @@ def test_no_hbase_log_is_said_not_guessed(tmp_path: Path) -> None:
     job.write_text(batch("17:00:02,000", 1.0))
     assert batches_beside_store_work(job, tmp_path / "absent.out", 30) == (
         "no local HBase log to compare with")
+
+
+def test_a_crowded_hbase_is_named_before_the_figures_and_an_ordinary_one_is_not() -> None:
+    assert leftover_note(4) is None
+    assert leftover_note(LEFTOVER_TABLES) is None
+    note = leftover_note(412)
+    assert note is not None
+    assert "412 tables" in note and "make stack-down WIPE=1" in note
