@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from thriftpy2.thrift import TApplicationException, TException
 
-from leakproof.hbase.row_puts import speaks_strict_binary
+from leakproof.hbase.row_puts import call_header, send_call, speaks_strict_binary
 
 Read = Callable[[int], bytes]
 Row = tuple[bytes, dict[bytes, bytes]]
@@ -29,7 +30,7 @@ _I16 = struct.Struct(">h")
 _VERSION_MASK = -65536  # 0xffff0000 as a signed i32
 _VERSION_1 = -2147418112  # 0x80010000
 _REPLY, _EXCEPTION = 2, 3
-_METHOD = "getRowsWithColumns"
+_METHOD = b"getRowsWithColumns"
 
 # Thrift type ids
 _STOP, _BOOL, _BYTE, _DOUBLE, _I16_T, _I32_T, _I64 = 0, 2, 3, 4, 6, 8, 10
@@ -58,8 +59,7 @@ def encode_get_rows(table: bytes, rows: Sequence[bytes], columns: Sequence[bytes
     """The request ``getRowsWithColumns(table, rows, columns, {})``, as happybase sends it
     (no columns: the field is left out, and the server returns every column)."""
     pack = _I32.pack
-    out = [pack(_VERSION_1 | 1), pack(len(_METHOD)), _METHOD.encode(), pack(seqid),
-           b"\x0b\x00\x01", pack(len(table)), table,
+    out = [call_header(_METHOD, seqid), b"\x0b\x00\x01", pack(len(table)), table,
            b"\x0f\x00\x02\x0b", pack(len(rows))]
     for row in rows:
         out += (pack(len(row)), row)
@@ -230,8 +230,5 @@ def get_rows(table: Any, rows: Sequence[bytes], columns: Sequence[bytes] | None 
         asked = None if columns is None else list(columns)
         found: list[Row] = table.rows(list(rows), columns=asked)
         return found
-    client = table.connection.client  # a reconnect replaces it: taken per call
-    trans = client._oprot.trans
-    trans.write(encode_get_rows(table.name, rows, columns, client._seqid))
-    trans.flush()
+    client = send_call(table, partial(encode_get_rows, table.name, rows, columns))
     return read_reply(client._iprot.trans.read)

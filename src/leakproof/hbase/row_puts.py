@@ -14,8 +14,9 @@ the compact protocol keeps happybase's ``Batch``.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from functools import partial
 from typing import Any, Protocol
 
 _I32 = struct.Struct(">i").pack
@@ -33,12 +34,28 @@ _STOP = b"\x00"
 _NO_ATTRIBUTES = b"\x0d\x00\x03\x0b\x0b\x00\x00\x00\x00\x00"  # 3: empty map; the args' end
 
 
+def call_header(method: bytes, seqid: int) -> bytes:
+    """A strict binary CALL message's header: what every request written here starts with."""
+    return b"".join((_CALL, _I32(len(method)), method, _I32(seqid)))
+
+
+def send_call(table: Any, encode: Callable[[int], bytes]) -> Any:
+    """Write the request ``encode(seqid)`` on ``table``'s connection; returns the Thrift
+    client whose transport the reply then comes on (a reconnect replaces the client, so it is
+    taken per call)."""
+    client = table.connection.client
+    trans = client._oprot.trans
+    trans.write(encode(client._seqid))
+    trans.flush()
+    return client
+
+
 def encode_mutate_rows(table: bytes, rows: Mapping[bytes, Mapping[bytes, bytes]],
                        seqid: int = 0) -> bytes:
     """The request ``mutateRows(table, [one put of its cells per row], {})``, each cell
     written to the WAL: what happybase's ``Batch`` sends for the same puts."""
-    out = [_CALL, _I32(len(_METHOD)), _METHOD, _I32(seqid),
-           _TABLE, _I32(len(table)), table, _BATCHES, _I32(len(rows))]
+    out = [call_header(_METHOD, seqid), _TABLE, _I32(len(table)), table,
+           _BATCHES, _I32(len(rows))]
     for row, cells in rows.items():
         out += (_ROW, _I32(len(row)), row, _MUTATIONS, _I32(len(cells)))
         for column, value in cells.items():
@@ -78,10 +95,8 @@ class RowPuts:
         """One mutateRows call with every row collected; raises what the server answers."""
         if not self._rows:
             return
-        client = self._table.connection.client  # a reconnect replaces it: taken per call
-        trans = client._oprot.trans
-        trans.write(encode_mutate_rows(self._table.name, self._rows, client._seqid))
-        trans.flush()
+        client = send_call(self._table, partial(encode_mutate_rows, self._table.name,
+                                                self._rows))
         client._recv("mutateRows")
         self._rows, self._cells = {}, 0
 
