@@ -489,13 +489,14 @@ def after_warmup(timed: list[tuple[int, float]], warmup_s: float) -> list[float]
 
 _LOG_TIME = "%Y-%m-%d %H:%M:%S,%f"
 _BATCH_LINE = re.compile(r"^(\S+ \S+) INFO leakproof\.stream: batch .* total ([\d.]+)s")
-_FLUSHED = re.compile(r"^(\S+)T(\S+) INFO .*Finished flush of .* in (\d+)ms")
-_COMPACTED = re.compile(r"^(\S+)T(\S+) INFO .*CompactSplit: Completed compaction .*"
+# HBase writes its log's times as the job does, with a "T" between day and clock
+_FLUSHED = re.compile(r"^(\S+T\S+) INFO .*Finished flush of .* in (\d+)ms")
+_COMPACTED = re.compile(r"^(\S+T\S+) INFO .*CompactSplit: Completed compaction .*"
                         r"duration=(\d+)sec")
 
 
-def _log_time(day: str, clock: str) -> float:
-    return datetime.datetime.strptime(f"{day} {clock}", _LOG_TIME).timestamp()
+def _log_time(text: str) -> float:
+    return datetime.datetime.strptime(text.replace("T", " "), _LOG_TIME).timestamp()
 
 
 def store_work(hbase_log: Path) -> list[tuple[float, float, str]]:
@@ -506,11 +507,11 @@ def store_work(hbase_log: Path) -> list[tuple[float, float, str]]:
     for line in hbase_log.read_text(errors="replace").splitlines():
         if (m := _FLUSHED.match(line)) and "master:store" not in line \
                 and " 1588230740 " not in line:
-            end = _log_time(m[1], m[2])
-            spans.append((end - int(m[3]) / 1000, end, "flush"))
+            end = _log_time(m[1])
+            spans.append((end - int(m[2]) / 1000, end, "flush"))
         elif m := _COMPACTED.match(line):
-            end = _log_time(m[1], m[2])
-            spans.append((end - max(1, int(m[3])), end, "compaction"))
+            end = _log_time(m[1])
+            spans.append((end - max(1, int(m[2])), end, "compaction"))
     return spans
 
 
@@ -525,7 +526,7 @@ def batches_beside_store_work(job_log: Path, hbase_log: Path, warmup_s: float) -
     batches = []
     for line in job_log.read_text(errors="replace").splitlines():
         if m := _BATCH_LINE.match(line):
-            end = datetime.datetime.strptime(m[1], _LOG_TIME).timestamp()
+            end = _log_time(m[1])
             batches.append((end - float(m[2]), end))
     if not batches:
         return "no batch lines in the job's log"
@@ -695,11 +696,8 @@ def leftover_note(tables: int) -> str | None:
 
 
 def count_tables(cfg: config.HBaseConfig) -> int:
-    conn = connect(replace(cfg, table_prefix=None))
-    try:
+    with contextlib.closing(connect(replace(cfg, table_prefix=None))) as conn:
         return len(conn.tables())
-    finally:
-        conn.close()
 
 
 def main() -> int:
