@@ -543,6 +543,26 @@ def batches_beside_store_work(job_log: Path, hbase_log: Path, warmup_s: float) -
         for kind, took in groups.items() if took)
 
 
+# the bench's own processes: the load it makes, not the job's work
+LOAD_ROLES = frozenset({"bench producer", "bench script"})
+
+
+def batch_floor(per_m: Mapping[str, float], rate: float, interval: float, cores: int) -> str:
+    """The shortest a batch can be when it is CPU-bound: the machine CPU its records cost
+    (every process but the bench's own load, ``per_m`` in CPU s per M events) spread over the
+    cores the load leaves free. Under half load a batch near this floor has no faster code
+    path left to wait on: only less CPU per event shortens it."""
+    records = rate * interval
+    job_us = sum(s for role, s in per_m.items() if role not in LOAD_ROLES)
+    load_cores = sum(s for role, s in per_m.items() if role in LOAD_ROLES) * rate / 1e6
+    cpu_s = records * job_us / 1e6
+    free = cores - load_cores
+    floor = f"at least {cpu_s / free:.2f}s" if free > 0 else "no core left"
+    return (f"a batch of {records:.0f} records costs {cpu_s:.2f} CPU s ({job_us:.1f} us an "
+            f"event, all but the bench's load): {floor} on {cores} cores less the load's "
+            f"{load_cores:.2f}")
+
+
 def percentiles(values: list[float]) -> str:
     values = sorted(values)
     pick = [values[min(len(values) - 1, int(q * len(values)))] for q in (0.5, 0.95, 0.99)]
@@ -659,6 +679,9 @@ def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
         print(f"   {program}: CPU s per M events from the first record sent, by process: "
               + ", ".join(f"{role} {1e6 * s / len(pairs):.1f}" for role, s in busy
                           if s > 0.05), flush=True)
+        per_m = {role: 1e6 * s / len(pairs) for role, s in spent.items()}
+        print(f"   {program}: {batch_floor(per_m, rate, interval, os.cpu_count() or 1)}",
+              flush=True)
     print(f"\nRESULT latency at {rate:.0f} ev/s, batch interval {interval:.0f}s: "
           + " | ".join(f"{k} {percentiles(v)}" for k, v in results.items())
           + f" | after the first {WARMUP_S:.0f}s: "

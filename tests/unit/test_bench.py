@@ -1,11 +1,17 @@
-"""The bench's own logic: batches grouped by what the region server did meanwhile, and the
-note on an HBase that holds many tables before a run."""
+"""The bench's own logic: batches grouped by what the region server did meanwhile, a
+batch's CPU floor, and the note on an HBase that holds many tables before a run."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench import LEFTOVER_TABLES, batches_beside_store_work, leftover_note, store_work
+from bench import (
+    LEFTOVER_TABLES,
+    batch_floor,
+    batches_beside_store_work,
+    leftover_note,
+    store_work,
+)
 
 HBASE = """\
 2026-11-26T17:00:10,500 INFO  [MemStoreFlusher.0] regionserver.HRegion: Finished flush of \
@@ -72,3 +78,17 @@ def test_a_crowded_hbase_is_named_before_the_figures_and_an_ordinary_one_is_not(
     note = leftover_note(412)
     assert note is not None
     assert "412 tables" in note and "make stack-down WIPE=1" in note
+
+
+def test_a_batchs_floor_is_its_records_cpu_over_the_cores_the_load_leaves() -> None:
+    per_m = {"python workers": 20.0, "hbase": 15.0, "kafka": 5.0,
+             "bench producer": 4.0, "bench script": 1.0}
+    # 2 s of 25 000 ev/s: 50 000 records at 40 us = 2.0 CPU s; the load takes 0.125 cores
+    assert batch_floor(per_m, 25_000, 2.0, 2) == (
+        "a batch of 50000 records costs 2.00 CPU s (40.0 us an event, all but the bench's "
+        "load): at least 1.07s on 2 cores less the load's 0.12")
+
+
+def test_a_load_that_takes_every_core_leaves_no_floor() -> None:
+    assert batch_floor({"python workers": 1.0, "bench producer": 1e6}, 2.0, 1.0, 2) \
+        .endswith("no core left on 2 cores less the load's 2.00")
