@@ -28,7 +28,9 @@ LATENCY=1 (make bench-latency): a steady load for LATENCY_S at RATE (default hal
 make bench's steady rate), sent by Kafka's Java client (scripts/PacedProducer.java; with
 PRODUCER=python by kafka-python in this process, at about seven times its CPU a record);
 percentiles of Kafka timestamp -> commit over every record and over those sent after the
-first WARMUP_S, and the CPU each process spent per M events.
+first WARMUP_S, the CPU each process spent per M events, the steady batches' time by what
+HBase did meanwhile (its flushes and compactions, from the local region server's log), and
+a batch's CPU floor (its records' CPU over the cores the producer leaves).
 """
 
 from __future__ import annotations
@@ -680,8 +682,8 @@ def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
               + ", ".join(f"{role} {1e6 * s / len(pairs):.1f}" for role, s in busy
                           if s > 0.05), flush=True)
         per_m = {role: 1e6 * s / len(pairs) for role, s in spent.items()}
-        print(f"   {program}: {batch_floor(per_m, rate, interval, os.cpu_count() or 1)}",
-              flush=True)
+        cores = len(os.sched_getaffinity(0))
+        print(f"   {program}: {batch_floor(per_m, rate, interval, cores)}", flush=True)
     print(f"\nRESULT latency at {rate:.0f} ev/s, batch interval {interval:.0f}s: "
           + " | ".join(f"{k} {percentiles(v)}" for k, v in results.items())
           + f" | after the first {WARMUP_S:.0f}s: "
