@@ -269,6 +269,12 @@ def read_ranges(cfg_path: str, ranges: list[OffsetRange]) -> int:
     return n
 
 
+def per_million(seconds: Mapping[str, float], events: int) -> dict[str, float]:
+    """CPU seconds by process as CPU s per M events, the busiest first."""
+    return dict(sorted(((role, s / events * 1e6) for role, s in seconds.items()),
+                       key=lambda kv: -kv[1]))
+
+
 @dataclass
 class Drain:
     """One program's drain of the topic, as the figures need it."""
@@ -306,9 +312,8 @@ class Drain:
         times = sorted(self.batch_times())
         spread = (f"batch time min {times[0]:.1f}s / median {times[len(times) // 2]:.1f}s / "
                   f"max {times[-1]:.1f}s" if times else "one batch")
-        roles = ", ".join(f"{role} {s / self.records * 1e6:.1f}" for role, s in
-                          sorted(self.by_role.items(), key=lambda kv: -kv[1])
-                          if s / self.records * 1e6 >= 0.1)
+        roles = ", ".join(f"{role} {v:.1f}" for role, v in
+                          per_million(self.by_role, self.records).items() if v >= 0.1)
         return (f"   {self.records} records in {len(self.commits)} batches: {self.rate:.0f} "
                 f"ev/s first batch to last commit, steady {self.steady:.0f} ev/s; {spread}; "
                 f"peak RSS {self.peak_mib:.0f} MiB; machine CPU {self.cpu_per_m:.1f} s per M "
@@ -677,11 +682,10 @@ def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
             print(f"   {program}: batch time (output start to commit) after the first "
                   f"{WARMUP_S:.0f}s, by what HBase did meanwhile: "
                   + batches_beside_store_work(log, HBASE_LOG, WARMUP_S), flush=True)
-        busy = sorted(spent.items(), key=lambda kv: -kv[1])
+        per_m = per_million(spent, len(pairs))
         print(f"   {program}: CPU s per M events from the first record sent, by process: "
-              + ", ".join(f"{role} {1e6 * s / len(pairs):.1f}" for role, s in busy
-                          if s > 0.05), flush=True)
-        per_m = {role: 1e6 * s / len(pairs) for role, s in spent.items()}
+              + ", ".join(f"{role} {v:.1f}" for role, v in per_m.items()
+                          if spent[role] > 0.05), flush=True)
         cores = len(os.sched_getaffinity(0))
         print(f"   {program}: {batch_floor(per_m, rate, interval, cores)}", flush=True)
     print(f"\nRESULT latency at {rate:.0f} ev/s, batch interval {interval:.0f}s: "
@@ -698,12 +702,9 @@ def drop_tables(cfg: config.HBaseConfig, prefix: str) -> None:
     with HBase at 40 CPU s per M events; on a clean HBase, 37 651 ev/s and 14.8."""
     if os.environ.get("KEEP") == "1":
         return
-    conn = connect(replace(cfg, table_prefix=prefix))
-    try:
+    with contextlib.closing(connect(replace(cfg, table_prefix=prefix))) as conn:
         for table in conn.tables():  # with a prefix, happybase lists only its tables
             conn.delete_table(table, disable=True)
-    finally:
-        conn.close()
 
 
 LEFTOVER_TABLES = 40  # more than this on the HBase a bench starts on: say so

@@ -1,5 +1,6 @@
 """The bench's own logic: batches grouped by what the region server did meanwhile, a
-batch's CPU floor, and the note on an HBase that holds many tables before a run."""
+batch's CPU floor, CPU by process per M events, and the note on an HBase that holds many
+tables before a run."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from bench import (
     batch_floor,
     batches_beside_store_work,
     leftover_note,
+    per_million,
     store_work,
 )
 
@@ -92,3 +94,9 @@ def test_a_batchs_floor_is_its_records_cpu_over_the_cores_the_load_leaves() -> N
 def test_a_load_that_takes_every_core_leaves_no_floor() -> None:
     assert batch_floor({"python workers": 1.0, "bench producer": 1e6}, 2.0, 1.0, 2) \
         .endswith("no core left on 2 cores less the load's 2.00")
+
+
+def test_cpu_by_process_is_per_million_events_busiest_first() -> None:
+    assert list(per_million({"kafka": 0.5, "hbase": 3.0, "python workers": 2.0}, 500_000)
+                .items()) == [("hbase", 6.0), ("python workers", 4.0), ("kafka", 1.0)]
+
