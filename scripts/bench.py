@@ -547,7 +547,7 @@ def batches_beside_store_work(job_log: Path, hbase_log: Path, warmup_s: float) -
     return "; ".join(
         f"{'beside ' + kind if kind != 'none' else 'alone'}: {len(took)} batches, mean "
         f"{sum(took) / len(took):.2f}s, max {max(took):.2f}s"
-        for kind, took in groups.items() if took)
+        for kind, took in groups.items() if took) or "no batch after the warm-up"
 
 
 # the bench's own processes: the load it makes, not the job's work
@@ -571,6 +571,8 @@ def batch_floor(per_m: Mapping[str, float], rate: float, interval: float, cores:
 
 
 def percentiles(values: list[float]) -> str:
+    if not values:  # a run no longer than the warm-up has none after it
+        return "no records"
     values = sorted(values)
     pick = [values[min(len(values) - 1, int(q * len(values)))] for q in (0.5, 0.95, 0.99)]
     return (f"p50 {pick[0]:.2f}s, p95 {pick[1]:.2f}s, p99 {pick[2]:.2f}s, max "

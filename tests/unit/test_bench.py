@@ -12,6 +12,7 @@ from bench import (
     batches_beside_store_work,
     leftover_note,
     per_million,
+    percentiles,
     store_work,
 )
 
@@ -100,3 +101,10 @@ def test_cpu_by_process_is_per_million_events_busiest_first() -> None:
     assert list(per_million({"kafka": 0.5, "hbase": 3.0, "python workers": 2.0}, 500_000)
                 .items()) == [("hbase", 6.0), ("python workers", 4.0), ("kafka", 1.0)]
 
+
+def test_a_run_no_longer_than_its_warm_up_says_so(tmp_path: Path) -> None:
+    hbase, job = tmp_path / "hbase.out", tmp_path / "job.log"
+    hbase.write_text(HBASE)
+    job.write_text(batch("17:00:02,000", 1.0))
+    assert batches_beside_store_work(job, hbase, 30) == "no batch after the warm-up"
+    assert percentiles([]) == "no records"
