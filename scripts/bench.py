@@ -30,7 +30,8 @@ PRODUCER=python by kafka-python in this process, at about seven times its CPU a 
 percentiles of Kafka timestamp -> commit over every record and over those sent after the
 first WARMUP_S, the CPU each process spent per M events, the steady batches' time by what
 HBase did meanwhile (its flushes and compactions, from the local region server's log), and
-a batch's CPU floor (its records' CPU over the cores the producer leaves).
+a batch's CPU floor (its records' CPU over the cores the producer leaves) and the p99 it
+bounds (0.99 interval + the floor: records wait up to an interval for their batch).
 """
 
 from __future__ import annotations
@@ -558,16 +559,24 @@ def batch_floor(per_m: Mapping[str, float], rate: float, interval: float, cores:
     """The shortest a batch can be when it is CPU-bound: the machine CPU its records cost
     (every process but the bench's own load, ``per_m`` in CPU s per M events) spread over the
     cores the load leaves free. Under half load a batch near this floor has no faster code
-    path left to wait on: only less CPU per event shortens it."""
+    path left to wait on: only less CPU per event shortens it.
+
+    Records sent evenly wait for their batch's boundary up to an interval, so the 99th
+    percentile of commit latency is at least 0.99 interval plus the floor. At half of a
+    CPU-bound maximum the floor is half an interval whatever the CPU per event (less CPU
+    per event raises the maximum, so the half load with it): the bound is then 1.49
+    intervals."""
     records = rate * interval
     job_us = sum(s for role, s in per_m.items() if role not in LOAD_ROLES)
     load_cores = sum(s for role, s in per_m.items() if role in LOAD_ROLES) * rate / 1e6
     cpu_s = records * job_us / 1e6
     free = cores - load_cores
     floor = f"at least {cpu_s / free:.2f}s" if free > 0 else "no core left"
+    bound = (f"; records sent evenly, so p99 at least {0.99 * interval + cpu_s / free:.2f}s"
+             if free > 0 else "")
     return (f"a batch of {records:.0f} records costs {cpu_s:.2f} CPU s ({job_us:.1f} us an "
             f"event, all but the bench's load): {floor} on {cores} cores less the load's "
-            f"{load_cores:.2f}")
+            f"{load_cores:.2f}{bound}")
 
 
 def percentiles(values: list[float]) -> str:

@@ -86,10 +86,12 @@ def test_a_crowded_hbase_is_named_before_the_figures_and_an_ordinary_one_is_not(
 def test_a_batchs_floor_is_its_records_cpu_over_the_cores_the_load_leaves() -> None:
     per_m = {"python workers": 20.0, "hbase": 15.0, "kafka": 5.0,
              "bench producer": 4.0, "bench script": 1.0}
-    # 2 s of 25 000 ev/s: 50 000 records at 40 us = 2.0 CPU s; the load takes 0.125 cores
+    # 2 s of 25 000 ev/s: 50 000 records at 40 us = 2.0 CPU s; the load takes 0.125 cores;
+    # the last of a batch's records waited 0.99 of its 2 s interval: 1.98 + 1.07
     assert batch_floor(per_m, 25_000, 2.0, 2) == (
         "a batch of 50000 records costs 2.00 CPU s (40.0 us an event, all but the bench's "
-        "load): at least 1.07s on 2 cores less the load's 0.12")
+        "load): at least 1.07s on 2 cores less the load's 0.12; records sent evenly, so p99 "
+        "at least 3.05s")
 
 
 def test_a_load_that_takes_every_core_leaves_no_floor() -> None:
