@@ -563,20 +563,22 @@ def batch_floor(per_m: Mapping[str, float], rate: float, interval: float, cores:
 
     Records sent evenly wait for their batch's boundary up to an interval, so the 99th
     percentile of commit latency is at least 0.99 interval plus the floor. At half of a
-    CPU-bound maximum the floor is half an interval whatever the CPU per event (less CPU
-    per event raises the maximum, so the half load with it): the bound is then 1.49
-    intervals."""
+    CPU-bound maximum the floor is over half an interval whatever the CPU per event (less
+    CPU per event raises the maximum, so the half load with it): the bound is then over
+    1.49 intervals."""
     records = rate * interval
     job_us = sum(s for role, s in per_m.items() if role not in LOAD_ROLES)
     load_cores = sum(s for role, s in per_m.items() if role in LOAD_ROLES) * rate / 1e6
     cpu_s = records * job_us / 1e6
     free = cores - load_cores
-    floor = f"at least {cpu_s / free:.2f}s" if free > 0 else "no core left"
-    bound = (f"; records sent evenly, so p99 at least {0.99 * interval + cpu_s / free:.2f}s"
-             if free > 0 else "")
-    return (f"a batch of {records:.0f} records costs {cpu_s:.2f} CPU s ({job_us:.1f} us an "
-            f"event, all but the bench's load): {floor} on {cores} cores less the load's "
-            f"{load_cores:.2f}{bound}")
+    head = (f"a batch of {records:.0f} records costs {cpu_s:.2f} CPU s ({job_us:.1f} us an "
+            f"event, all but the bench's load): ")
+    cores_left = f" on {cores} cores less the load's {load_cores:.2f}"
+    if free <= 0:
+        return f"{head}no core left{cores_left}"
+    floor = cpu_s / free
+    return (f"{head}at least {floor:.2f}s{cores_left}; records sent evenly, so p99 at least "
+            f"{0.99 * interval + floor:.2f}s")
 
 
 def percentiles(values: list[float]) -> str:
