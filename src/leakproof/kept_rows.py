@@ -89,6 +89,11 @@ class KeptRows:
                 found[sid] = marshal.loads(entry[1])
         return found
 
+    def drop(self, key: str) -> None:
+        """Forget the rows of ``key``: a write of its partition failed or timed out, so
+        what HBase holds is not known (its next range reads them)."""
+        self._tokens.pop(key, None)
+
     def keep(self, key: str, read: bytes, token: bytes, rows: Mapping[str, Cells],
              gone: Iterable[str] = ()) -> Delta:
         """After a range's writes all landed: ``token`` (written in place of ``read``, the

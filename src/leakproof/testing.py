@@ -10,24 +10,26 @@ Kafka and HBase in tests/integration.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from leakproof.errors import DecodeError, KafkaReadError
-from leakproof.kept_rows import KeptRows, new_token, take_all
+from leakproof.hbase.dead_letters import DeadLetterStore
+from leakproof.hbase.partition_store import PartitionStore
+from leakproof.hbase.session_store import SessionStore
+from leakproof.kept_rows import KeptRows
 from leakproof.lease import FIRST_EPOCH, Lease
 from leakproof.model.compiled import CompiledModel, compile_model
 from leakproof.model.spec import web_model
 from leakproof.moved_keys import NONE as NO_MOVES
 from leakproof.moved_keys import KeyMoves
 from leakproof.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
-from leakproof.open_index import MAX_WIDTH, Entry, IndexChanges
-from leakproof.outbox import PUBLISHED
 from leakproof.runs import RUNNING, STOPPED, RunState
-from leakproof.session_cells import from_cells, order_cells_of, to_cells
+from leakproof.session_cells import readable
 from leakproof.sessions import SessionState
 from leakproof.summaries import Encode
-from leakproof.task.ports import Kept, Mark, PartitionSave, StoredPartition, Touched
+from leakproof.task.ports import Mark, PartitionSave
 
 
 @dataclass
@@ -114,6 +116,7 @@ class FakeLeaseStore:
     lose_reply: bool = False
     recorded_topic_id: str | None = None
     moves: KeyMoves = NO_MOVES
+    cell_ts_until: int = 0
 
     def take(self, tag: str) -> Lease:
         self.cell = self.cell.successor(tag) if self.cell else Lease(FIRST_EPOCH, tag)
@@ -129,6 +132,15 @@ class FakeLeaseStore:
         if self.lose_reply:
             self.lose_reply = False
             return False
+        return True
+
+    def cell_ts_bound(self) -> int:
+        return self.cell_ts_until
+
+    def reserve_cell_ts(self, epoch: int, until: int) -> bool:
+        if self.cell is None or self.cell.epoch != epoch:
+            return False
+        self.cell_ts_until = until
         return True
 
     def record_gap(self, gap: Gap) -> None:
@@ -202,105 +214,274 @@ class Journal:
         self.steps.append(name)
 
 
-@dataclass
-class FakeSessionRows:
-    """Session rows as HBase cells; ``tear_after`` = n: the next write puts n rows, then the
-    process dies (a batch of puts cut short)."""
+class LateWrite(TimeoutError):
+    """A write the client gave up on (a read timeout), though the server still holds it:
+    ``FakeTable.deliver_late`` applies it later, as a Thrift server still retrying does."""
 
-    journal: Journal
-    cells: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
-    tear_after: int | None = None
-    model: CompiledModel = field(default_factory=lambda: compile_model(web_model()))
-    kept: KeptRows | None = None  # a worker's kept rows; several fakes may share ``cells``
 
-    def read(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
-        return {sid: from_cells(sid, self.cells[sid], self.model) for sid in session_ids
-                if sid in self.cells}
+class FakeTable:
+    """A happybase ``Table`` over rows kept by HBase's rules for families of one version,
+    so the real stores (``hbase.session_store`` and the rest) run over it unchanged and
+    write exactly what they write to HBase.
 
-    def read_touched(self, wanted: Sequence[Touched]) -> tuple[dict[str, SessionState],
-                                                                 dict[str, int]]:
-        hits, missing, counts = take_all(self.kept, wanted)
-        found = self.read(missing)
-        found.update((sid, from_cells(sid, c, self.model)) for sid, c in hits.items())
-        return found, counts
+    - A put writes each cell at its timestamp (the call's, else the table's clock); a read
+      sees per cell the version of the newest timestamp, of equal ones the later put.
+    - A delete at timestamp t hides every version up to t, also a put that arrives later
+      with an older timestamp (HBase keeps the marker until a major compaction).
+    - A batch (happybase's ``Batch``, Thrift's ``mutateRowsTs``) applies its puts, then its
+      deletes, each row's atomically.
 
-    def keep(self, done: Sequence[Kept]) -> None:
-        if self.kept is not None:
-            for d in done:
-                self.kept.keep(d.key, d.read, d.token,
-                               {sid: dict(self.cells[sid]) for sid in d.session_ids
-                                if sid in self.cells}, d.forget)
+    Faults: ``tear_after`` = n: the next batch applies its first n rows' puts, then raises
+    Crash (the process died). ``hold`` = n: the next n calls that write are kept and raise
+    ``LateWrite`` as a timed-out call does; ``deliver_late`` applies them when a test says.
+    ``tests/integration/test_store_contract.py`` holds these rules to a real HBase.
+    """
 
-    def read_expiry(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
-        return {sid: SessionState(sid, last_ts=int(c[b"s:last_ts"]),
-                                  state=c.get(b"s:state", b"open").decode())
-                for sid in session_ids if (c := self.cells.get(sid)) is not None}
+    def __init__(self, name: bytes = b"t") -> None:
+        self.name = name
+        self.clock_ms = 1_700_000_000_000  # the server's clock, for writes without one
+        self._cells: dict[bytes, dict[bytes, tuple[int, bytes]]] = {}
+        self._deleted: dict[bytes, dict[bytes, int]] = {}  # column or b"family:" -> ts
+        self.tear_after: int | None = None
+        self.hold = 0
+        self.late: list[Callable[[], None]] = []
 
-    def write(self, rows: Iterable[SessionState], close: Iterable[str] = ()) -> None:
+    # -- reads ---------------------------------------------------------------------------
+
+    def row(self, row: bytes, columns: Sequence[bytes] | None = None,
+            include_timestamp: bool = False) -> dict[bytes, Any]:
+        cells = self._cells.get(row, {})
+        return {c: ((v, ts) if include_timestamp else v) for c, (ts, v) in cells.items()
+                if _wanted(c, columns)}
+
+    def rows(self, rows: Sequence[bytes], columns: Sequence[bytes] | None = None
+             ) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        found = [(r, self.row(r, columns)) for r in rows]
+        return [(r, cells) for r, cells in found if cells]
+
+    def scan(self, row_start: bytes | None = None, row_stop: bytes | None = None,
+             row_prefix: bytes | None = None, columns: Sequence[bytes] | None = None,
+             batch_size: int = 1000) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
+        for key in sorted(self._cells):
+            if row_prefix is not None and not key.startswith(row_prefix):
+                continue
+            if (row_start is not None and key < row_start) or (
+                    row_stop is not None and key >= row_stop):
+                continue
+            cells = self.row(key, columns)
+            if cells:
+                yield key, cells
+
+    def visible(self) -> dict[bytes, dict[bytes, bytes]]:
+        """Every row as a read sees it."""
+        return {k: cells for k, cells in self.scan()}
+
+    # -- writes --------------------------------------------------------------------------
+
+    def put(self, row: bytes, data: Mapping[bytes, bytes], timestamp: int | None = None
+            ) -> None:
+        self._write(lambda: self._put(row, data, timestamp))
+
+    def delete(self, row: bytes, columns: Sequence[bytes] | None = None,
+               timestamp: int | None = None) -> None:
+        self._write(lambda: self._delete(row, columns, timestamp))
+
+    def batch(self, batch_size: int | None = None, timestamp: int | None = None
+              ) -> _FakeBatch:
+        return _FakeBatch(self, timestamp)
+
+    def _write(self, apply: Callable[[], None]) -> None:
+        if self.hold:
+            self.hold -= 1
+            self.late.append(apply)
+            raise LateWrite("timed out")
+        apply()
+
+    def deliver_late(self) -> int:
+        """Apply the writes held so far, in the order they were made; returns how many."""
+        late, self.late = self.late, []
+        for apply in late:
+            apply()
+        return len(late)
+
+    def _put(self, row: bytes, data: Mapping[bytes, bytes], ts: int | None) -> None:
+        ts = self.clock_ms if ts is None else ts
+        cells = self._cells.setdefault(row, {})
+        gone = self._deleted.get(row, {})
+        for column, value in data.items():
+            family = column.split(b":", 1)[0] + b":"
+            if max(gone.get(column, -1), gone.get(family, -1)) >= ts:
+                continue  # hidden by a delete marker at or after its timestamp
+            held = cells.get(column)
+            if held is None or held[0] <= ts:
+                cells[column] = (ts, bytes(value))
+        if not cells:
+            del self._cells[row]
+
+    def _delete(self, row: bytes, columns: Sequence[bytes] | None, ts: int | None) -> None:
+        ts = self.clock_ms if ts is None else ts
+        cells = self._cells.get(row, {})
+        names = [c if b":" in c else c + b":" for c in columns] if columns else sorted(
+            {c.split(b":", 1)[0] + b":" for c in cells})
+        gone = self._deleted.setdefault(row, {})
+        for name in names:
+            gone[name] = max(gone.get(name, -1), ts)
+            for column in [c for c in cells if _wanted(c, [name])]:
+                if cells[column][0] <= ts:
+                    del cells[column]
+        if not cells:
+            self._cells.pop(row, None)
+
+
+def _wanted(column: bytes, columns: Sequence[bytes] | None) -> bool:
+    """Whether ``column`` is among ``columns`` (a name, or a family as ``f`` or ``f:``)."""
+    if not columns:
+        return True
+    family = column.split(b":", 1)[0]
+    return any(c == column or c in (family, family + b":") for c in columns)
+
+
+class _FakeBatch:
+    """happybase's ``Batch`` over a FakeTable: sent whole at the end of the block."""
+
+    def __init__(self, table: FakeTable, ts: int | None) -> None:
+        self._table, self._ts = table, ts
+        self._puts: dict[bytes, dict[bytes, bytes]] = {}
+        self._deletes: dict[bytes, list[bytes]] = {}
+
+    def put(self, row: bytes, data: Mapping[bytes, bytes]) -> None:
+        self._puts.setdefault(row, {}).update(data)
+
+    def delete(self, row: bytes, columns: Sequence[bytes] | None = None) -> None:
+        self._deletes.setdefault(row, []).extend(columns or [])
+
+    def send(self) -> None:
+        table, ts = self._table, self._ts
+        puts, deletes = dict(self._puts), dict(self._deletes)
+        self._puts, self._deletes = {}, {}
+        if not puts and not deletes:
+            return
+        tear, table.tear_after = table.tear_after, None
+
+        def apply() -> None:
+            for n, (row, data) in enumerate(puts.items()):
+                if tear is not None and n == tear:
+                    raise Crash("a batch of puts, part way")
+                table._put(row, data, ts)
+            for row, columns in deletes.items():
+                table._delete(row, columns or None, ts)
+
+        table._write(apply)
+
+    def __enter__(self) -> _FakeBatch:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if exc_type is None:
+            self.send()
+
+
+class FakeConnection:
+    """The happybase ``Connection`` calls the stores make: one FakeTable per name."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, FakeTable] = {}
+
+    def table(self, name: str) -> FakeTable:
+        found = self.tables.get(name)
+        if found is None:
+            found = self.tables[name] = FakeTable(name.encode())
+        return found
+
+
+class FakeSessionRows(SessionStore):
+    """The real ``SessionStore`` over a FakeTable, each write a journal step;
+    ``tear_after`` = n: the next write puts n rows, then the process dies."""
+
+    def __init__(self, journal: Journal, table: FakeTable | None = None, *,
+                 model: CompiledModel | None = None, kept: KeptRows | None = None) -> None:
+        self.journal = journal
+        self.table = table if table is not None else FakeTable(b"web_sessions")
+        self.tear_after: int | None = None
+        super().__init__(self.table, model or compile_model(web_model()), kept=kept)
+
+    def write(self, rows: Iterable[SessionState], close: Iterable[str] = (), *, ts: int
+              ) -> None:
         self.journal.step("sessions")
-        for n, s in enumerate(rows):
-            if self.tear_after is not None and n == self.tear_after:
-                self.tear_after = None
-                raise Crash("sessions, part way")
-            row = self.cells.setdefault(s.session_id, {})
-            row.update(to_cells(s, self.model, order_cells_of(row)))
-        for sid in close:
-            self.cells.setdefault(sid, {})[b"s:state"] = b"closed"
+        self.table.tear_after, self.tear_after = self.tear_after, None
+        try:
+            super().write(rows, close, ts=ts)
+        except BaseException:
+            self._stored.clear()  # as a new store per attempt: nothing known of the rows
+            raise
+
+    @property
+    def cells(self) -> dict[str, dict[bytes, bytes]]:
+        """Every row as HBase now shows it."""
+        return {k.decode(): v for k, v in self.table.visible().items()}
 
     def readable(self) -> dict[str, dict[str, str]]:
         """Family ``s`` of every row, as operators and the oracle read it."""
-        return {sid: {k[2:].decode(): v.decode() for k, v in c.items() if k.startswith(b"s:")}
-                for sid, c in self.cells.items()}
+        return {sid: readable(c) for sid, c in self.cells.items() if readable(c)}
 
 
-@dataclass
-class FakePartitionRows:
-    """Each partition's state row (cells as in HBase's ``wm:`` row) and index rows."""
+class FakePartitionRows(PartitionStore):
+    """The real ``PartitionStore`` over a FakeTable (the state table), each write a
+    journal step; its index writes and its watermarks each a step of their own."""
 
-    journal: Journal
-    state: dict[tuple[str, int], dict[bytes, bytes]] = field(default_factory=dict)
-    index: dict[tuple[str, int], dict[int, dict[str, int]]] = field(default_factory=dict)
+    def __init__(self, journal: Journal, table: FakeTable | None = None) -> None:
+        self.journal = journal
+        self.conn = FakeConnection()
+        if table is not None:
+            self.conn.tables["leakproof_state"] = table
+        self.table = self.conn.table("leakproof_state")
+        super().__init__(self.conn, "leakproof_state", _fake_scan)
 
-    def read_partitions(self, topic: str, partitions: Sequence[int], width: int
-                        ) -> dict[int, StoredPartition]:
-        return {p: StoredPartition.of_cells(self.state.get((topic, p), {})) for p in partitions}
-
-    def scan_open(self, topic: str, partition: int, since: int, before: int) -> list[Entry]:
-        rows = self.index.get((topic, partition), {})
-        return [Entry(b, sid, ts) for b in sorted(rows) if since - MAX_WIDTH <= b < before
-                for sid, ts in sorted(rows[b].items())] if before > 0 else []
-
-    def write_partitions(self, topic: str, saves: Sequence[PartitionSave]) -> None:
+    def write_partitions(self, topic: str, saves: Sequence[PartitionSave], *, ts: int
+                         ) -> None:
         """As the real store: all puts, then all deletes, then all watermarks."""
+        changes = [(s.partition, s.changes) for s in saves]
         self.journal.step("index puts")
-        for s in saves:
-            IndexChanges(puts=s.changes.puts).apply_to(self.index.setdefault((topic, s.partition),
-                                                                           {}))
+        self._put_entries(topic, changes, ts=ts)
         self.journal.step("index deletes")
-        for s in saves:
-            IndexChanges(deletes=s.changes.deletes).apply_to(self.index[(topic, s.partition)])
+        self._delete_entries(topic, changes, ts=ts)
         self.journal.step("watermark")
-        for s in saves:
-            row = self.state.setdefault((topic, s.partition), {})
-            row.update(s.watermark_cells())
-            row.pop(b"w:pending", None)
+        self._write_watermarks(topic, saves, ts=ts)
 
     def begin_writes(self, topic: str, marks: Sequence[Mark],
-                     foreign: Sequence[tuple[str, int]] = ()) -> None:
+                     foreign: Sequence[tuple[str, int]] = (), *, ts: int) -> None:
         with_outbox = any(m.outbox is not None for m in marks)
         self.journal.step("pending, outbox" if with_outbox else "pending")
-        for partition, pending, outbox, writer in marks:
-            row = self.state.setdefault((topic, partition), {})
-            row[b"w:pending"] = str(pending).encode()
-            row[b"w:writer"] = writer
-            if outbox is not None:
-                row.update(outbox.encode())
-        for other, partition in foreign:
-            self.state.setdefault((other, partition), {})[b"w:foreign"] = new_token()
+        super().begin_writes(topic, marks, foreign, ts=ts)
 
-    def outbox_published(self, topic: str, partition: int, outbox_id: str) -> None:
+    def outbox_published(self, topic: str, partition: int, outbox_id: str, *, ts: int
+                         ) -> None:
         self.journal.step("outbox published")
-        self.state.setdefault((topic, partition), {})[PUBLISHED] = outbox_id.encode()
+        super().outbox_published(topic, partition, outbox_id, ts=ts)
+
+    @property
+    def state(self) -> dict[tuple[str, int], dict[bytes, bytes]]:
+        """Each partition's ``wm:`` row as HBase now shows it."""
+        out = {}
+        for key, cells in self.table.scan(row_prefix=b"wm:"):
+            _, topic, partition = key.decode().rsplit(":", 2)
+            out[(topic, int(partition))] = cells
+        return out
+
+    @property
+    def index(self) -> dict[tuple[str, int], dict[int, dict[str, int]]]:
+        """Each partition's open-session index: bucket -> session -> last_ts."""
+        out: dict[tuple[str, int], dict[int, dict[str, int]]] = {}
+        for key, cells in self.table.scan(row_prefix=b"op:"):
+            _, topic, partition, bucket = key.decode().rsplit(":", 3)
+            out.setdefault((topic, int(partition)), {})[int(bucket)] = {
+                c[2:].decode(): int(v) for c, v in cells.items()}
+        return out
+
+
+def _fake_scan(table: Any, start: bytes, stop: bytes, batch_size: int
+               ) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
+    return iter(table.scan(row_start=start, row_stop=stop, batch_size=batch_size))
 
 
 @dataclass
@@ -313,15 +494,26 @@ class FakeLeaseCheck:
         return self.held_by
 
 
-@dataclass
-class FakeDeadLetters:
-    journal: Journal
-    rows: dict[tuple[str, int, int], str] = field(default_factory=dict)
+class FakeDeadLetters(DeadLetterStore):
+    """The real ``DeadLetterStore`` over a FakeTable, each write a journal step."""
 
-    def write(self, errors: Iterable[DecodeError], batch_ms: int) -> None:
+    def __init__(self, journal: Journal, table: FakeTable | None = None) -> None:
+        self.journal = journal
+        self.table = table if table is not None else FakeTable(b"web_events_dead_letter")
+        super().__init__(self.table)
+
+    def write(self, errors: Iterable[DecodeError], batch_ms: int, *, ts: int) -> None:
         self.journal.step("dead letters")
-        for err in errors:
-            self.rows[(err.topic, err.partition, err.offset)] = err.kind
+        super().write(errors, batch_ms, ts=ts)
+
+    @property
+    def rows(self) -> dict[tuple[str, int, int], str]:
+        """(topic, partition, offset) -> the dead letter's kind."""
+        out = {}
+        for key, cells in self.table.scan():
+            topic, partition, offset = key.decode().rsplit(":", 2)
+            out[(topic, int(partition), int(offset))] = cells[b"d:kind"].decode()
+        return out
 
 
 @dataclass

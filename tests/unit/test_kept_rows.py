@@ -175,7 +175,7 @@ class Workers:
 
     def view(self, worker: int) -> FakeSessionRows:
         """The session rows as one worker sees them: the same cells, its own kept rows."""
-        return FakeSessionRows(self.journal, self.sessions.cells, kept=self.kept[worker])
+        return FakeSessionRows(self.journal, self.sessions.table, kept=self.kept[worker])
 
     def stores(self, view: FakeSessionRows) -> Stores:
         return Stores(view, self.partitions, FakeDeadLetters(self.journal),
@@ -184,7 +184,8 @@ class Workers:
     def run(self, worker: int, ranges: list[tuple[OffsetRange, list[KafkaRecord]]],
             batch_ms: int) -> list[TaskReport]:
         return process_ranges(ranges, decode, self.stores(self.view(worker)), WEB,
-                              batch_ms=batch_ms, epoch=1, close_after_ms=CLOSE_MS)
+                              batch_ms=batch_ms, epoch=1, close_after_ms=CLOSE_MS,
+                              cell_ts={r.partition: batch_ms for r, _ in ranges})
 
 
 BY_VALUE: dict[bytes, WebEvent] = {}
@@ -268,7 +269,7 @@ def test_a_range_torn_part_way_is_replayed_exactly_by_the_same_or_another_worker
             view.tear_after = len(touched) // 2
             with pytest.raises(Crash):
                 process_range(rng, chunk, decode, workers.stores(view), WEB, batch_ms=batch,
-                              epoch=1, close_after_ms=CLOSE_MS)
+                              epoch=1, close_after_ms=CLOSE_MS, cell_ts=batch)
         workers.run(turn.randrange(2), [(rng, chunk)], batch)
     assert compare(expected, workers.sessions.readable()) == []
 

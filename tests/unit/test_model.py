@@ -205,11 +205,12 @@ def fold(model: Model, values: Sequence[tuple[bytes, bytes | None]], cut: int,
                 sessions.tear_after = max(1, len({r.key for r in chunk}) // 2)
                 with pytest.raises(Crash):
                     process_range(rng, chunk, decoder.decode, stores, compiled,
-                                  batch_ms=batch, epoch=1, close_after_ms=CLOSE_MS)
+                                  batch_ms=batch, epoch=1, close_after_ms=CLOSE_MS,
+                                  cell_ts=batch)
                 sessions.tear_after = None
                 batch += 1
             process_range(rng, chunk, decoder.decode, stores, compiled, batch_ms=batch,
-                          epoch=1, close_after_ms=CLOSE_MS)
+                          epoch=1, close_after_ms=CLOSE_MS, cell_ts=batch)
             i += cut
     return sessions.readable(), dead.rows, events
 
@@ -332,7 +333,7 @@ def test_closed_summaries_carry_the_models_cells() -> None:
     events = [decoder.decode(k.key, k.value, topic="t", partition=0, offset=k.offset)
               for k in krecs]
     process_range(OffsetRange("t", 0, 0, len(krecs)), krecs, decoder.decode, stores, compiled,
-                  batch_ms=1, epoch=1, close_after_ms=CLOSE_MS)
+                  batch_ms=1, epoch=1, close_after_ms=CLOSE_MS, cell_ts=1)
     want = {sid: row for sid, row in expected_rows({0: events}, CLOSE_MS, model).items()
             if row["state"] == "closed"}
     got = {key.decode(): json.loads(value) for _, recs_ in sink.committed

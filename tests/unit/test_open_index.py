@@ -3,8 +3,7 @@ PartitionStore over an in-memory table)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 from leakproof import open_index, sessions
@@ -13,6 +12,7 @@ from leakproof.hbase.partition_store import PartitionStore
 from leakproof.open_index import Entry, bucket_of
 from leakproof.sessions import FoldResult, OpenSessions, PartitionState, SessionState
 from leakproof.task.ports import Mark, PartitionSave
+from leakproof.testing import FakeConnection, FakeTable
 
 from .test_session_store import WEB, event
 
@@ -69,46 +69,12 @@ def table_scan(table: Any, start: bytes, stop: bytes, batch_size: int) -> Any:
     return table.scan(row_start=start, row_stop=stop, batch_size=batch_size)
 
 
-class StateTable:
-    """The happybase.Table calls PartitionStore makes, over a dict of rows (keys sorted on scan)."""
+class StateConnection(FakeConnection):
+    """The state table as HBase keeps it (``leakproof.testing.FakeTable``)."""
 
-    def __init__(self) -> None:
-        self.cells: dict[bytes, dict[bytes, bytes]] = {}
-
-    def row(self, key: bytes) -> dict[bytes, bytes]:
-        return dict(self.cells.get(key, {}))
-
-    def rows(self, keys: list[bytes]) -> list[tuple[bytes, dict[bytes, bytes]]]:
-        return [(k, dict(self.cells[k])) for k in keys if k in self.cells]
-
-    def put(self, key: bytes, cells: dict[bytes, bytes]) -> None:
-        self.cells.setdefault(key, {}).update(cells)
-
-    def delete(self, key: bytes, columns: list[bytes]) -> None:
-        cells = self.cells.get(key, {})
-        for c in columns:
-            for k in [k for k in cells if k == c or k.startswith(c + b":")]:
-                del cells[k]
-        if not cells:
-            self.cells.pop(key, None)
-
-    def scan(self, row_start: bytes, row_stop: bytes,
-             batch_size: int) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
-        for key in sorted(self.cells):
-            if row_start <= key < row_stop:
-                yield key, dict(self.cells[key])
-
-    @contextmanager
-    def batch(self, batch_size: int | None = None) -> Iterator[Any]:
-        yield self
-
-
-class StateConnection:
-    def __init__(self) -> None:
-        self.t = StateTable()
-
-    def table(self, name: str) -> StateTable:
-        return self.t
+    @property
+    def t(self) -> FakeTable:
+        return self.table("state")
 
 
 def test_the_store_reads_only_buckets_below_the_cutoff_and_writes_the_watermark_last() -> None:
@@ -118,8 +84,8 @@ def test_the_store_reads_only_buckets_below_the_cutoff_and_writes_the_watermark_
     for sid, ts in (("a", 10_000), ("b", 60_000), ("c", 500_000)):
         changes.put(bucket_of(ts, W), sid, ts)
     store.write_partitions("t", [PartitionSave(3, PartitionState(600_000, 41), changes,
-                                               cutoff=-5, check_below=0)])
-    assert store.read_partitions("t", [3], W)[3][:3] == (PartitionState(600_000, 41), 0, 0)
+                                               cutoff=-5, check_below=0)], ts=1)
+    assert store.read_partitions("t", [3], W, ts=5)[3][:3] == (PartitionState(600_000, 41), 0, 0)
     assert sorted(e.session_id for e in store.scan_open("t", 3, 0, 60_000)) == ["a", "b"]
     assert open_index.expiring(store.scan_open("t", 3, 0, 60_000), 60_000) == [
         Entry(0, "a", 10_000)]
@@ -127,18 +93,18 @@ def test_the_store_reads_only_buckets_below_the_cutoff_and_writes_the_watermark_
     # a range that closed below 350 000 left nothing there: the scan starts a widest bucket
     # (5 min) before it, so "a" (bucket 0) is not read again, "b" (bucket 56 250) is
     store.write_partitions("t", [PartitionSave(3, PartitionState(600_000, 42), changes,
-                                               cutoff=350_000, check_below=0)])
-    assert store.read_partitions("t", [3], W)[3].cutoff == 350_000
+                                               cutoff=350_000, check_below=0)], ts=2)
+    assert store.read_partitions("t", [3], W, ts=5)[3].cutoff == 350_000
     assert sorted(e.session_id for e in store.scan_open("t", 3, 350_000, 10**12)) == ["b", "c"]
 
 
 def test_an_open_set_of_the_old_layout_moves_into_the_index() -> None:
     conn = StateConnection()
-    conn.t.cells[b"wm:t:0"] = {b"w:watermark": b"90000", b"w:offset": b"7", b"w:version": b"x",
-                              b"o:a": b"10000", b"o:b": b"70000"}
+    conn.t.put(b"wm:t:0", {b"w:watermark": b"90000", b"w:offset": b"7", b"w:version": b"x",
+                        b"o:a": b"10000", b"o:b": b"70000"})
     store = PartitionStore(conn, "state", table_scan)
-    assert store.read_partitions("t", [0], W)[0][:3] == (PartitionState(90_000, 7), 0, 0)
-    assert conn.t.cells[b"wm:t:0"] == {b"w:watermark": b"90000", b"w:offset": b"7"}
+    assert store.read_partitions("t", [0], W, ts=5)[0][:3] == (PartitionState(90_000, 7), 0, 0)
+    assert conn.t.visible()[b"wm:t:0"] == {b"w:watermark": b"90000", b"w:offset": b"7"}
     assert sorted(store.scan_open("t", 0, 0, 10**12), key=lambda e: e.session_id) == [
         Entry(0, "a", 10_000), Entry(56_250, "b", 70_000)]
 
@@ -149,40 +115,41 @@ def test_a_range_that_stops_while_writing_the_index_leaves_its_mark_until_one_co
     moved = open_index.IndexChanges()
     moved.put(bucket_of(700_000, W), "a", 700_000)
     # the puts went out, the deletes and the last put did not: w:pending stays
-    conn.t.put(b"wm:t:1", {b"w:watermark": b"500000", b"w:offset": b"3"})
-    conn.t.put(b"wm:t:1", {b"w:pending": b"700000"})
-    store._apply("t", [(1, moved)])
-    assert store.read_partitions("t", [1], W)[1].check_below == 700_000
+    conn.t.put(b"wm:t:1", {b"w:watermark": b"500000", b"w:offset": b"3"}, timestamp=1)
+    conn.t.put(b"wm:t:1", {b"w:pending": b"700000"}, timestamp=1)
+    store._apply("t", [(1, moved)], ts=1)
+    assert store.read_partitions("t", [1], W, ts=5)[1].check_below == 700_000
     # the replay completes: the mark is kept (stale entries may be anywhere below it), the
     # pending cell goes
     store.write_partitions("t", [PartitionSave(1, PartitionState(700_000, 9), moved, cutoff=0,
-                                               check_below=700_000)])
-    assert b"w:pending" not in conn.t.cells[b"wm:t:1"]
-    assert store.read_partitions("t", [1], W)[1][:3] == (PartitionState(700_000, 9), 0, 700_000)
+                                               check_below=700_000)], ts=2)
+    assert conn.t.visible()[b"wm:t:1"][b"w:pending"] == b"0"  # a put, not a delete
+    assert store.read_partitions("t", [1], W, ts=5)[1][:3] == (
+        PartitionState(700_000, 9), 0, 700_000)
 
 
 def test_several_partitions_are_read_and_written_in_one_call_each_its_own_row() -> None:
     conn = StateConnection()
     store = PartitionStore(conn, "state", table_scan)
     store.begin_writes("t", [Mark(0, 5_000, None, b"w0"), Mark(7, 9_000, None, b"w7")],
-                       foreign=[("t", 3)])
-    foreign = conn.t.cells[b"wm:t:3"][b"w:foreign"]
-    assert conn.t.cells == {b"wm:t:0": {b"w:pending": b"5000", b"w:writer": b"w0"},
+                       foreign=[("t", 3)], ts=1)
+    foreign = conn.t.visible()[b"wm:t:3"][b"w:foreign"]
+    assert conn.t.visible() == {b"wm:t:0": {b"w:pending": b"5000", b"w:writer": b"w0"},
                             b"wm:t:7": {b"w:pending": b"9000", b"w:writer": b"w7"},
                             b"wm:t:3": {b"w:foreign": foreign}}
     # the tokens read back: the writer's, then the other partitions' bump
-    tokens = {p: s.writer for p, s in store.read_partitions("t", [0, 3], W).items()}
+    tokens = {p: s.writer for p, s in store.read_partitions("t", [0, 3], W, ts=5).items()}
     assert tokens == {0: b"w0/", 3: b"/" + foreign}
     a, b = open_index.IndexChanges(), open_index.IndexChanges()
     a.put(0, "x", 5_000)
     b.put(0, "y", 9_000)
     store.write_partitions("t", [PartitionSave(0, PartitionState(5_000, 3), a, 0, 0),
-                                 PartitionSave(7, PartitionState(9_000, 11), b, 0, 0)])
-    read = store.read_partitions("t", [0, 7, 8], W)
+                                 PartitionSave(7, PartitionState(9_000, 11), b, 0, 0)], ts=2)
+    read = store.read_partitions("t", [0, 7, 8], W, ts=5)
     assert [(p, s.state) for p, s in read.items()] == [
         (0, PartitionState(5_000, 3)), (7, PartitionState(9_000, 11)), (8, PartitionState())]
     assert [e.session_id for e in store.scan_open("t", 7, 0, 10**12)] == ["y"]
-    assert b"w:pending" not in conn.t.cells[b"wm:t:0"]
+    assert conn.t.visible()[b"wm:t:0"][b"w:pending"] == b"0"
 
 
 def test_entries_below_the_mark_are_what_their_rows_say_the_others_what_they_say() -> None:

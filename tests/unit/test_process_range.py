@@ -82,7 +82,8 @@ class Rig:
         stores = Stores(self.sessions, self.partitions, self.dead, self.lease,
                         (lambda p: self.sink) if self.with_output else None)
         return process_range(rng, recs, decode, stores, compile_model(web_model()),
-                             batch_ms=batch_ms, epoch=epoch, close_after_ms=CLOSE_MS)
+                             batch_ms=batch_ms, epoch=epoch, close_after_ms=CLOSE_MS,
+                             cell_ts=batch_ms)
 
     def run_many(self, work: list[tuple[int, list[Rec]]], *, batch_ms: int = 1_000,
                  placed_in: int | None = None) -> list[TaskReport]:
@@ -93,7 +94,8 @@ class Rig:
             [(OffsetRange("t", p, recs[0].offset, recs[-1].offset + 1), recs)
              for p, recs in work],
             decode, stores, compile_model(web_model()), batch_ms=batch_ms, epoch=1,
-            close_after_ms=CLOSE_MS, placed_in=placed_in)
+            close_after_ms=CLOSE_MS, placed_in=placed_in,
+            cell_ts={p: batch_ms for p, _ in work})
 
     def state(self) -> tuple[object, ...]:
         """Everything a range leaves behind, but the journal, the outbox, the mark a crashed

@@ -25,23 +25,26 @@ ROWS = {
 }
 
 
-def thriftpy2_bytes(table: bytes, rows: dict[bytes, dict[bytes, bytes]], seqid: int = 0
-                    ) -> bytes:
-    """What thriftpy2 writes for happybase's Batch.send of the same puts."""
+def thriftpy2_bytes(table: bytes, rows: dict[bytes, dict[bytes, bytes]], ts: int,
+                    seqid: int = 0) -> bytes:
+    """What thriftpy2 writes for happybase's ``Batch(timestamp=ts).send`` of the same puts."""
     buffer = TMemoryBuffer()
     client = TClient(Hbase, TBinaryProtocol(buffer))
     client._seqid = seqid
     batches = [BatchMutation(row, [Mutation(isDelete=False, column=c, value=v, writeToWAL=True)
                                    for c, v in cells.items()]) for row, cells in rows.items()]
-    client._send("mutateRows", tableName=table, rowBatches=batches, attributes={})
+    client._send("mutateRowsTs", tableName=table, rowBatches=batches, timestamp=ts,
+                 attributes={})
     return bytes(buffer.getvalue())
 
 
 @pytest.mark.parametrize("rows", [ROWS, {}, {b"r": {}}], ids=["cells", "no rows", "no cells"])
 def test_the_request_is_thriftpy2s_to_the_byte(rows: dict[bytes, dict[bytes, bytes]]) -> None:
-    assert encode_mutate_rows(b"t1_web_sessions", rows) == thriftpy2_bytes(b"t1_web_sessions",
-                                                                           rows)
-    assert encode_mutate_rows(b"t", rows, seqid=7) == thriftpy2_bytes(b"t", rows, seqid=7)
+    ts = 1_764_215_866_123
+    assert encode_mutate_rows(b"t1_web_sessions", rows, ts) == thriftpy2_bytes(
+        b"t1_web_sessions", rows, ts)
+    assert encode_mutate_rows(b"t", rows, 0, seqid=7) == thriftpy2_bytes(b"t", rows, 0, seqid=7)
+    assert encode_mutate_rows(b"t", rows, 2**63 - 1) == thriftpy2_bytes(b"t", rows, 2**63 - 1)
 
 
 class _Wire:
@@ -69,8 +72,8 @@ def _reply(io_error: str | None = None, count: int = 1) -> bytes:
     buffer = TMemoryBuffer()
     proto = TBinaryProtocol(buffer)
     for _ in range(count):
-        proto.write_message_begin("mutateRows", 2, 0)  # REPLY
-        result = Hbase.mutateRows_result()
+        proto.write_message_begin("mutateRowsTs", 2, 0)  # REPLY
+        result = Hbase.mutateRowsTs_result()
         if io_error is not None:
             result.io = IOError(message=io_error)
         result.write(proto)
@@ -80,26 +83,26 @@ def _reply(io_error: str | None = None, count: int = 1) -> bytes:
 
 def test_rows_go_out_whole_in_calls_of_batch_size_cells_and_the_rest_at_the_end() -> None:
     wire = _Wire(_reply(count=2))
-    with row_puts(_Table(wire), batch_size=4) as puts:
+    with row_puts(_Table(wire), batch_size=4, ts=9) as puts:
         puts.put(b"a", {b"s:1": b"1", b"s:2": b"2"})
         puts.put(b"a", {b"s:3": b"3"})  # the same row again: one put of all three
         puts.put(b"b", {b"s:1": b"x"})  # 4 cells: the first call goes out
         puts.put(b"c", {b"s:1": b"y"})
     first = encode_mutate_rows(b"t", {b"a": {b"s:1": b"1", b"s:2": b"2", b"s:3": b"3"},
-                                      b"b": {b"s:1": b"x"}})
-    second = encode_mutate_rows(b"t", {b"c": {b"s:1": b"y"}})
+                                      b"b": {b"s:1": b"x"}}, 9)
+    second = encode_mutate_rows(b"t", {b"c": {b"s:1": b"y"}}, 9)
     assert wire.requests() == [first + second]
 
 
 def test_an_error_the_server_answers_is_raised_and_nothing_sent_after_a_failed_block() -> None:
     wire = _Wire(_reply(io_error="region too busy"))
-    puts = RowPuts(_Table(wire), batch_size=10)
+    puts = RowPuts(_Table(wire), batch_size=10, ts=1)
     puts.put(b"a", {b"s:1": b"1"})
     with pytest.raises(IOError, match="region too busy"):
         puts.send()
 
     quiet = _Wire()
-    with pytest.raises(RuntimeError), row_puts(_Table(quiet), batch_size=10) as block:
+    with pytest.raises(RuntimeError), row_puts(_Table(quiet), batch_size=10, ts=1) as block:
         block.put(b"a", {b"s:1": b"1"})
         raise RuntimeError("the fold failed")
     assert quiet.requests() == [b""]
@@ -107,12 +110,12 @@ def test_an_error_the_server_answers_is_raised_and_nothing_sent_after_a_failed_b
 
 def test_a_compact_protocol_connection_keeps_happybases_batch() -> None:
     class Batching(_Table):
-        def batch(self, batch_size: int) -> str:
-            return f"happybase batch of {batch_size}"
+        def batch(self, batch_size: int, timestamp: int) -> str:
+            return f"happybase batch of {batch_size} at {timestamp}"
 
     assert speaks_strict_binary(_Table(_Wire()))
     assert not speaks_strict_binary(_Table(_Wire(speaks=TCompactProtocol)))
-    made: Any = row_puts(Batching(_Wire(speaks=TCompactProtocol)), 5)
-    assert made == "happybase batch of 5"
+    made: Any = row_puts(Batching(_Wire(speaks=TCompactProtocol)), 5, 7)
+    assert made == "happybase batch of 5 at 7"
     with pytest.raises(ValueError, match="'batch_size' must be > 0"):
-        RowPuts(_Table(_Wire()), 0)
+        RowPuts(_Table(_Wire()), 0, 1)

@@ -32,7 +32,7 @@ class MemoryTable:
         return [(k, cells) for k, cells in found if cells]
 
     @contextmanager
-    def batch(self, batch_size: int) -> Iterator[Any]:
+    def batch(self, batch_size: int, timestamp: int | None = None) -> Iterator[Any]:
         table = self
 
         class Batch:
@@ -55,7 +55,7 @@ def fold(table: MemoryTable, offset: int, *events: WebEvent) -> None:
     folder = PartitionFolder(WEB, fence_key("t", 0), 1_800_000, PartitionState(), rows)
     for i, e in enumerate(events):
         folder.feed(offset + i, e.as_event())
-    store.write(folder.finish().touched.values())
+    store.write(folder.finish().touched.values(), ts=offset + 1)
 
 
 def test_a_new_row_is_written_whole_and_a_known_one_only_where_it_changed() -> None:

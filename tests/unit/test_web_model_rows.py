@@ -50,7 +50,8 @@ def fold_seeded_topic(model: Model) -> dict[str, dict[bytes, bytes]]:
         for b, i in enumerate(range(0, len(recs), 700)):
             chunk = recs[i:i + 700]
             process_range(OffsetRange("web", p, i, i + len(chunk)), chunk, decode, stores,
-                          compiled, batch_ms=b + 1, epoch=1, close_after_ms=600_000)
+                          compiled, batch_ms=b + 1, epoch=1, close_after_ms=600_000,
+                          cell_ts=b + 1)
     return sessions.cells
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from leakproof.cell_clock import room, stamps
 from leakproof.lease import Lease
 from leakproof.offsets import Gap, HeldTransaction, LogBounds, OffsetRange
 from leakproof.reports import BatchTotals
@@ -21,7 +22,8 @@ class BatchPlan:
     first time, with the offset each starts from, so the commit chain can take them in;
     ``held`` the partitions whose ranges an open transaction stops short of the log end;
     ``one_task`` and ``check_keys_in`` what keys moving between partitions ask of its tasks
-    (``moved_keys``: run as one task; check keys against that partition count).
+    (``moved_keys``: run as one task; check keys against that partition count);
+    ``cell_ts`` the HBase timestamp its writes start at (``cell_clock``; 0 until stamped).
     """
 
     batch_ms: int
@@ -32,6 +34,22 @@ class BatchPlan:
     held: Mapping[int, HeldTransaction] = field(default_factory=dict)
     one_task: bool = False
     check_keys_in: int | None = None
+    cell_ts: int = 0
+
+    @property
+    def spread(self) -> bool:
+        """Whether two of its ranges may share a session row (keys moving: ``moved_keys``),
+        so each range writes at a timestamp of its own."""
+        return self.one_task or self.check_keys_in is not None
+
+    @property
+    def cell_room(self) -> int:
+        """How many cell timestamps this batch takes (``cell_clock.room``)."""
+        return room(len(self.work), self.spread)
+
+    def stamps(self, again: bool = False) -> dict[int, int]:
+        """Each range's cell timestamp; ``again``: the second pass of the held ranges."""
+        return stamps(self.cell_ts, [r.partition for r in self.work], self.spread, again)
 
     @property
     def work(self) -> list[OffsetRange]:

@@ -30,6 +30,7 @@ from types import MappingProxyType
 from typing import Any
 
 from leakproof.backpressure import PIDRateEstimator
+from leakproof.cell_clock import CellClock
 from leakproof.commit_stores import open_store
 from leakproof.config import Config
 from leakproof.crashpoints import crash_point
@@ -42,7 +43,13 @@ from leakproof.driver.placement import place
 from leakproof.driver.planning import Planner
 from leakproof.driver.progress import Progress, log_line
 from leakproof.driver.stopping import StopRequests
-from leakproof.errors import BatchFailed, ConfigError, KafkaReadError, LeakproofError
+from leakproof.errors import (
+    BatchFailed,
+    CommitRefused,
+    ConfigError,
+    KafkaReadError,
+    LeakproofError,
+)
 from leakproof.hbase.connection import ConnectionSlot, ensure_tables, untuned_tables
 from leakproof.hbase.state_store import HBaseLeaseStore, HBaseRunRecord
 from leakproof.kafka.admin import KafkaMetadata
@@ -86,6 +93,8 @@ class Job:
         self._mixing = False
         # when a batch found keys moved (the output thread's, for the planning thread)
         self._keys_moved_ms: int | None = None
+        # the cell timestamps of this driver's batches: the planning thread's (cell_clock)
+        self._clock = CellClock(0, -1)
 
     # ------------------------------------------------------------------ start
 
@@ -107,6 +116,8 @@ class Job:
         leases = self._closes(HBaseLeaseStore(cfg.hbase, self.topic, self.group))
         lease = leases.take(f"start:{uuid.uuid4().hex[:8]}")
         log.info("driver lease epoch %d for %s:%s", lease.epoch, self.topic, self.group)
+        # read after the take: a reservation of the old holder that lands later is refused
+        self._clock = CellClock.start(int(time.time() * 1000), leases.cell_ts_bound())
         store = self._closes(open_store(cfg))
         latest = store.latest()
         self.planner = Planner(cfg.kafka, cfg.job.batch_interval_s,
@@ -169,6 +180,16 @@ class Job:
                 f"batch {batch_ms}: could not record that partitions were added: "
                 f"{describe(exc)}"))
             return sc.emptyRDD()
+        if plan.work:
+            try:
+                plan = replace(plan, cell_ts=self._clock.stamp(batch_ms, plan.cell_room,
+                                                               self._reserve_cell_ts))
+            except Exception as exc:  # noqa: BLE001 - no task may write without its stamp
+                self.control.hand_over(plan)
+                self.control.fail(exc if isinstance(exc, LeakproofError) else BatchFailed(
+                    f"batch {batch_ms}: could not record its cell timestamps: "
+                    f"{describe(exc)}"))
+                return sc.emptyRDD()
         self.control.hand_over(plan)
         work = plan.work
         if not work:
@@ -216,6 +237,14 @@ class Job:
                 log.info("%s: keys no longer move between partitions; batches run as "
                          "several tasks again", self.topic)
         return replace(plan, one_task=mixing, check_keys_in=checks)
+
+    def _reserve_cell_ts(self, until: int) -> None:
+        """Record in the lease row how far this driver's cell timestamps may go."""
+        assert self._moves_store is not None and self.committer is not None
+        epoch = self.committer.lease.epoch
+        if not self._moves_store.reserve_cell_ts(epoch, until):
+            raise CommitRefused(f"the driver lease of {self.topic}:{self.group} is no longer "
+                                f"epoch {epoch}: another driver or a rewind took it")
 
     def _note_moves(self, moves: KeyMoves) -> None:
         if moves != self._moves:
@@ -267,13 +296,14 @@ class Job:
         assert self.committer is not None
         cfg, batch_ms, epoch = self.cfg, plan.batch_ms, self.committer.lease.epoch
 
-        def tasks(check: int | None) -> Callable[[Iterator[tuple[OffsetRange, ...]]],
-                                                 Iterator[TaskReport]]:
+        def tasks(check: int | None, cell_ts: dict[int, int]
+                  ) -> Callable[[Iterator[tuple[OffsetRange, ...]]], Iterator[TaskReport]]:
             def task(runs: Iterator[tuple[OffsetRange, ...]]) -> Iterator[TaskReport]:
                 from leakproof.task.worker import run_ranges
 
                 for ranges in runs:  # in partition order, each its own fence and report
-                    yield from run_ranges(cfg, batch_ms, ranges, epoch, check)
+                    yield from run_ranges(cfg, batch_ms, ranges, epoch, check,
+                                          cell_ts=cell_ts)
             return task
 
         try:  # the Spark UI's job list then says which ranges each batch read
@@ -281,7 +311,8 @@ class Job:
         except Exception:
             log.debug("could not set the job description", exc_info=True)
         self._dispatched.set()
-        reports: list[TaskReport] = rdd.mapPartitions(tasks(plan.check_keys_in)).collect()
+        reports: list[TaskReport] = rdd.mapPartitions(
+            tasks(plan.check_keys_in, plan.stamps())).collect()
         held = [r for r in reports if r.moved_keys]
         if not held:
             return reports
@@ -295,8 +326,9 @@ class Job:
                     ",".join(str(r.partition) for r in held))
         again = {r.partition for r in held}
         rerun = tuple(r for r in plan.work if r.partition in again)
+        # above every timestamp of the first pass: a late write of it cannot hide these
         redone: list[TaskReport] = rdd.context.parallelize([rerun], 1).mapPartitions(
-            tasks(None)).collect()
+            tasks(None, plan.stamps(again=True))).collect()
         return [r for r in reports if not r.moved_keys] + redone
 
     # ------------------------------------------------------------------ the run

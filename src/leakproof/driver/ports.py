@@ -100,6 +100,15 @@ class LeaseStore(Protocol):
 
     def compare_and_set(self, expected: Lease, new: Lease) -> bool: ...
 
+    def cell_ts_bound(self) -> int:
+        """Above every cell timestamp an earlier holder may have used (``cell_clock``)."""
+        ...
+
+    def reserve_cell_ts(self, epoch: int, until: int) -> bool:
+        """Record how far the cell timestamps of ``epoch`` may go, while it holds the
+        lease; False: it does not any more."""
+        ...
+
     def record_gap(self, gap: Gap) -> None: ...
 
     def topic_id(self) -> str | None:

@@ -209,15 +209,18 @@ def ride_out(cfg: HBaseConfig, what: str, attempt: Callable[[], T],
 
 
 def check_and_put(conn: happybase.Connection, table: str, row: bytes, column: bytes,
-                  expected: bytes | None, value: bytes) -> bool:
-    """Thrift1 checkAndPut: write ``value`` to ``column`` only if the cell now holds
-    ``expected`` (None: only if it is empty). True when the put happened.
+                  expected: bytes | None, value: bytes, put_column: bytes | None = None
+                  ) -> bool:
+    """Thrift1 checkAndPut: write ``value`` to ``column`` (or to ``put_column`` of the same
+    row) only if ``column`` now holds ``expected`` (None: only if it is empty). True when
+    the put happened.
 
     ``table`` is the short name: the ``table_prefix`` is added the way happybase adds it.
     """
     from Hbase_thrift import Mutation  # happybase generates this module from its Thrift IDL
 
-    mutation = Mutation(column=column, value=value, isDelete=False, writeToWAL=True)
+    mutation = Mutation(column=put_column or column, value=value, isDelete=False,
+                        writeToWAL=True)
     done: bool = conn.client.checkAndPut(conn._table_name(table), row, column, expected,
                                          mutation, {})
     return done

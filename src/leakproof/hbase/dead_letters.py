@@ -40,8 +40,9 @@ class DeadLetterStore:
     def __init__(self, table: happybase.Table) -> None:
         self._table = table
 
-    def write(self, errors: Iterable[DecodeError], batch_ms: int) -> None:
-        with self._table.batch(batch_size=500) as batch:
+    def write(self, errors: Iterable[DecodeError], batch_ms: int, *, ts: int) -> None:
+        """One row per record, every cell at timestamp ``ts`` (a late copy loses)."""
+        with self._table.batch(batch_size=500, timestamp=ts) as batch:
             for err in errors:
                 batch.put(row_key(err.topic, err.partition, err.offset), to_cells(err, batch_ms))
 

@@ -52,14 +52,14 @@ class PartitionStore:
         self._table = conn.table(table_name)
         self._scan = scan or short_scan
 
-    def read_partitions(self, topic: str, partitions: Sequence[int], width: int
-                        ) -> dict[int, StoredPartition]:
+    def read_partitions(self, topic: str, partitions: Sequence[int], width: int, *,
+                        ts: int) -> dict[int, StoredPartition]:
         """Each partition's watermark, and below what the index holds nothing any more (its
         open sessions stay in the index: ``scan_open``): one getRows for all of them.
 
         A ``wm:`` row of the layout before the index, its open set in family ``o``, is
-        moved into the index first (puts, then the old cells' delete: a crash in between
-        leaves the old cells, moved again next time).
+        moved into the index first (puts at ``ts``, the range's cell timestamp, then the old
+        cells' delete: a crash in between leaves the old cells, moved again next time).
         """
         found = dict(self._table.rows([_wm_row(topic, p) for p in partitions]))
         stored = {}
@@ -69,19 +69,19 @@ class PartitionStore:
                    if k.startswith(b"o:")}
             if old:
                 moved = IndexChanges()
-                for sid, ts in old.items():
-                    moved.put(bucket_of(ts, width), sid, ts)
-                self._apply(topic, [(p, moved)])
+                for sid, last_ts in old.items():
+                    moved.put(bucket_of(last_ts, width), sid, last_ts)
+                self._apply(topic, [(p, moved)], ts=ts)
                 self._table.delete(_wm_row(topic, p), columns=[b"o", b"w:version"])
             stored[p] = StoredPartition.of_cells(cells)
         return stored
 
     def begin_writes(self, topic: str, marks: Sequence[Mark],
-                     foreign: Sequence[tuple[str, int]] = ()) -> None:
+                     foreign: Sequence[tuple[str, int]] = (), *, ts: int) -> None:
         """``w:pending`` and ``w:writer`` before the ranges write anything, and the sessions
         each will publish; ``w:foreign`` for the partitions in ``foreign``: one put per
-        partition, all in one call, before any session row is written."""
-        with self._table.batch() as batch:
+        partition, all in one call at timestamp ``ts``, before any session row is written."""
+        with self._table.batch(timestamp=ts) as batch:
             for partition, pending, outbox, writer in marks:
                 cells = {b"w:pending": str(pending).encode(), b"w:writer": writer}
                 if outbox is not None:
@@ -90,9 +90,11 @@ class PartitionStore:
             for other, partition in foreign:
                 batch.put(_wm_row(other, partition), {b"w:foreign": new_token()})
 
-    def outbox_published(self, topic: str, partition: int, outbox_id: str) -> None:
+    def outbox_published(self, topic: str, partition: int, outbox_id: str, *, ts: int
+                         ) -> None:
         """The outbox went out (the Kafka marker says so too: this only saves a look-up)."""
-        self._table.put(_wm_row(topic, partition), {PUBLISHED: outbox_id.encode()})
+        self._table.put(_wm_row(topic, partition), {PUBLISHED: outbox_id.encode()},
+                        timestamp=ts)
 
     def scan_open(self, topic: str, partition: int, since: int, before: int,
                   batch_size: int = 1000) -> list[Entry]:
@@ -114,38 +116,52 @@ class PartitionStore:
             found += [Entry(bucket, k[2:].decode("utf-8"), int(v)) for k, v in cells.items()]
         return found
 
-    def write_partitions(self, topic: str, saves: Sequence[PartitionSave]) -> None:
+    def write_partitions(self, topic: str, saves: Sequence[PartitionSave], *, ts: int
+                         ) -> None:
         """Every partition's index changes, then the watermarks and the cutoffs the ranges
         closed below: no state row runs ahead of its index.
 
         ``w:pending`` (``begin_writes``: a range's watermark, no entry it leaves stale is
         newer) marks the writes under way; the last call writes each watermark, keeping
         ``check_below`` (what ``read_partitions`` said, a crashed range's mark included),
-        and clears the mark.
-        HBase's Thrift ``mutateRows`` applies a row's puts before its deletes, as two
-        operations: a stop between them leaves the mark, which only makes the next range
-        check more entries.
+        and clears the mark -- by a put of 0, not a delete: a delete marker at ``ts`` would
+        hide a retry's mark written at the same timestamp.
         """
-        self._apply(topic, [(s.partition, s.changes) for s in saves])
-        with self._table.batch() as batch:  # a row's put lands first, then its delete
-            for s in saves:
-                row = _wm_row(topic, s.partition)
-                batch.put(row, s.watermark_cells())
-                batch.delete(row, columns=[b"w:pending"])
+        changes = [(s.partition, s.changes) for s in saves]
+        self._put_entries(topic, changes, ts=ts)
+        self._delete_entries(topic, changes, ts=ts)
+        self._write_watermarks(topic, saves, ts=ts)
 
-    def _apply(self, topic: str, changes: Sequence[tuple[int, IndexChanges]],
-               batch_size: int = 5000) -> None:
+    def _write_watermarks(self, topic: str, saves: Sequence[PartitionSave], *, ts: int
+                          ) -> None:
+        with self._table.batch(timestamp=ts) as batch:
+            for s in saves:
+                batch.put(_wm_row(topic, s.partition), {**s.watermark_cells(),
+                                                        b"w:pending": b"0"})
+
+    def _apply(self, topic: str, changes: Sequence[tuple[int, IndexChanges]], *, ts: int
+               ) -> None:
         """Every partition's puts in one round, then the deletes in another (never an entry
-        deleted before its replacement is written)."""
+        deleted before its replacement is written), all at timestamp ``ts``: a delete hides
+        the entry's versions up to ``ts``, so a late put of an older range stays hidden,
+        and a later range's put of it (a newer timestamp) shows again."""
+        self._put_entries(topic, changes, ts=ts)
+        self._delete_entries(topic, changes, ts=ts)
+
+    def _put_entries(self, topic: str, changes: Sequence[tuple[int, IndexChanges]], *,
+                     ts: int, batch_size: int = 5000) -> None:
         if any(index.puts for _, index in changes):
-            with row_puts(self._table, batch_size) as batch:
+            with row_puts(self._table, batch_size, ts) as batch:
                 for partition, index in changes:
                     for bucket, cells in index.puts.items():
                         batch.put(_open_row(topic, partition, bucket),
-                                  {f"o:{sid}".encode(): str(ts).encode()
-                                   for sid, ts in cells.items()})
+                                  {f"o:{sid}".encode(): str(ts_).encode()
+                                   for sid, ts_ in cells.items()})
+
+    def _delete_entries(self, topic: str, changes: Sequence[tuple[int, IndexChanges]], *,
+                        ts: int, batch_size: int = 5000) -> None:
         if any(index.deletes for _, index in changes):
-            with self._table.batch(batch_size=batch_size) as batch:
+            with self._table.batch(batch_size=batch_size, timestamp=ts) as batch:
                 for partition, index in changes:
                     for bucket, sids in index.deletes.items():
                         batch.delete(_open_row(topic, partition, bucket),

@@ -86,10 +86,11 @@ class SessionStore:
                 for sid, cells in self._rows(session_ids, [b"s:last_ts", b"s:state"])
                 if b"s:last_ts" in cells}
 
-    def write(self, rows: Iterable[SessionState], close: Iterable[str] = ()) -> None:
+    def write(self, rows: Iterable[SessionState], close: Iterable[str] = (), *, ts: int
+              ) -> None:
         """Put each row's changed cells (all of a row ``read`` did not find), and mark
-        sessions closed that expired without new events."""
-        with row_puts(self._table, self._write_cells) as batch:
+        sessions closed that expired without new events; every cell at timestamp ``ts``."""
+        with row_puts(self._table, self._write_cells, ts) as batch:
             for s in rows:
                 stored = self._stored.get(s.session_id)
                 cells = to_cells(s, self._model,

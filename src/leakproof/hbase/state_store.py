@@ -32,6 +32,7 @@ def lease_row(topic: str, group: str) -> bytes:
 
 
 LEASE_COLUMN = b"l:holder"
+CELL_TS_COLUMN = b"l:cell_ts_until"  # how far the holder's cell timestamps may go (cell_clock)
 TOPIC_ID_COLUMN = b"l:topic_id"  # beside the lease: the topic the offsets belong to
 MOVED_COLUMNS = (b"l:moved_since", b"l:moved_until", b"l:moved_checks")  # moved_keys
 
@@ -84,6 +85,32 @@ class StateStore:
         """Set the holder cell only if it still holds ``expected`` (None: no holder yet)."""
         return check_and_put(self._conn, self._name, lease_row(topic, group), LEASE_COLUMN,
                              expected.encode() if expected else None, new.encode())
+
+    def cell_ts_bound(self, topic: str, group: str) -> int:
+        """Above every cell timestamp a driver before this one may have used: the newest
+        reservation (``cell_clock``) and, for cells written before there were any, the
+        holder cell's own timestamp (the region server's clock at the last commit)."""
+        cells = self._table.row(lease_row(topic, group), columns=[LEASE_COLUMN, CELL_TS_COLUMN],
+                                include_timestamp=True)
+        reserved = int(cells[CELL_TS_COLUMN][0]) if CELL_TS_COLUMN in cells else 0
+        holder_ts = int(cells[LEASE_COLUMN][1]) if LEASE_COLUMN in cells else 0
+        return max(reserved, holder_ts)
+
+    def reserve_cell_ts(self, topic: str, group: str, epoch: int, until: int,
+                        attempts: int = 20) -> bool:
+        """Record ``until`` as the reservation of the driver of ``epoch``, only while it
+        holds the lease (a check-and-put on the holder cell: a reservation that lands after
+        another driver took over is refused). False: the lease has moved on."""
+        for _ in range(attempts):
+            holder = self.read_lease(topic, group)
+            if holder is None or holder.epoch != epoch:
+                return False
+            if check_and_put(self._conn, self._name, lease_row(topic, group), LEASE_COLUMN,
+                             holder.encode(), str(until).encode(), put_column=CELL_TS_COLUMN):
+                return True
+            time.sleep(0.05)  # the holder moved: a commit of this driver, or a new driver
+        raise CommitRefused(f"could not record the cell timestamps of {topic}:{group} in "
+                            f"{attempts} attempts: the holder cell keeps changing")
 
     def read_topic_id(self, topic: str, group: str) -> str | None:
         cells = self._table.row(lease_row(topic, group), columns=[TOPIC_ID_COLUMN])
@@ -139,6 +166,14 @@ class HBaseLeaseStore:
     def compare_and_set(self, expected: Lease, new: Lease) -> bool:
         return self._conns.call("lease check-and-set", lambda c: self._state(c)
                                 .compare_and_set_lease(self._topic, self._group, expected, new))
+
+    def cell_ts_bound(self) -> int:
+        return self._conns.call("cell timestamps", lambda c: self._state(c).cell_ts_bound(
+            self._topic, self._group))
+
+    def reserve_cell_ts(self, epoch: int, until: int) -> bool:
+        return self._conns.call("cell timestamps", lambda c: self._state(c).reserve_cell_ts(
+            self._topic, self._group, epoch, until))
 
     def record_gap(self, gap: Gap) -> None:
         self._conns.call("record gap", lambda c: self._state(c).record_gap(

@@ -66,11 +66,12 @@ class Wanted:
 
 
 def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_after_ms: int,
-         wanted: Sequence[Wanted]) -> list[Loaded]:
+         wanted: Sequence[Wanted], *, ts: int) -> list[Loaded]:
     """For each of ``wanted`` (distinct partitions): its partition's state, its touched rows,
-    and the open sessions that may expire by its newest event time."""
+    and the open sessions that may expire by its newest event time. (``ts``: the cell
+    timestamp of what the read moves, ``PartitionRows.read_partitions``.)"""
     width = open_index.bucket_width(close_after_ms)
-    stored = partitions.read_partitions(topic, [w.partition for w in wanted], width)
+    stored = partitions.read_partitions(topic, [w.partition for w in wanted], width, ts=ts)
     scanned = []  # per range: its cutoff, the entries that may expire, the stale ones
     for w in wanted:
         s = stored[w.partition]
@@ -96,10 +97,11 @@ def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_aft
 
 
 def save(partitions: PartitionRows, topic: str,
-         done: Sequence[tuple[int, Loaded, FoldResult]]) -> None:
-    """Each partition's index changes, then its watermark (``PartitionRows.write_partitions``)."""
+         done: Sequence[tuple[int, Loaded, FoldResult]], *, ts: int) -> None:
+    """Each partition's index changes, then its watermark (``PartitionRows.write_partitions``),
+    at cell timestamp ``ts``."""
     partitions.write_partitions(topic, [
         PartitionSave(partition, result.partition,
                       open_index.changes(loaded.width, loaded.found, loaded.before, result),
                       loaded.cutoff, loaded.stored.check_below)
-        for partition, loaded, result in done])
+        for partition, loaded, result in done], ts=ts)

@@ -155,8 +155,10 @@ class SessionRows(Protocol):
         """Only last_ts and state of the rows that exist among ``session_ids``."""
         ...
 
-    def write(self, rows: Iterable[SessionState], close: Iterable[str] = ()) -> None:
-        """Each row with its fences in one put; ``close`` marks expired sessions closed."""
+    def write(self, rows: Iterable[SessionState], close: Iterable[str] = (), *, ts: int
+              ) -> None:
+        """Each row's changed cells with its fences in one put at timestamp ``ts``;
+        ``close`` marks expired sessions closed."""
         ...
 
 
@@ -182,26 +184,31 @@ class PartitionRows(Protocol):
     """Source partitions' state: watermark, open-session index, outbox. Reads and writes
     take several partitions of a topic at once (one task's ranges), each in one call."""
 
-    def read_partitions(self, topic: str, partitions: Sequence[int], width: int
-                        ) -> dict[int, StoredPartition]: ...
+    def read_partitions(self, topic: str, partitions: Sequence[int], width: int, *, ts: int
+                        ) -> dict[int, StoredPartition]:
+        """Each partition's state row; a row of an older layout is moved into the index
+        first, its cells written at timestamp ``ts``."""
+        ...
 
     def scan_open(self, topic: str, partition: int, since: int, before: int) -> list[Entry]:
         """The index entries in buckets that start below ``before``."""
         ...
 
-    def write_partitions(self, topic: str, saves: Sequence[PartitionSave]) -> None:
+    def write_partitions(self, topic: str, saves: Sequence[PartitionSave], *, ts: int
+                         ) -> None:
         """Every save's index puts, then every save's deletes, then the watermarks: none
-        ahead of its index; then the pending marks are cleared."""
+        ahead of its index; then the pending marks are cleared. All at timestamp ``ts``."""
         ...
 
     def begin_writes(self, topic: str, marks: Sequence[Mark],
-                     foreign: Sequence[tuple[str, int]] = ()) -> None:
+                     foreign: Sequence[tuple[str, int]] = (), *, ts: int) -> None:
         """Before any session row: each range's ``Mark`` (its watermark: no index entry its
         writes may leave stale is newer), and a fresh ``w:foreign`` token for each (topic,
         partition) in ``foreign``: partitions whose fence a row about to be written bears."""
         ...
 
-    def outbox_published(self, topic: str, partition: int, outbox_id: str) -> None: ...
+    def outbox_published(self, topic: str, partition: int, outbox_id: str, *, ts: int
+                         ) -> None: ...
 
 
 class LeaseCheck(Protocol):
@@ -211,8 +218,9 @@ class LeaseCheck(Protocol):
 
 
 class DeadLetters(Protocol):
-    def write(self, errors: Iterable[DecodeError], batch_ms: int) -> None:
-        """One row per undecodable record, keyed by topic, partition and offset."""
+    def write(self, errors: Iterable[DecodeError], batch_ms: int, *, ts: int) -> None:
+        """One row per undecodable record, keyed by topic, partition and offset, its cells
+        at timestamp ``ts``."""
         ...
 
 

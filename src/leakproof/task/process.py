@@ -28,7 +28,7 @@ idempotent, so the replay of the ranges after a crash anywhere leaves the same r
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from leakproof.crashpoints import crash_point
@@ -88,20 +88,27 @@ class _Range:
 
 def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, stores: Stores,
                   model: CompiledModel, *, batch_ms: int, epoch: int, close_after_ms: int,
-                  placed_in: int | None = None) -> TaskReport:
-    """``process_ranges`` of one range."""
+                  cell_ts: int, placed_in: int | None = None) -> TaskReport:
+    """``process_ranges`` of one range, its cells written at timestamp ``cell_ts``."""
     return process_ranges([(rng, records)], decode, stores, model, batch_ms=batch_ms,
-                          epoch=epoch, close_after_ms=close_after_ms, placed_in=placed_in)[0]
+                          epoch=epoch, close_after_ms=close_after_ms,
+                          cell_ts={rng.partition: cell_ts}, placed_in=placed_in)[0]
 
 
 def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode: Decode,
                    stores: Stores, model: CompiledModel, *, batch_ms: int, epoch: int,
-                   close_after_ms: int, placed_in: int | None = None) -> list[TaskReport]:
+                   close_after_ms: int, cell_ts: Mapping[int, int],
+                   placed_in: int | None = None) -> list[TaskReport]:
     """Steps 1-7 of the module docstring for ranges of one topic, in order; returns each
     range's counts and timings.
 
     ``epoch`` is the driver's lease epoch: a task of a driver that another one has replaced
     (a zombie) refuses to write, so it cannot overwrite rows the new driver has advanced.
+    ``cell_ts`` is the HBase timestamp of every cell each partition's range writes
+    (``cell_clock``): the driver's, growing with batch and epoch, so a write that lands
+    late -- a retried call's first copy, a zombie that passed the lease check -- never
+    hides a newer one. A step writing several ranges at once writes at the greatest of
+    theirs: a later step (a range after them in the batch) always has a greater one.
     With ``placed_in`` (the topic's partition count) a range holding a key that Kafka's
     default partitioner puts in another partition writes nothing: its report counts those
     keys in ``moved_keys`` and the driver runs it again alone (``moved_keys``).
@@ -115,7 +122,7 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
                                       for sid in r.touched)
     for step in _apart([r for r in ranges if not r.report.moved_keys]):
         _steps(step, stores, model, batch_ms=batch_ms, epoch=epoch,
-               close_after_ms=close_after_ms)
+               close_after_ms=close_after_ms, cell_ts=cell_ts)
     return [r.report for r in ranges]
 
 
@@ -159,20 +166,21 @@ def _apart(ranges: Sequence[_Range]) -> list[list[_Range]]:
 
 
 def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms: int,
-           epoch: int, close_after_ms: int) -> None:
+           epoch: int, close_after_ms: int, cell_ts: Mapping[int, int]) -> None:
     """Steps 2-7 for ranges of distinct partitions that touch no session in common."""
     topic = step[0].rng.topic
+    ts = max(cell_ts[r.rng.partition] for r in step)
     # 2. load
     t0 = time.monotonic()
     loaded = index.load(stores.partitions, stores.sessions, topic, close_after_ms,
                         [index.Wanted(r.rng.partition, r.touched,
                                       max((e.ts for _, e in r.events), default=NO_WATERMARK))
-                         for r in step])
+                         for r in step], ts=ts)
     if len(step) > 1 and _overlap([ld.sessions() for ld in loaded]):
         # a session found in one range's index is touched or owed by another: each alone
         for r in step:
             _steps([r], stores, model, batch_ms=batch_ms, epoch=epoch,
-                   close_after_ms=close_after_ms)
+                   close_after_ms=close_after_ms, cell_ts=cell_ts)
         return
     shares = _shares([r.report.records for r in step])
     load_s = time.monotonic() - t0
@@ -209,16 +217,17 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     stores.partitions.begin_writes(topic, [
         Mark(r.rng.partition, result.partition.watermark, outbox, token)
         for r, result, outbox, token in zip(step, results, outboxes, tokens, strict=True)],
-        _foreign(topic, step, loaded))
+        _foreign(topic, step, loaded), ts=ts)
     stores.sessions.write([s for result in results for s in result.touched.values()],
-                          close=[sid for result in results for sid in result.closed_untouched])
+                          close=[sid for result in results for sid in result.closed_untouched],
+                          ts=ts)
     crash_point("task_after_sessions")
     # 5. dead letters
-    stores.dead_letters.write([err for r in step for err in r.dead], batch_ms)
+    stores.dead_letters.write([err for r in step for err in r.dead], batch_ms, ts=ts)
     # 6. the indexes, then the watermarks
     index.save(stores.partitions, topic,
                [(r.rng.partition, ld, result)
-                for r, ld, result in zip(step, loaded, results, strict=True)])
+                for r, ld, result in zip(step, loaded, results, strict=True)], ts=ts)
     stores.sessions.keep([_kept(topic, r.rng.partition, ld.stored.writer, token, result)
                           for r, ld, result, token in zip(step, loaded, results, tokens,
                                                           strict=True)])
@@ -227,7 +236,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
         r.report.write_s = write_s * share
         # 7. the summaries, read from the rows as they now stand, in one transaction
         if outbox is not None and stores.summaries is not None:
-            r.report.publish_s = _publish(stores, model, topic, r.rng, outbox, result)
+            r.report.publish_s = _publish(stores, model, topic, r.rng, outbox, result, ts)
             r.report.write_s += r.report.publish_s
         r.report.applied, r.report.replayed = result.applied, result.replayed
         r.report.late, r.report.duplicates = result.late, result.duplicates
@@ -236,7 +245,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
 
 
 def _publish(stores: Stores, model: CompiledModel, topic: str, rng: OffsetRange,
-             outbox: Outbox, result: FoldResult) -> float:
+             outbox: Outbox, result: FoldResult, ts: int) -> float:
     """Step 7 for one range; returns the seconds it took."""
     assert stores.summaries is not None  # the caller's condition
     t0 = time.monotonic()
@@ -247,7 +256,7 @@ def _publish(stores: Stores, model: CompiledModel, topic: str, rng: OffsetRange,
     sink.publish([(sid.encode(), encode(sid, s)) for sid, s in rows.items()], outbox.id,
                  rng.until_offset)
     crash_point("task_after_publish")
-    stores.partitions.outbox_published(topic, rng.partition, outbox.id)
+    stores.partitions.outbox_published(topic, rng.partition, outbox.id, ts=ts)
     return time.monotonic() - t0
 
 

@@ -27,7 +27,7 @@ import gc
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 
@@ -47,6 +47,7 @@ from leakproof.model.spec import Model
 from leakproof.offsets import Gap, OffsetRange, named
 from leakproof.registry import client, decoder_for
 from leakproof.reports import TaskReport
+from leakproof.sessions import fence_key
 from leakproof.summaries import Encode, avro_summary, summary_schema
 from leakproof.task.kept_trail import SharedKeptRows, Trail, trail_root
 from leakproof.task.process import Stores, process_ranges
@@ -141,10 +142,15 @@ def waves(ranges: Sequence[OffsetRange], most: int = WAVE_RECORDS
 
 
 def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch: int,
-               placed_in: int | None = None) -> list[TaskReport]:
+               placed_in: int | None = None, *, cell_ts: Mapping[int, int]
+               ) -> list[TaskReport]:
     """A task's ranges end to end (``task.process``), a wave at a time (``waves``), riding
     out an HBase outage: every step is idempotent, so a wave interrupted by one is redone
-    whole. ``placed_in``: check the keys against that partition count (``moved_keys``)."""
+    whole. ``placed_in``: check the keys against that partition count (``moved_keys``);
+    ``cell_ts``: each partition's cell timestamp (``cell_clock``).
+
+    A wave whose writes failed or timed out forgets the rows kept for its partitions: a
+    timed-out call may still land, so what HBase holds is read again, never assumed."""
     conns = _connection(cfg.hbase)
     model = compile_model(cfg.model)
     reports: list[TaskReport] = []
@@ -168,14 +174,24 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
                                       _decoder(cfg.model, cfg.input).decode, stores, model,
                                       batch_ms=batch_ms, epoch=epoch,
                                       close_after_ms=cfg.sessions.close_after_ms,
-                                      placed_in=placed_in)
+                                      cell_ts=cell_ts, placed_in=placed_in)
             for rng, report in zip(wave, done, strict=True):
                 # the first range found the topic's consumer or made it; the others use it
                 report.gaps, report.consumer_cached = tuple(gaps[rng]), cached or rng != wave[0]
             done[0].client_stalls = stalls() - stalled
             return done
 
-        reports += ride_out(cfg.hbase, f"writes of {named(wave)}", attempt, conns.reset)
+        def forgetting(wave: tuple[OffsetRange, ...] = wave,
+                       attempt: Callable[[], list[TaskReport]] = attempt) -> list[TaskReport]:
+            try:
+                return attempt()
+            except BaseException:
+                kept = _kept_rows(cfg, epoch)
+                for rng in wave:
+                    kept.drop(fence_key(rng.topic, rng.partition))
+                raise
+
+        reports += ride_out(cfg.hbase, f"writes of {named(wave)}", forgetting, conns.reset)
     return reports
 
 
