@@ -232,8 +232,10 @@ class FakeTable:
       deletes, each row's atomically.
 
     Faults: ``tear_after`` = n: the next batch applies its first n rows' puts, then raises
-    Crash (the process died). ``hold`` = n: the next n calls that write are kept and raise
-    ``LateWrite`` as a timed-out call does; ``deliver_late`` applies them when a test says.
+    Crash (the process died). ``hold`` = n: the next n calls that write (after ``pass_writes``
+    more go through) are kept and raise ``LateWrite`` as a timed-out call does; ``delay`` = n:
+    the next n are kept and return as if done (a stalled task that goes on: a zombie);
+    ``deliver_late`` applies what was kept when a test says.
     ``tests/integration/test_store_contract.py`` holds these rules to a real HBase.
     """
 
@@ -244,6 +246,8 @@ class FakeTable:
         self._deleted: dict[bytes, dict[bytes, int]] = {}  # column or b"family:" -> ts
         self.tear_after: int | None = None
         self.hold = 0
+        self.pass_writes = 0
+        self.delay = 0
         self.late: list[Callable[[], None]] = []
 
     # -- reads ---------------------------------------------------------------------------
@@ -291,10 +295,17 @@ class FakeTable:
         return _FakeBatch(self, timestamp)
 
     def _write(self, apply: Callable[[], None]) -> None:
-        if self.hold:
-            self.hold -= 1
+        if self.delay:
+            self.delay -= 1
             self.late.append(apply)
-            raise LateWrite("timed out")
+            return
+        if self.hold:
+            if self.pass_writes:
+                self.pass_writes -= 1
+            else:
+                self.hold -= 1
+                self.late.append(apply)
+                raise LateWrite("timed out")
         apply()
 
     def deliver_late(self) -> int:
@@ -435,7 +446,7 @@ class FakePartitionRows(PartitionStore):
         if table is not None:
             self.conn.tables["leakproof_state"] = table
         self.table = self.conn.table("leakproof_state")
-        super().__init__(self.conn, "leakproof_state", _fake_scan)
+        super().__init__(self.conn, "leakproof_state", fake_scan)
 
     def write_partitions(self, topic: str, saves: Sequence[PartitionSave], *, ts: int
                          ) -> None:
@@ -479,7 +490,7 @@ class FakePartitionRows(PartitionStore):
         return out
 
 
-def _fake_scan(table: Any, start: bytes, stop: bytes, batch_size: int
+def fake_scan(table: Any, start: bytes, stop: bytes, batch_size: int
                ) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
     return iter(table.scan(row_start=start, row_stop=stop, batch_size=batch_size))
 
