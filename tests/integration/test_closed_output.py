@@ -130,3 +130,47 @@ def test_avro_summaries_are_registry_framed_under_a_schema_derived_from_the_mode
 
     assert len(published_once_per_change(env, topic, decode)) > 300
     assert len(writers) == 1  # one schema for every summary
+
+
+def test_two_attempts_of_one_range_publish_its_outbox_once(env: Env) -> None:
+    """A speculative copy of a range and the original, each in its own Python worker with
+    its own producer of the partition's transactional id: one after the other, and both at
+    once. Each outbox goes out once; a copy scoped to other tables (a reprocessing run with
+    another ``hbase.table_prefix``) has ids of its own and publishes its own."""
+    import threading
+
+    from leakproof import config as config_mod
+    from leakproof.kafka.closed_sink import ClosedSink
+
+    topic = f"{env.name}-closed"
+    create_topic(env.cfg.kafka, topic, 1)
+    cfg = config_mod.load(env.variant("sink", output={"closed_sessions_topic": topic}))
+    sinks = [ClosedSink(cfg.kafka, cfg.output, 0) for _ in range(4)]
+    copy = ClosedSink(cfg.kafka, cfg.output, 0, scope="reprocess")
+    assert copy.txn_id != sinks[0].txn_id
+    try:
+        first = [(f"a-{i}".encode(), b"{}") for i in range(500)]
+        sinks[0].publish(first, "box-1", 10)
+        sinks[1].publish(first, "box-1", 10)  # the copy that finished later
+        second = [(f"b-{i}".encode(), b"{}") for i in range(3000)]
+        errors: list[BaseException] = []
+
+        def attempt(sink: ClosedSink) -> None:
+            try:
+                sink.publish(second, "box-2", 20)
+            except Exception as exc:  # noqa: BLE001 - a fenced attempt fails its task
+                errors.append(exc)
+
+        both = [threading.Thread(target=attempt, args=(s,)) for s in sinks[2:]]
+        for t in both:
+            t.start()
+        for t in both:
+            t.join(120)
+        assert len(errors) < 2, errors  # at least one attempt saw its outbox through
+        copy.publish(first, "box-1", 10)
+    finally:
+        for s in (*sinks, copy):
+            s.close()
+    seen = [sid for sid, _ in summaries(topic, "read_committed")]
+    assert sorted(seen) == sorted([f"a-{i}" for i in range(500)] * 2
+                                  + [f"b-{i}" for i in range(3000)])

@@ -1,13 +1,19 @@
 """The closed-session summaries' way to Kafka (runs in executors' Python workers).
 
 Transactional by default (``output.transactional``): one transaction per range, with the
-transactional id ``leakproof-<group>-<topic>-<partition>``. The id names the *source*
-partition, never the driver's epoch, so every task that ever publishes a partition's
-summaries -- a retry, a speculative copy, an old driver's executor -- shares it, and the
-broker fences all but the newest (``init_transactions`` bumps the producer epoch). The
-transaction also commits the range's outbox id as the offset metadata of the source
-partition in the group ``<group>.closed-sessions`` (``send_offsets_to_transaction``): the
-marker a replay reads to tell a published outbox from a pending one (outbox.py).
+transactional id ``leakproof-<group>-<topic>-<partition>`` (``leakproof-<table prefix>-...``
+with an ``hbase.table_prefix``: a reprocessing copy into new tables never fences the job).
+The id names the *source* partition, never the driver's epoch, so every task that ever
+publishes a partition's summaries -- a retry, a speculative copy, an old driver's executor
+-- shares it, and the broker fences all but the newest (``init_transactions`` bumps the
+producer epoch). The transaction also commits the range's outbox id as the offset metadata
+of the source partition in the group ``<group>.closed-sessions``
+(``send_offsets_to_transaction``): the marker a replay reads to tell a published outbox
+from a pending one (outbox.py); with a table prefix the group is
+``<group>.closed-sessions.<table prefix>``. Every publish reads
+the marker first, with a producer that has fenced every older one: of two attempts of one
+range running at once (a speculative copy, a zombie), the second sees the first's
+transaction committed, or its own init aborted it.
 
 kafka-python's ``commit_transaction``, ``abort_transaction`` and
 ``send_offsets_to_transaction`` wait without a deadline: each call here runs under
@@ -37,12 +43,17 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def transactional_id(cfg: KafkaConfig, partition: int) -> str:
+def transactional_id(cfg: KafkaConfig, partition: int, scope: str = "") -> str:
+    """The id every publisher of ``partition``'s summaries shares; ``scope``: the tables'
+    prefix, so jobs writing other tables from the same topic and group never share it."""
+    if scope:
+        return f"leakproof-{scope}-{cfg.group_id}-{cfg.topic}-{partition}"
     return f"leakproof-{cfg.group_id}-{cfg.topic}-{partition}"
 
 
-def marker_group(cfg: KafkaConfig) -> str:
-    return f"{cfg.group_id}.closed-sessions"
+def marker_group(cfg: KafkaConfig, scope: str = "") -> str:
+    """The group whose offset metadata marks each published outbox (``scope`` as above)."""
+    return f"{cfg.group_id}.closed-sessions" + (f".{scope}" if scope else "")
 
 
 def within(seconds: float, what: str, call: Callable[[], T]) -> T:
@@ -72,13 +83,16 @@ class ClosedSink:
     """Publishes one source partition's closed-session summaries to the output topic."""
 
     def __init__(self, kafka: KafkaConfig, output: OutputConfig, partition: int,
-                 encode: Encode | None = None) -> None:
-        """``encode``: a summary's record value (None: JSON)."""
+                 encode: Encode | None = None, scope: str = "") -> None:
+        """``encode``: a summary's record value (None: JSON); ``scope``: the tables' prefix
+        (``transactional_id``)."""
         assert output.closed_sessions_topic is not None
         self.encode = encode
         self._kafka, self._output, self.partition = kafka, output, partition
         self.topic = output.closed_sessions_topic
-        self.txn_id = transactional_id(kafka, partition) if output.transactional else None
+        self.txn_id = (transactional_id(kafka, partition, scope) if output.transactional
+                       else None)
+        self._markers_group = marker_group(kafka, scope)
         self._producer: Any = None
         self._markers: Any = None
 
@@ -128,7 +142,7 @@ class ClosedSink:
         tp = TopicPartition(self._kafka.topic, self.partition)
         if self._markers is None:
             settings = consumer_settings(self._kafka)
-            settings.update(group_id=marker_group(self._kafka), isolation_level="read_committed")
+            settings.update(group_id=self._markers_group, isolation_level="read_committed")
             self._markers = KafkaConsumer(**settings)
         timeout_ms = round(self._output.transaction_timeout_s * 1000)
         found = self._call("reading the marker",
@@ -142,7 +156,9 @@ class ClosedSink:
         on any failure abort (best effort) and raise PublishError. Without transactions:
         send and flush.
 
-        A transaction the broker refused is made once more with a new producer, unless the
+        The marker is read first (by a producer that has fenced every older one): an outbox
+        a concurrent attempt of the range already published is not sent again. A
+        transaction the broker refused is made once more with a new producer, unless the
         marker shows the outbox already out. Most often the refusal is a fence: a newer
         producer of this id initialised since ours, because the partition's last range ran
         in another Python worker (or a copy of this task ran, and then it may have published
@@ -158,6 +174,8 @@ class ClosedSink:
 
             self._call("send", send_all)
             return
+        if self.published(outbox_id):
+            return  # a copy of this range running beside this one published it
         try:
             self._transaction(records, outbox_id, until_offset)
         except PublishError as exc:
@@ -183,7 +201,7 @@ class ClosedSink:
             marker = {TopicPartition(self._kafka.topic, self.partition):
                       OffsetAndMetadata(until_offset, outbox_id, -1)}
             self._call("send_offsets_to_transaction", lambda: producer.send_offsets_to_transaction(
-                marker, marker_group(self._kafka)))
+                marker, self._markers_group))
             crash_point("task_before_publish_commit")
             self._call("commit_transaction", producer.commit_transaction)
         except BaseException:

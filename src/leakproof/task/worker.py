@@ -9,8 +9,9 @@ by the settings that made it, so a task of another config never gets a wrong one
   ``model.compiled.compile_model``): parsing schemas and compiling the fold are not free;
 - schema registry clients (per registry, in ``registry.client``); the writer schemas they
   fetched, by id, live in the decoder (ids never change);
-- the closed-session sinks (per servers, group, topic, output settings and partition): a
-  transactional producer lives until the broker fences it, then the next range makes another;
+- the closed-session sinks (per servers, group, topic, output settings, partition and table
+  prefix): a transactional producer lives until the broker fences it, then the next range
+  makes another;
 - kept session rows (``kept_rows``, per tables, group and driver epoch): the rows of a
   partition's last ranges, brought up to date from the host's other workers
   (``kept_trail``), so a range reads only the rows its partition's last ranges did not touch;
@@ -59,7 +60,7 @@ log = logging.getLogger(__name__)
 _connections: dict[HBaseConfig, ConnectionSlot] = {}
 _decoders: dict[tuple[Model, InputConfig], codec.Decoder] = {}
 _encoders: dict[tuple[Model, OutputConfig], Encode] = {}
-_sinks: dict[tuple[str, str, str, OutputConfig, int], ClosedSink] = {}
+_sinks: dict[tuple[str, str, str, OutputConfig, int, str], ClosedSink] = {}
 _kept: dict[tuple[HBaseConfig, str, int], KeptRows] = {}
 
 
@@ -99,11 +100,12 @@ def _kept_rows(cfg: Config, epoch: int) -> KeptRows:
 
 def _sink(cfg: Config, partition: int) -> ClosedSink:
     k = cfg.kafka
-    key = (k.bootstrap_servers, k.group_id, k.topic, cfg.output, partition)
+    key = (k.bootstrap_servers, k.group_id, k.topic, cfg.output, partition,
+           cfg.hbase.table_prefix or "")
     sink = _sinks.get(key)
     if sink is None:
         sink = _sinks[key] = ClosedSink(cfg.kafka, cfg.output, partition,
-                                        _summary_encoder(cfg))
+                                        _summary_encoder(cfg), cfg.hbase.table_prefix or "")
     return sink
 
 
