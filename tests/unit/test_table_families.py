@@ -70,3 +70,15 @@ def test_a_lost_connection_while_reading_them_is_the_callers_to_retry() -> None:
     conn = _Tables({cfg.sessions_table: TTransportException(message="reset")})
     with pytest.raises(TTransportException):
         untuned_tables(conn, cfg)
+
+
+def test_a_family_ttl_is_refused_naming_the_alter_that_removes_it() -> None:
+    from leakproof.hbase.connection import FOREVER, ttl_refusal
+
+    assert ttl_refusal("t1_web_sessions", {b"s:": {"time_to_live": FOREVER},
+                                           b"f:": {"time_to_live": -1}}) is None
+    refusal = ttl_refusal("t1_web_sessions", {b"s:": {"time_to_live": 40},
+                                              b"f:": {"time_to_live": FOREVER}})
+    assert refusal is not None
+    assert "(s 40s)" in refusal
+    assert refusal.endswith("alter 't1_web_sessions', {NAME => 's', TTL => 'FOREVER'}")

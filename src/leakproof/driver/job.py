@@ -49,8 +49,14 @@ from leakproof.errors import (
     ConfigError,
     KafkaReadError,
     LeakproofError,
+    StoreError,
 )
-from leakproof.hbase.connection import ConnectionSlot, ensure_tables, untuned_tables
+from leakproof.hbase.connection import (
+    ConnectionSlot,
+    ensure_tables,
+    ttl_refusals,
+    untuned_tables,
+)
 from leakproof.hbase.state_store import HBaseLeaseStore, HBaseRunRecord
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.moved_keys import NONE as NO_MOVES
@@ -107,7 +113,10 @@ class Job:
         conns = ConnectionSlot(cfg.hbase)
         created = conns.call("create tables", lambda c: ensure_tables(c, cfg.hbase))
         advice = conns.call("read table settings", lambda c: untuned_tables(c, cfg.hbase))
+        refusals = conns.call("read table settings", lambda c: ttl_refusals(c, cfg.hbase))
         conns.reset()
+        if refusals:
+            raise StoreError("; ".join(refusals))
         if created:
             log.info("created HBase tables %s", ", ".join(created))
         for command in advice:

@@ -283,6 +283,42 @@ def family_advice(table: str, found: dict[bytes, dict[str, object]]) -> str | No
     return f"alter '{table}', {specs}"
 
 
+FOREVER = 2**31 - 1  # HBase's "no TTL" (HConstants.FOREVER), as Thrift1 reports it
+
+
+def ttl_refusal(table: str, found: dict[bytes, dict[str, object]]) -> str | None:
+    """Why the job must not run over ``table`` when a family of it has a TTL, naming the
+    HBase shell command that removes it; None when none has. A range writes only the cells
+    that changed, so a TTL expires cells written once (``first_ts``, ``user_id``, a fence)
+    under a live session, and expired index or state cells lose sessions."""
+    timed = sorted((name.decode().rstrip(":"), opts.get("time_to_live")) for name, opts
+                   in found.items() if opts.get("time_to_live") not in (None, -1, FOREVER))
+    if not timed:
+        return None
+    specs = ", ".join(f"{{NAME => '{n}', TTL => 'FOREVER'}}" for n, _ in timed)
+    ttls = ", ".join(f"{n} {ttl}s" for n, ttl in timed)
+    return (f"HBase table {table} has a TTL on families the job writes ({ttls}): cells "
+            "written once under a live session would expire and the rows come back wrong "
+            f"(docs/DESIGN.md, late writes). In the HBase shell: alter '{table}', {specs}")
+
+
+def ttl_refusals(conn: happybase.Connection, cfg: HBaseConfig) -> list[str]:
+    """``ttl_refusal`` for the sessions and state tables that exist."""
+    refusals = []
+    for name in (cfg.sessions_table, cfg.state_table):
+        try:
+            found = conn.table(name).families()
+        except TTransportException:
+            raise
+        except TException as exc:  # a user without ADMIN: the job cannot tell
+            log.info("not checking the families of %s: %s", cfg.full_name(name), _brief(exc))
+            continue
+        refusal = ttl_refusal(cfg.full_name(name), found)
+        if refusal is not None:
+            refusals.append(refusal)
+    return refusals
+
+
 def untuned_tables(conn: happybase.Connection, cfg: HBaseConfig) -> list[str]:
     """``family_advice`` for each of the job's read tables that exists and lacks it."""
     advice = []
