@@ -25,7 +25,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-RESERVE_MS = 60_000  # how far ahead a driver records its timestamps may go, at least
+# How far ahead of its newest timestamp a driver records that it may go: a driver started
+# within this time of its predecessor's last record stamps ahead of its clock until its
+# batch times catch up (each batch gains an interval). Short, so restarts in a crash loop
+# cannot pile it up; one check-and-put per this much time is nothing to the driver.
+RESERVE_MS = 10_000
+# The first driver on a lease row without a record (tables written before timestamps):
+# above the holder cell's timestamp by this, for the region servers' clock skew (HBase
+# refuses a server more than 30 s off: hbase.master.maxclockskew).
+UPGRADE_MARGIN_MS = 30_000
 
 
 def room(ranges: int, spread: bool) -> int:
@@ -59,6 +67,12 @@ class CellClock:
         predecessors may have used) and not behind its own clock."""
         first = max(now_ms, before + 1)
         return cls(first, first - 1, reserve_ms)
+
+    @staticmethod
+    def bound(reserved: int | None, holder_ts: int) -> int:
+        """What a new driver starts above: its predecessors' record; or, with none (cells
+        written with the servers' clocks), the lease cell's own timestamp and a margin."""
+        return reserved if reserved is not None else holder_ts + UPGRADE_MARGIN_MS
 
     def stamp(self, batch_ms: int, room: int, reserve: Callable[[int], None]) -> int:
         """The timestamp of batch ``batch_ms``, which takes ``room`` of them. When it would

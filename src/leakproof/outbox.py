@@ -12,10 +12,17 @@ last write, in one Kafka transaction that also commits the outbox's id as a mark
 
 Each closed session is therefore published once per change, with its row as it stands after
 the range that changed it.
+
+An outbox's id names the range attempt and, by a digest, the sessions it holds: two
+attempts of one range running at once (a speculative copy, a zombie) may each see the other's
+writes part way and owe different sessions; under one id the second would take the first's
+marker for its own and never send what only it owed. With the digest each goes out (a
+session the two share is then published twice: at least once, never lost).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -48,7 +55,7 @@ class Outbox:
         sessions = tuple(dict.fromkeys((*self.owed(), *closed)))
         if not sessions:
             return None
-        return Outbox(new_id, sessions, self.published)
+        return Outbox(with_digest(new_id, sessions), sessions, self.published)
 
     def encode(self) -> dict[bytes, bytes]:
         return {ID: self.id.encode(), SESSIONS: json.dumps(list(self.sessions)).encode()}
@@ -59,6 +66,12 @@ class Outbox:
         return cls(cells.get(ID, b"").decode(),
                    tuple(json.loads(cells.get(SESSIONS, b"[]"))),
                    cells.get(PUBLISHED, b"").decode())
+
+
+def with_digest(attempt_id: str, sessions: Iterable[str]) -> str:
+    """``attempt_id`` and a digest of the (sorted) sessions an outbox holds."""
+    digest = hashlib.blake2b("\n".join(sorted(sessions)).encode(), digest_size=6)
+    return f"{attempt_id}:{digest.hexdigest()}"
 
 
 def outbox_id(batch_ms: int, from_offset: int, until_offset: int, epoch: int) -> str:

@@ -92,7 +92,7 @@ def test_a_replaced_drivers_stalled_task_loses_to_the_new_drivers_replay() -> No
     old one's reservation) replays the batch and goes on; then the old writes land."""
     rig = clean_first()
     kept = stalled(rig, SECOND, 2_000)
-    finished(rig, second_ts=70_000)  # the new driver: above 2 000 + the 60 s reserved
+    finished(rig, second_ts=70_000)  # the new driver: above what the old one reserved
     land(rig, kept)
     assert rig.state() == expected()
 
@@ -145,6 +145,11 @@ def test_a_new_driver_starts_above_what_the_last_one_reserved_whatever_its_clock
     assert first == 1_060_001
     assert clock.stamp(1_001_000, 1, lambda until: None) == 1_060_002  # still above
     assert clock.stamp(1_070_000, 1, lambda until: None) == 1_070_000  # caught up
+
+
+def test_a_lease_row_without_a_record_is_started_above_with_a_margin_for_server_skew() -> None:
+    assert CellClock.bound(reserved=5_000, holder_ts=9_000) == 5_000
+    assert CellClock.bound(reserved=None, holder_ts=9_000) == 39_000
 
 
 def test_a_batch_that_takes_room_leaves_it_and_a_failed_reservation_hands_nothing_out() -> None:

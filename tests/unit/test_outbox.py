@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from leakproof.outbox import Outbox, outbox_id
+from leakproof.outbox import Outbox, outbox_id, with_digest
 
 
 def test_a_range_that_closes_nothing_and_owes_nothing_writes_no_outbox() -> None:
@@ -15,13 +15,15 @@ def test_a_pending_outbox_is_carried_into_the_next_one() -> None:
     """A crash after the outbox write: the replay owes those sessions and its own."""
     crashed = Outbox("b1", ("a", "b"), published="b0")
     assert crashed.pending and crashed.owed() == ("a", "b")
-    assert crashed.next("b2", ["b", "c"]) == Outbox("b2", ("a", "b", "c"), "b0")
+    assert crashed.next("b2", ["b", "c"]) == Outbox(with_digest("b2", "abc"), ("a", "b", "c"),
+                                                    "b0")
 
 
 def test_a_published_outbox_is_owed_no_more() -> None:
     """A crash after the transaction committed: the marker marks it published."""
     done = Outbox("b1", ("a",), published="b1")
-    assert done.owed() == () and done.next("b2", ["c"]) == Outbox("b2", ("c",), "b1")
+    assert done.owed() == () and done.next("b2", ["c"]) == Outbox(with_digest("b2", "c"),
+                                                                  ("c",), "b1")
 
 
 def test_the_cells_round_trip_and_an_absent_outbox_is_empty() -> None:
@@ -35,3 +37,14 @@ def test_ids_differ_by_batch_range_and_driver() -> None:
     ids = {outbox_id(1, 0, 10, 1), outbox_id(2, 0, 10, 1), outbox_id(1, 0, 11, 1),
            outbox_id(1, 0, 10, 2)}
     assert len(ids) == 4
+
+
+def test_two_attempts_owing_different_sessions_have_different_ids() -> None:
+    """Copies of one range running at once can see each other's writes part way: each
+    outbox's id names its sessions, so neither takes the other's marker for its own."""
+    first = Outbox().next("b1", ["y", "z"])
+    second = Outbox().next("b1", ["z"])
+    same = Outbox().next("b1", ["z", "y"])
+    assert first is not None and second is not None and same is not None
+    assert first.id != second.id and first.id == same.id
+    assert first.id.startswith("b1:")

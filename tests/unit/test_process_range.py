@@ -12,6 +12,7 @@ from leakproof.events import Event, WebEvent
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
 from leakproof.offsets import OffsetRange
+from leakproof.outbox import with_digest
 from leakproof.reports import TaskReport
 from leakproof.task.process import Stores, process_range, process_ranges
 from leakproof.testing import (
@@ -139,7 +140,7 @@ def test_write_order_and_counts() -> None:
                                  "publish", "outbox published"]
     assert report.closed == 1
     assert [(ids, [k for k, _ in recs]) for ids, recs in rig.sink.committed] == [
-        ("2000:4-6:1", [b"a"])]
+        (with_digest("2000:4-6:1", ["a"]), [b"a"])]
 
 
 def test_a_crash_between_the_session_rows_and_the_index_is_replayed_exactly() -> None:

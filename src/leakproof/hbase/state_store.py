@@ -18,6 +18,7 @@ import time
 
 import happybase
 
+from leakproof.cell_clock import CellClock
 from leakproof.config import HBaseConfig
 from leakproof.errors import CommitRefused
 from leakproof.hbase.connection import ConnectionSlot, check_and_put
@@ -88,13 +89,14 @@ class StateStore:
 
     def cell_ts_bound(self, topic: str, group: str) -> int:
         """Above every cell timestamp a driver before this one may have used: the newest
-        reservation (``cell_clock``) and, for cells written before there were any, the
-        holder cell's own timestamp (the region server's clock at the last commit)."""
+        reservation (``cell_clock``) or, before there was any, the holder cell's own
+        timestamp (the region server's clock when this driver took the lease) and a margin
+        for the skew between region servers (``CellClock.bound``)."""
         cells = self._table.row(lease_row(topic, group), columns=[LEASE_COLUMN, CELL_TS_COLUMN],
                                 include_timestamp=True)
-        reserved = int(cells[CELL_TS_COLUMN][0]) if CELL_TS_COLUMN in cells else 0
+        reserved = int(cells[CELL_TS_COLUMN][0]) if CELL_TS_COLUMN in cells else None
         holder_ts = int(cells[LEASE_COLUMN][1]) if LEASE_COLUMN in cells else 0
-        return max(reserved, holder_ts)
+        return CellClock.bound(reserved, holder_ts)
 
     def reserve_cell_ts(self, topic: str, group: str, epoch: int, until: int,
                         attempts: int = 20) -> bool:

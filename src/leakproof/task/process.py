@@ -170,12 +170,15 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     """Steps 2-7 for ranges of distinct partitions that touch no session in common."""
     topic = step[0].rng.topic
     ts = max(cell_ts[r.rng.partition] for r in step)
+    # what the load moves (an old layout's index) at the lowest: if the step is cut into
+    # ranges that each write at their own, none of their deletes can leave a moved entry
+    first_ts = min(cell_ts[r.rng.partition] for r in step)
     # 2. load
     t0 = time.monotonic()
     loaded = index.load(stores.partitions, stores.sessions, topic, close_after_ms,
                         [index.Wanted(r.rng.partition, r.touched,
                                       max((e.ts for _, e in r.events), default=NO_WATERMARK))
-                         for r in step], ts=ts)
+                         for r in step], ts=first_ts)
     if len(step) > 1 and _overlap([ld.sessions() for ld in loaded]):
         # a session found in one range's index is touched or owed by another: each alone
         for r in step:
