@@ -2,7 +2,9 @@
 
 ``LEAKPROOF_CRASH_AT=<name>[@<n>][:executor]`` kills the process the n-th time (default 1st)
 it passes the named point; with ``:executor``, the Spark executor JVM the Python worker runs
-under is killed instead (its whole process tree dies with it). With
+under is killed instead (its whole process tree dies with it); with ``:stall=<s>`` nothing
+is killed: the process sleeps that long there and goes on (a task that stalled past its
+lease check, then writes: a zombie, or the slow attempt of a speculated task). With
 ``LEAKPROOF_CRASH_ONCE=<file>`` only the first process to get there crashes (it creates the
 file), so a task retried elsewhere passes. Unset, a crash point is one dictionary lookup.
 Used only by tests; documented so that no one is surprised to find it.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 ENV = "LEAKPROOF_CRASH_AT"
@@ -36,6 +39,9 @@ def crash_point(name: str) -> None:
             os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             return
+    if whom.startswith("stall="):
+        time.sleep(float(whom.removeprefix("stall=")))
+        return
     pid = _executor_jvm() if whom == "executor" else os.getpid()
     os.kill(pid or os.getpid(), signal.SIGKILL)
 

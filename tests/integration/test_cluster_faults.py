@@ -113,3 +113,39 @@ def test_whole_worker_killed_mid_stream(env: Env) -> None:
         stack("up", "--spark")  # bring the worker back for later tests
     print(f"worker-kill: fault -> next commit {recovery:.1f}s")
     assert "worker lost" in text
+
+
+def test_speculation_with_the_slow_attempt_writing_after_its_copy_is_exact(env: Env) -> None:
+    """``spark.speculation=true``: a task stalls right after its lease check (the Python
+    worker of the first executor to get there sleeps 25 s), Spark runs a copy on the other
+    executor, the batch commits and later batches move the same sessions on; the stalled
+    attempt -- its Python worker left alive (``spark.python.task.killTimeout``) -- then
+    writes what it folded from the rows as they were. Every session exact, each closed
+    summary published once per change."""
+    topic = f"{env.name}-closed"
+    create_topic(env.cfg.kafka, topic, 2)
+    spec = GeneratorSpec(seed=4590, events=12_000, sessions=1_200, span_s=4 * 3600)
+    env.produce(spec)
+    config = env.variant("speculating", output={"closed_sessions_topic": topic},
+                         kafka={"max_rate_per_partition": 250},
+                         job={"spark_conf": {
+                             "spark.speculation": "true", "spark.speculation.interval": "200ms",
+                             "spark.speculation.quantile": "0.5",
+                             "spark.speculation.multiplier": "1.5",
+                             "spark.speculation.minTaskRuntime": "1s",
+                             "spark.python.task.killTimeout": "120s"}})
+    marker = env.tmp / "stall.once"
+    stall_s = 25
+    with submit(env, config, "speculation", "--until-idle", str(stall_s + 10),
+                executor_env={"LEAKPROOF_CRASH_AT": f"task_after_lease_check@3:stall={stall_s}",
+                              "LEAKPROOF_CRASH_ONCE": str(marker)}) as job:
+        wait_for("the stall", marker.exists, timeout=240)
+        stalled = marker.stat().st_mtime
+        rows = {k for k, _ in offsets_rows(env)}
+        wait_for("a commit while the attempt stalls",
+                 lambda: {k for k, _ in offsets_rows(env)} - rows, timeout=stall_s - 2)
+        copied = time.time() - stalled  # the copy finished the batch: the original sleeps on
+        text = finish_exact(env, spec, job)
+    assert copied < stall_s, text[-3000:]
+    print(f"speculation: a stalled attempt's batch committed {copied:.1f}s after the stall")
+    assert len(published_once_per_change(env, topic)) > 500

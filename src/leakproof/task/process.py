@@ -207,6 +207,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     if holder != epoch:
         raise CommitRefused(f"{named([r.rng for r in step])}: the driver lease is at epoch "
                             f"{holder}, this driver's is {epoch}; not writing")
+    crash_point("task_after_lease_check")
     tokens = [new_token() for _ in step]
     outboxes: list[Outbox | None] = [None] * len(step)
     if stores.summaries is not None:
