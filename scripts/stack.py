@@ -180,6 +180,7 @@ class Service:
     port: int
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    host: str = HOST  # the loopback address it binds to
 
     @property
     def dir(self) -> Path:
@@ -204,7 +205,7 @@ class Service:
         if self.pid() is not None:
             log(f"{self.name} already running (pid {self.pid()})")
             return
-        if port_open(self.port):
+        if port_open(self.port, self.host):
             raise StackError(
                 f"{self.name}: port {HOST}:{self.port} is taken by a process this script did not "
                 f"start; stop it first (see `ss -ltnp 'sport = :{self.port}'`)"
@@ -263,17 +264,17 @@ def pid_alive(pid: int) -> bool:
     return state != "Z"
 
 
-def port_open(port: int) -> bool:
+def port_open(port: int, host: str = HOST) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
-        return s.connect_ex((HOST, port)) == 0
+        return s.connect_ex((host, port)) == 0
 
 
 def wait_port_closed(svc: Service, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
-    while port_open(svc.port):
+    while port_open(svc.port, svc.host):
         if time.monotonic() > deadline:
-            raise StackError(f"{svc.name} stopped but {HOST}:{svc.port} is still bound")
+            raise StackError(f"{svc.name} stopped but {svc.host}:{svc.port} is still bound")
         time.sleep(0.2)
 
 
@@ -375,14 +376,18 @@ def spark_services() -> list[Service]:
                       "--port", str(SPARK_MASTER_PORT), "--webui-port", str(SPARK_MASTER_UI_PORT)],
                      env={**env, "SPARK_DAEMON_MEMORY": "512m"})
     workers = []
+    # each worker (and its executor) under a loopback address of its own: to Spark they are
+    # two hosts, as on a real cluster -- which speculation needs (a task's copy never runs
+    # on a host where the task already runs)
     for i, (port, ui) in enumerate(SPARK_WORKER_PORTS, start=1):
         wdir = RUN / "spark" / f"worker{i}"
+        host = f"127.0.0.{i}"
         workers.append(Service(
             f"spark-worker{i}", "spark", port,
-            [cls, "org.apache.spark.deploy.worker.Worker", "--host", HOST, "--port", str(port),
+            [cls, "org.apache.spark.deploy.worker.Worker", "--host", host, "--port", str(port),
              "--webui-port", str(ui), "--cores", "1", "--memory", "1g", "--work-dir", str(wdir),
              f"spark://{HOST}:{SPARK_MASTER_PORT}"],
-            env={**env, "SPARK_DAEMON_MEMORY": "256m"}))
+            env={**env, "SPARK_LOCAL_IP": host, "SPARK_DAEMON_MEMORY": "256m"}, host=host))
     return [master, *workers]
 
 
@@ -597,10 +602,10 @@ def wait_until(svc: Service, probe_name: str, probe: Callable[[], None]) -> None
                      f"see {svc.logfile}")
 
 
-def probe_port(port: int) -> Callable[[], None]:
+def probe_port(port: int, host: str = HOST) -> Callable[[], None]:
     def probe() -> None:
-        if not port_open(port):
-            raise ConnectionError(f"{HOST}:{port} closed")
+        if not port_open(port, host):
+            raise ConnectionError(f"{host}:{port} closed")
     return probe
 
 
@@ -646,10 +651,10 @@ def wait_ready(svc: Service) -> None:
         protocol = "compact" if "-c" in svc.argv else "binary"
         wait_until(svc, "create/put/get", lambda: probe_hbase(svc.port, transport, protocol))
     else:
-        wait_until(svc, "port", probe_port(svc.port))
+        wait_until(svc, "port", probe_port(svc.port, svc.host))
         if svc.name.startswith("spark-worker"):
             wait_spark_workers(len(SPARK_WORKER_PORTS))
-    log(f"{svc.name} ready on {HOST}:{svc.port} ({time.monotonic() - t0:.1f}s)")
+    log(f"{svc.name} ready on {svc.host}:{svc.port} ({time.monotonic() - t0:.1f}s)")
 
 
 # --------------------------------------------------------------------------- commands
@@ -775,7 +780,7 @@ def up(spark: bool, wipe: bool) -> None:
         for worker in workers:
             worker.start()
         for worker in workers:
-            wait_until(worker, "worker port", probe_port(worker.port))
+            wait_until(worker, "worker port", probe_port(worker.port, worker.host))
         wait_spark_workers(len(workers))
         log(f"spark standalone ready at spark://{HOST}:{SPARK_MASTER_PORT} "
             f"({time.monotonic() - t0:.1f}s)")
@@ -978,8 +983,8 @@ def status() -> int:
             state = "not started (optional)" if svc.name in optional else "stopped"
             print(f"{svc.name:22s} {state}")
             continue
-        state = "listening" if port_open(svc.port) else "NOT LISTENING"
-        print(f"{svc.name:22s} pid {pid:<7d} {HOST}:{svc.port:<5d} {state:13s} "
+        state = "listening" if port_open(svc.port, svc.host) else "NOT LISTENING"
+        print(f"{svc.name:22s} pid {pid:<7d} {svc.host}:{svc.port:<5d} {state:13s} "
               f"rss {rss_mib(pid):7.0f} MiB  log {svc.logfile}")
     return 0
 

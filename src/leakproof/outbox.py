@@ -74,6 +74,27 @@ def with_digest(attempt_id: str, sessions: Iterable[str]) -> str:
     return f"{attempt_id}:{digest.hexdigest()}"
 
 
+def covers(marker_id: str, outbox_id: str) -> bool:
+    """Whether a partition's marker (the id its newest committed transaction carried) says
+    the outbox ``outbox_id`` needs no publish: it is that outbox, or one of a later range of
+    the same driver or of a newer driver, whose ranges found this one's sessions published
+    or carried them on. So an attempt that stalled past later batches (a zombie, the slow
+    copy of a speculated task) does not send its summaries again."""
+    if marker_id == outbox_id:
+        return True
+    marker, mine = _order(marker_id), _order(outbox_id)
+    return marker is not None and mine is not None and marker > mine
+
+
+def _order(outbox_id: str) -> tuple[int, int] | None:
+    """(epoch, until offset) of an id ``outbox_id`` made: ranges in the order they ran."""
+    try:
+        _, offsets, epoch = outbox_id.split(":")[:3]
+        return int(epoch), int(offsets.rsplit("-", 1)[1])
+    except (ValueError, IndexError):
+        return None
+
+
 def outbox_id(batch_ms: int, from_offset: int, until_offset: int, epoch: int) -> str:
     """Unique per range attempt of a driver: a rewind or a new table prefix never makes an
     old marker look like a new outbox's."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from leakproof.outbox import Outbox, outbox_id, with_digest
+from leakproof.outbox import Outbox, covers, outbox_id, with_digest
 
 
 def test_a_range_that_closes_nothing_and_owes_nothing_writes_no_outbox() -> None:
@@ -48,3 +48,14 @@ def test_two_attempts_owing_different_sessions_have_different_ids() -> None:
     assert first is not None and second is not None and same is not None
     assert first.id != second.id and first.id == same.id
     assert first.id.startswith("b1:")
+
+
+def test_a_marker_covers_its_own_outbox_and_those_of_earlier_ranges_and_drivers() -> None:
+    mine = with_digest(outbox_id(5_000, 10, 20, 3), ["a"])
+    assert covers(mine, mine)
+    assert covers(with_digest(outbox_id(6_000, 20, 30, 3), ["b"]), mine)  # a later range
+    assert covers(with_digest(outbox_id(9_000, 0, 5, 4), ["c"]), mine)  # a newer driver
+    assert not covers(with_digest(outbox_id(5_000, 10, 20, 3), ["a", "b"]), mine)  # a copy
+    assert not covers(with_digest(outbox_id(4_000, 0, 10, 3), ["a"]), mine)  # before it
+    assert not covers(with_digest(outbox_id(1_000, 500, 600, 2), ["a"]), mine)  # older driver
+    assert not covers("", mine) and not covers("box-1", mine)

@@ -36,6 +36,7 @@ from leakproof.crashpoints import crash_point
 from leakproof.errors import PublishError
 from leakproof.kafka import producer_settings
 from leakproof.kafka.reader import consumer_settings
+from leakproof.outbox import covers
 from leakproof.summaries import Encode
 
 log = logging.getLogger(__name__)
@@ -127,7 +128,8 @@ class ClosedSink:
         return self._producer
 
     def published(self, outbox_id: str) -> bool:
-        """Whether a committed transaction carried this outbox (the marker's metadata).
+        """Whether a committed transaction carried this outbox, or a later range's
+        (``outbox.covers``: the marker's metadata).
 
         Read as a read_committed consumer of the marker group reads its offsets: the
         OffsetFetch asks for stable offsets only, and the broker answers "unstable" (retried
@@ -148,7 +150,7 @@ class ClosedSink:
         found = self._call("reading the marker",
                            lambda: self._markers.committed(tp, metadata=True,
                                                            timeout_ms=timeout_ms))
-        return found is not None and found.metadata == outbox_id
+        return found is not None and covers(found.metadata, outbox_id)
 
     def publish(self, records: Sequence[tuple[bytes, bytes]], outbox_id: str,
                 until_offset: int) -> None:
