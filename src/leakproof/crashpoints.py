@@ -6,8 +6,8 @@ under is killed instead (its whole process tree dies with it); with ``:stall=<s>
 is killed: the process sleeps that long there and goes on (a task that stalled past its
 lease check, then writes: a zombie, or the slow attempt of a speculated task). With
 ``LEAKPROOF_CRASH_ONCE=<file>`` only the first process to get there crashes (it creates the
-file), so a task retried elsewhere passes. Unset, a crash point is one dictionary lookup.
-Used only by tests; documented so that no one is surprised to find it.
+file and writes its pid there), so a task retried elsewhere passes. Unset, a crash point is
+one dictionary lookup. Used only by tests; documented so that no one is surprised to find it.
 """
 
 from __future__ import annotations
@@ -36,26 +36,34 @@ def crash_point(name: str) -> None:
     once = os.environ.get(ONCE_ENV)
     if once:
         try:
-            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            fd = os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             return
+        os.write(fd, b"%d" % os.getpid())  # whose fault it is: a test may stop its executor
+        os.close(fd)
     if whom.startswith("stall="):
         time.sleep(float(whom.removeprefix("stall=")))
         return
-    pid = _executor_jvm() if whom == "executor" else os.getpid()
+    pid = executor_jvm(os.getpid()) if whom == "executor" else os.getpid()
     os.kill(pid or os.getpid(), signal.SIGKILL)
 
 
-def _executor_jvm() -> int | None:
-    """The nearest ancestor that is a Spark executor JVM (Linux /proc)."""
-    pid = os.getppid()
+def executor_jvm(pid: int) -> int | None:
+    """The nearest ancestor of process ``pid`` that is a Spark executor JVM (Linux /proc)."""
+    pid = _parent(pid)
     while pid > 1:
-        proc = Path(f"/proc/{pid}")
         try:
-            if b"CoarseGrainedExecutorBackend" in (proc / "cmdline").read_bytes():
+            if b"CoarseGrainedExecutorBackend" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 return pid
-            stat = (proc / "stat").read_text()
         except OSError:
             return None
-        pid = int(stat.rsplit(")", 1)[1].split()[1])  # field 4: the parent pid
+        pid = _parent(pid)
     return None
+
+
+def _parent(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])  # field 4: the parent pid

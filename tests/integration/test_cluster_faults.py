@@ -149,3 +149,41 @@ def test_speculation_with_the_slow_attempt_writing_after_its_copy_is_exact(env: 
     assert copied < stall_s, text[-3000:]
     print(f"speculation: a stalled attempt's batch committed {copied:.1f}s after the stall")
     assert len(published_once_per_change(env, topic)) > 500
+
+
+def test_a_lost_executors_python_worker_writing_after_the_rerun_is_exact(env: Env) -> None:
+    """An executor JVM stops (SIGSTOP: no heartbeats) while its Python worker is stalled
+    right after a lease check; the driver gives the executor up, runs the task on the other
+    one and goes on; the Python worker -- alive all along -- then writes what it folded from
+    the rows as they were. Every session exact."""
+    import os
+    import signal
+
+    from leakproof.crashpoints import executor_jvm
+
+    spec = GeneratorSpec(seed=4600, events=12_000, sessions=1_200, span_s=3600)
+    env.produce(spec)
+    config = env.variant("heartbeats", kafka={"max_rate_per_partition": 250},
+                         job={"spark_conf": {"spark.executor.heartbeatInterval": "1s",
+                                             "spark.network.timeout": "8s",
+                                             "spark.python.task.killTimeout": "120s"}})
+    marker = env.tmp / "stall.once"
+    stall_s = 30
+    with submit(env, config, "executor-lost", "--until-idle", str(stall_s + 10),
+                executor_env={"LEAKPROOF_CRASH_AT": f"task_after_lease_check@3:stall={stall_s}",
+                              "LEAKPROOF_CRASH_ONCE": str(marker)}) as job:
+        wait_for("the stall", lambda: marker.exists() and marker.read_text(), timeout=240)
+        stalled_at = time.monotonic()
+        jvm = executor_jvm(int(marker.read_text()))
+        assert jvm is not None, "the stalled Python worker has no executor JVM above it"
+        os.kill(jvm, signal.SIGSTOP)
+        try:
+            rows = {k for k, _ in offsets_rows(env)}
+            wait_for("a commit without the stopped executor",
+                     lambda: {k for k, _ in offsets_rows(env)} - rows, timeout=stall_s - 4)
+            lost_s = time.monotonic() - stalled_at
+        finally:
+            os.kill(jvm, signal.SIGCONT)  # (the worker kills it, or it finds itself lost)
+        text = finish_exact(env, spec, job)
+    assert lost_s < stall_s, text[-3000:]
+    print(f"executor lost: the batch committed {lost_s:.1f}s after its executor stopped")
