@@ -166,6 +166,7 @@ def test_a_lost_executors_python_worker_writing_after_the_rerun_is_exact(env: En
     config = env.variant("heartbeats", kafka={"max_rate_per_partition": 250},
                          job={"spark_conf": {"spark.executor.heartbeatInterval": "1s",
                                              "spark.network.timeout": "8s",
+                                             "spark.network.timeoutInterval": "2s",
                                              "spark.python.task.killTimeout": "120s"}})
     marker = env.tmp / "stall.once"
     stall_s = 30
