@@ -181,24 +181,18 @@ class Job:
         except LeakproofError as exc:
             self.control.fail(exc)
             return sc.emptyRDD()
-        try:
-            plan = self._with_moves(plan)
-        except Exception as exc:  # noqa: BLE001 - without the record a restart would forget
-            self.control.hand_over(plan)
-            self.control.fail(exc if isinstance(exc, LeakproofError) else BatchFailed(
-                f"batch {batch_ms}: could not record that partitions were added: "
-                f"{describe(exc)}"))
-            return sc.emptyRDD()
-        if plan.work:
-            try:
+        what = "that partitions were added"
+        try:  # both records before any task: without them a restart or a late write would
+            plan = self._with_moves(plan)  # forget the rule, or hide a newer batch's cells
+            if plan.work:
+                what = "its cell timestamps"
                 plan = replace(plan, cell_ts=self._clock.stamp(batch_ms, plan.cell_room,
                                                                self._reserve_cell_ts))
-            except Exception as exc:  # noqa: BLE001 - no task may write without its stamp
-                self.control.hand_over(plan)
-                self.control.fail(exc if isinstance(exc, LeakproofError) else BatchFailed(
-                    f"batch {batch_ms}: could not record its cell timestamps: "
-                    f"{describe(exc)}"))
-                return sc.emptyRDD()
+        except Exception as exc:  # noqa: BLE001 - the batch must not run: named, it stops
+            self.control.hand_over(plan)
+            self.control.fail(exc if isinstance(exc, LeakproofError) else BatchFailed(
+                f"batch {batch_ms}: could not record {what}: {describe(exc)}"))
+            return sc.emptyRDD()
         self.control.hand_over(plan)
         work = plan.work
         if not work:

@@ -304,24 +304,19 @@ def ttl_refusal(table: str, found: dict[bytes, dict[str, object]]) -> str | None
 
 def ttl_refusals(conn: happybase.Connection, cfg: HBaseConfig) -> list[str]:
     """``ttl_refusal`` for the sessions and state tables that exist."""
-    refusals = []
-    for name in (cfg.sessions_table, cfg.state_table):
-        try:
-            found = conn.table(name).families()
-        except TTransportException:
-            raise
-        except TException as exc:  # a user without ADMIN: the job cannot tell
-            log.info("not checking the families of %s: %s", cfg.full_name(name), _brief(exc))
-            continue
-        refusal = ttl_refusal(cfg.full_name(name), found)
-        if refusal is not None:
-            refusals.append(refusal)
-    return refusals
+    return _judge_families(conn, cfg, ttl_refusal)
 
 
 def untuned_tables(conn: happybase.Connection, cfg: HBaseConfig) -> list[str]:
     """``family_advice`` for each of the job's read tables that exists and lacks it."""
-    advice = []
+    return _judge_families(conn, cfg, family_advice)
+
+
+def _judge_families(conn: happybase.Connection, cfg: HBaseConfig,
+                    judge: Callable[[str, dict[bytes, dict[str, object]]], str | None]
+                    ) -> list[str]:
+    """What ``judge`` says of the sessions and state tables' families, where it says any."""
+    said = []
     for name in (cfg.sessions_table, cfg.state_table):
         try:
             found = conn.table(name).families()
@@ -330,7 +325,7 @@ def untuned_tables(conn: happybase.Connection, cfg: HBaseConfig) -> list[str]:
         except TException as exc:  # e.g. a user without ADMIN or CREATE on the table
             log.info("not checking the families of %s: %s", cfg.full_name(name), _brief(exc))
             continue
-        command = family_advice(cfg.full_name(name), found)
-        if command is not None:
-            advice.append(command)
-    return advice
+        verdict = judge(cfg.full_name(name), found)
+        if verdict is not None:
+            said.append(verdict)
+    return said
