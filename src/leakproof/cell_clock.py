@@ -69,10 +69,13 @@ class CellClock:
         return cls(first, first - 1, reserve_ms)
 
     @staticmethod
-    def bound(reserved: int | None, holder_ts: int) -> int:
-        """What a new driver starts above: its predecessors' record; or, with none (cells
-        written with the servers' clocks), the lease cell's own timestamp and a margin."""
-        return reserved if reserved is not None else holder_ts + UPGRADE_MARGIN_MS
+    def bound(reserved: int | None, holder_ts: int, predecessor: bool = True) -> int:
+        """What a new driver starts above: its predecessors' record; or, with none, the
+        lease cell's own timestamp -- and a margin when a driver held the lease before
+        (its cells carry the region servers' clocks: tables written before timestamps)."""
+        if reserved is not None:
+            return reserved
+        return holder_ts + (UPGRADE_MARGIN_MS if predecessor else 0)
 
     def stamp(self, batch_ms: int, room: int, reserve: Callable[[int], None]) -> int:
         """The timestamp of batch ``batch_ms``, which takes ``room`` of them. When it would

@@ -150,6 +150,7 @@ def test_a_new_driver_starts_above_what_the_last_one_reserved_whatever_its_clock
 def test_a_lease_row_without_a_record_is_started_above_with_a_margin_for_server_skew() -> None:
     assert CellClock.bound(reserved=5_000, holder_ts=9_000) == 5_000
     assert CellClock.bound(reserved=None, holder_ts=9_000) == 39_000
+    assert CellClock.bound(reserved=None, holder_ts=9_000, predecessor=False) == 9_000
 
 
 def test_a_batch_that_takes_room_leaves_it_and_a_failed_reservation_hands_nothing_out() -> None:

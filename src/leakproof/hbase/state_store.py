@@ -90,13 +90,15 @@ class StateStore:
     def cell_ts_bound(self, topic: str, group: str) -> int:
         """Above every cell timestamp a driver before this one may have used: the newest
         reservation (``cell_clock``) or, before there was any, the holder cell's own
-        timestamp (the region server's clock when this driver took the lease) and a margin
-        for the skew between region servers (``CellClock.bound``)."""
+        timestamp (the region server's clock when this driver took the lease), with a margin
+        for the skew between region servers if a driver held it before
+        (``CellClock.bound``)."""
         cells = self._table.row(lease_row(topic, group), columns=[LEASE_COLUMN, CELL_TS_COLUMN],
                                 include_timestamp=True)
         reserved = int(cells[CELL_TS_COLUMN][0]) if CELL_TS_COLUMN in cells else None
-        holder_ts = int(cells[LEASE_COLUMN][1]) if LEASE_COLUMN in cells else 0
-        return CellClock.bound(reserved, holder_ts)
+        holder, holder_ts = cells.get(LEASE_COLUMN, (b"", 0))
+        first = not holder or Lease.parse(holder).epoch == FIRST_EPOCH  # no driver before
+        return CellClock.bound(reserved, int(holder_ts), predecessor=not first)
 
     def reserve_cell_ts(self, topic: str, group: str, epoch: int, until: int,
                         attempts: int = 20) -> bool:
