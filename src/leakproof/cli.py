@@ -48,10 +48,28 @@ def _offsets(text: str) -> dict[int, int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+DESCRIPTION = ("leakproof: Kafka web-server events folded into per-session rows in HBase, "
+               "exactly once, by a Spark Streaming job; offsets in HBase. Each command "
+               "takes --config config.yml.")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("leakproof")
+    except PackageNotFoundError:  # a source tree on the path, not installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="leakproof", description=__doc__)
-    parser.add_argument("--log-level", default="INFO")
-    sub = parser.add_subparsers(dest="cmd", required=True)
+    parser = argparse.ArgumentParser(prog="leakproof", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"leakproof {_version()}")
+    parser.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
+                        metavar="LEVEL", help=f"one of {', '.join(LOG_LEVELS)} (default INFO)")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND",
+                                help="what to do (leakproof COMMAND --help for its options)")
 
     def cmd(name: str, help_: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_)
@@ -72,9 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="wait up to S seconds until it has stopped, and say where")
 
     produce = cmd("produce", "produce seeded, realistic web sessions")
-    produce.add_argument("--events", type=int, required=True)
-    produce.add_argument("--sessions", type=int, required=True)
-    produce.add_argument("--seed", type=int, required=True)
+    produce.add_argument("--events", type=int, required=True, help="how many events")
+    produce.add_argument("--sessions", type=int, required=True,
+                         help="over how many sessions (at most --events)")
+    produce.add_argument("--seed", type=int, required=True,
+                         help="the generator's seed: the same seed, the same events")
     produce.add_argument("--rate", type=float, help="events per second (default: unthrottled)")
     produce.add_argument("--span-s", type=int,
                          help="event time over which sessions start (default: 2 s per session)")
@@ -85,11 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
                               "format; the schema registered at events.registry.url)")
 
     topic = cmd("topic", "create the configured topic")
-    topic.add_argument("action", choices=["create"])
-    topic.add_argument("--partitions", type=int, required=True)
+    topic.add_argument("action", choices=["create"], help="create it (if it does not exist)")
+    topic.add_argument("--partitions", type=int, required=True, help="how many partitions")
+    topic.add_argument("--replication-factor", type=int, default=1, metavar="N",
+                       help="copies of each partition (default 1: the local stack's one broker)")
 
     tables = cmd("tables", "create the HBase tables (idempotent)")
-    tables.add_argument("action", choices=["create"])
+    tables.add_argument("action", choices=["create"], help="create the missing ones")
 
     offsets = cmd("offsets", "committed offsets: show, history, lag, rewind")
     actions = offsets.add_subparsers(dest="action", required=True)
@@ -100,10 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", default=argparse.SUPPRESS, help="path to config.yml")
         return p
 
-    action("show", "the newest commit")
+    old_limit = "accepted for scripts written for earlier versions; no effect"
+    action("show", "the newest commit").add_argument("--limit", type=int, metavar="N",
+                                                     help=old_limit)
     action("history", "the newest commits, newest first").add_argument(
-        "--limit", type=int, default=20)
-    action("lag", "per partition: committed, stable end, log end, state")
+        "--limit", type=int, default=20, metavar="N", help="how many (default 20)")
+    action("lag", "per partition: committed, stable end, log end, state").add_argument(
+        "--limit", type=int, metavar="N", help=old_limit)
     rewind = action("rewind", "commit earlier offsets for the next run to resume from")
     where = rewind.add_mutually_exclusive_group(required=True)
     where.add_argument("--to-batch", type=int, metavar="BATCH_MS",
@@ -115,12 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="these partitions to these offsets, the rest as they are")
 
     sessions = cmd("sessions", "read a session row")
-    sessions.add_argument("action", choices=["get"])
-    sessions.add_argument("session_id")
+    sessions.add_argument("action", choices=["get"], help="print one session row")
+    sessions.add_argument("session_id", help="the row key: the session's id")
 
     model = cmd("model", "check the event model (events:, aggregates:) against its schema and "
                          "the topic's newest records; writes nothing")
-    model.add_argument("action", choices=["check"])
+    model.add_argument("action", choices=["check"], help="check it; writes nothing")
     model.add_argument("--sample", type=int, default=20, metavar="N",
                        help="fold the newest N records and print the rows they would give "
                             "(0: check the schema only)")
@@ -139,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "config", None) is None:
         parser.error("the following arguments are required: --config")
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("kafka", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -210,7 +235,8 @@ def produce(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 def topic(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.produce import create_topic
 
-    made = create_topic(cfg.kafka, cfg.kafka.topic, args.partitions)
+    made = create_topic(cfg.kafka, cfg.kafka.topic, args.partitions,
+                        replication_factor=args.replication_factor)
     print(f"topic {cfg.kafka.topic}: {'created' if made else 'exists'}")
     return 0
 

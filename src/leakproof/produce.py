@@ -36,11 +36,12 @@ class ProduceReport:
 
 
 def create_topic(cfg: KafkaConfig, topic: str, partitions: int,
-                 configs: dict[str, str] | None = None) -> bool:
+                 configs: dict[str, str] | None = None, replication_factor: int = 1) -> bool:
     """Create the topic if it does not exist; True if this call created it."""
     admin = KafkaAdminClient(**admin_settings(cfg))
     try:
-        spec: dict[str, Any] = {"num_partitions": partitions, "replication_factor": 1}
+        spec: dict[str, Any] = {"num_partitions": partitions,
+                                "replication_factor": replication_factor}
         if configs:
             spec["configs"] = configs
         admin.create_topics({topic: spec}, wait_for_metadata=True)

@@ -1,0 +1,61 @@
+"""The command line as operators and their scripts use it: version, log levels, help,
+options older scripts pass."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from leakproof.cli import build_parser
+
+
+def test_version_is_printed_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith("leakproof ")
+
+
+def test_a_bad_log_level_exits_2_naming_the_valid_ones(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args(["--log-level", "FOO", "stop", "--config", "c.yml"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert "--log-level" in err and "DEBUG" in err and "CRITICAL" in err
+    args = build_parser().parse_args(["--log-level", "debug", "stop", "--config", "c.yml"])
+    assert args.log_level == "DEBUG"
+
+
+def test_the_help_speaks_to_operators_and_every_option_has_help() -> None:
+    parser = build_parser()
+    assert "exactly once" in parser.format_help()
+    assert "argument parsing" not in parser.format_help()
+    lacking = []
+
+    def walk(p: argparse.ArgumentParser, path: str) -> None:
+        for action in p._actions:  # argparse's own list of a parser's arguments
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+            elif not action.help:
+                lacking.append(f"{path} {action.dest}")
+
+    walk(parser, "leakproof")
+    assert lacking == []
+
+
+@pytest.mark.parametrize("action", ["show", "lag", "history"])
+def test_offsets_limit_is_accepted_where_older_scripts_pass_it(action: str) -> None:
+    args = build_parser().parse_args(["offsets", action, "--config", "c.yml", "--limit", "5"])
+    assert args.limit == 5
+
+
+def test_topic_create_takes_a_replication_factor() -> None:
+    args = build_parser().parse_args(["topic", "create", "--config", "c.yml",
+                                      "--partitions", "8", "--replication-factor", "3"])
+    assert (args.partitions, args.replication_factor) == (8, 3)
+    args = build_parser().parse_args(["topic", "create", "--config", "c.yml",
+                                      "--partitions", "8"])
+    assert args.replication_factor == 1
