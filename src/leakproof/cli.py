@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -13,6 +12,7 @@ from datetime import UTC, datetime
 from leakproof import config as config_mod
 from leakproof.errors import ConfigError, LeakproofError
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
+from leakproof.logs import configure, said
 from leakproof.registry import resolve_schema
 
 
@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop gracefully after S seconds without new records")
     run.add_argument("--max-batches", type=int, metavar="N", help="stop after N batches")
     run.add_argument("--log-format", choices=["text", "json"], default="text",
-                     help="the per-batch progress line as text or as one JSON object")
+                     help="every log record as a text line, or as one JSON object (the "
+                          "per-batch progress record's figures as its fields)")
 
     stop = cmd("stop", "ask the running job of this topic and group to stop after its batch "
                        "in flight (works where no signal can: YARN cluster mode)")
@@ -164,10 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "config", None) is None:
         parser.error("the following arguments are required: --config")
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("kafka", "py4j"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    log_format = getattr(args, "log_format", "text")
+    configure(args.log_level, log_format)
     command = COMMANDS[args.cmd if args.cmd != "offsets" else f"offsets {args.action}"]
     try:
         cfg = config_mod.load(args.config)
@@ -175,10 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg = resolve_schema(cfg)
         return command(args, cfg)
     except ConfigError as exc:
-        print(f"leakproof: config error: {exc}", file=sys.stderr)
+        print(said(f"leakproof: config error: {exc}", log_format), file=sys.stderr)
         return 2
     except LeakproofError as exc:
-        print(f"leakproof: {exc}", file=sys.stderr)
+        print(said(f"leakproof: {exc}", log_format), file=sys.stderr)
         return 1
 
 

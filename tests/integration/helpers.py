@@ -399,9 +399,15 @@ def resume_exactly(env: Env, spec: GeneratorSpec) -> None:
 
 
 def progress_lines(stderr: str) -> list[dict[str, Any]]:
-    """The JSON progress objects of a ``--log-format json`` run, in order."""
-    return [json.loads(line.split("leakproof.stream: ", 1)[1])
-            for line in stderr.splitlines() if "leakproof.stream: {" in line]
+    """The progress objects of a ``--log-format json`` run, in order: of the log's JSON
+    lines (every record leakproof logs is one), those of the batches."""
+    found = []
+    for line in stderr.splitlines():
+        if line.startswith("{") and '"leakproof.stream"' in line:
+            record = json.loads(line)
+            if record.get("logger") == "leakproof.stream" and "batch_ms" in record:
+                found.append(record)
+    return found
 
 
 # --------------------------------------------------------------------------- spark-submit

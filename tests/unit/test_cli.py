@@ -59,3 +59,24 @@ def test_topic_create_takes_a_replication_factor() -> None:
     args = build_parser().parse_args(["topic", "create", "--config", "c.yml",
                                       "--partitions", "8"])
     assert args.replication_factor == 1
+
+
+def test_with_log_format_json_every_record_and_the_exit_message_are_one_json_object(
+        ) -> None:
+    import json
+    import logging
+    import sys
+
+    from leakproof.logs import JsonFormatter, said
+
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record = logging.LogRecord("leakproof.driver.job", logging.ERROR, __file__, 1,
+                                   "batch %d failed", (7,), sys.exc_info())
+    obj = json.loads(JsonFormatter().format(record))
+    assert (obj["level"], obj["logger"], obj["message"]) == (
+        "ERROR", "leakproof.driver.job", "batch 7 failed")
+    assert "ValueError: boom" in obj["exception"]
+    assert json.loads(said("leakproof: config error: x", "json"))["level"] == "ERROR"
+    assert said("leakproof: config error: x", "text") == "leakproof: config error: x"

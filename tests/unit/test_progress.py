@@ -10,6 +10,7 @@ import pytest
 
 from leakproof.driver.batch import BatchOutcome, BatchPlan, Committed, batch_millis
 from leakproof.driver.progress import Progress, log_line, progress_record, ranges_text
+from leakproof.logs import JsonFormatter
 from leakproof.offsets import Gap, LogBounds, OffsetRange
 from leakproof.reports import BatchTotals, TaskReport
 
@@ -53,7 +54,9 @@ def test_the_line_goes_to_the_logger_operators_filter_on(
     (line,) = [r for r in caplog.records if r.name == "leakproof.stream"]
     text = line.getMessage()
     if fmt == "json":
-        assert json.loads(text)["records"] == 10
+        obj = json.loads(JsonFormatter().format(line))
+        assert (obj["logger"], obj["level"], obj["records"]) == ("leakproof.stream", "INFO", 10)
+        assert obj["message"] == "batch 1700000000000" and "time" in obj
     else:
         assert text.startswith("batch 1700000000000 | p0:0->10 | records 10 (applied 8, ")
         assert 'dead 2 {"key_mismatch": 1, "tombstone": 1})' in text

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from leakproof.driver.batch import BatchOutcome
+from leakproof.logs import FIELDS
 
-# The progress line's logger keeps the name it always had: operators filter logs on it and
-# tools parse the JSON objects that follow "leakproof.stream: ".
+# The progress line's logger keeps the name it always had: operators filter logs on it. With
+# --log-format json its record is one JSON object whose fields are the batch's figures.
 log = logging.getLogger("leakproof.stream")
 
 Listener = Callable[[BatchOutcome, dict[str, Any]], None]
@@ -98,10 +99,11 @@ def _held_text(held: list[dict[str, Any]]) -> str:
 
 
 def log_line(log_format: str) -> Listener:
-    """The per-batch line: text, or one JSON object (``--log-format json``)."""
+    """The per-batch line: text, or (``--log-format json``) a record whose ``fields`` are
+    the batch's figures, which ``logs.JsonFormatter`` writes as one JSON object."""
     def write(_outcome: BatchOutcome, record: dict[str, Any]) -> None:
         if log_format == "json":
-            log.info("%s", json.dumps(record, sort_keys=True))
+            log.info("batch %d", record["batch_ms"], extra={FIELDS: record})
         else:
             log.info("%s", text_line(record))
     return write
