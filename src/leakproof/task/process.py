@@ -22,7 +22,9 @@ own. Ranges that share a session row (a key that moved when partitions were adde
 through a step together: the later one loads after the earlier one's writes.
 
 Any failure raises: the batch fails and its offsets are not committed. Every step is
-idempotent, so the replay of the ranges after a crash anywhere leaves the same rows.
+idempotent, so the replay of the ranges after a crash anywhere leaves the same rows. Every
+cell is written at the batch's cell timestamp (``cell_clock``), so a write that lands late
+-- a timed-out call the server still applies, a stalled attempt -- never hides a newer one.
 """
 
 from __future__ import annotations
