@@ -76,21 +76,28 @@ def with_digest(attempt_id: str, sessions: Iterable[str]) -> str:
 
 def covers(marker_id: str, outbox_id: str) -> bool:
     """Whether a partition's marker (the id its newest committed transaction carried) says
-    the outbox ``outbox_id`` needs no publish: it is that outbox, or one of a later range of
-    the same driver or of a newer driver, whose ranges found this one's sessions published
-    or carried them on. So an attempt that stalled past later batches (a zombie, the slow
-    copy of a speculated task) does not send its summaries again."""
+    the outbox ``outbox_id`` needs no publish: it is that outbox, or one of a later range
+    of the same driver (a later batch, further on), which ran after this range's batch had
+    committed and so found its sessions published or carried them on. So the slow copy of
+    a speculated task waking after later batches does not send its summaries again.
+
+    Another driver's marker never covers: a newer driver's ranges may have loaded the
+    partition before this one's outbox landed (a replaced driver's stalled task, a rewind
+    that starts over), and epochs restart with a new state table while markers stay in
+    Kafka. Such an attempt publishes again: at least once, never lost."""
     if marker_id == outbox_id:
         return True
     marker, mine = _order(marker_id), _order(outbox_id)
-    return marker is not None and mine is not None and marker > mine
+    if marker is None or mine is None or marker[0] != mine[0]:
+        return False
+    return marker[1] > mine[1] and marker[2] > mine[2]
 
 
-def _order(outbox_id: str) -> tuple[int, int] | None:
-    """(epoch, until offset) of an id ``outbox_id`` made: ranges in the order they ran."""
+def _order(outbox_id: str) -> tuple[int, int, int] | None:
+    """(epoch, batch time, until offset) of an id ``outbox_id`` made."""
     try:
-        _, offsets, epoch = outbox_id.split(":")[:3]
-        return int(epoch), int(offsets.rsplit("-", 1)[1])
+        batch, offsets, epoch = outbox_id.split(":")[:3]
+        return int(epoch), int(batch), int(offsets.rsplit("-", 1)[1])
     except (ValueError, IndexError):
         return None
 

@@ -42,8 +42,10 @@ def test_each_partition_prefers_one_executor_and_the_run_reports_cache_hits(env:
     text = out.stdout + out.stderr
     (env.tmp / "spark-submit.log").write_text(text)
     assert out.returncode == 0, out.stderr[-5000:]
-    placements = [line.rsplit("ranges prefer executors: ", 1)[1].split(", ")
-                  for line in text.splitlines() if "ranges prefer executors: " in line]
+    # every log record of the job is one JSON object (--log-format json)
+    messages = [json.loads(line)["message"] for line in text.splitlines()
+                if line.startswith("{") and "ranges prefer executors: " in line]
+    placements = [m.rsplit("ranges prefer executors: ", 1)[1].split(", ") for m in messages]
     assert placements, "no placement logged"
     last = dict(entry.split("@") for entry in placements[-1])
     assert sorted(last) == ["p0", "p1", "p2", "p3"]
