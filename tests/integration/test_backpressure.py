@@ -17,8 +17,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.serial]
 def test_backlog_drains_with_batches_converging_under_the_interval(env: Env) -> None:
     spec = GeneratorSpec(seed=1800, events=60_000, sessions=6_000)
     env.produce(spec)
+    # the cap (20 000 records a batch) keeps a fast machine's estimate from draining the
+    # backlog in four batches: some batches must run while the job is still behind
     bp = env.variant("bp", job={"batch_interval_s": 2},
-                     kafka={"backpressure": {"enabled": True, "initial_rate": 250,
+                     kafka={"max_rate_per_partition": 2_500,
+                            "backpressure": {"enabled": True, "initial_rate": 250,
                                              "min_rate": 100}})
     ran = env.run("--until-idle", "5", "--log-format", "json", config=bp)
     batches = progress_lines(ran.stderr)
