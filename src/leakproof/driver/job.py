@@ -54,8 +54,9 @@ from leakproof.errors import (
 from leakproof.hbase.connection import (
     ConnectionSlot,
     ensure_tables,
-    ttl_refusals,
-    untuned_tables,
+    family_advice,
+    judge_families,
+    ttl_refusal,
 )
 from leakproof.hbase.state_store import HBaseLeaseStore, HBaseRunRecord
 from leakproof.kafka.admin import KafkaMetadata
@@ -112,8 +113,8 @@ class Job:
         cfg = self.cfg
         conns = ConnectionSlot(cfg.hbase)
         created = conns.call("create tables", lambda c: ensure_tables(c, cfg.hbase))
-        advice = conns.call("read table settings", lambda c: untuned_tables(c, cfg.hbase))
-        refusals = conns.call("read table settings", lambda c: ttl_refusals(c, cfg.hbase))
+        advice, refusals = conns.call("read table settings", lambda c: judge_families(
+            c, cfg.hbase, family_advice, ttl_refusal))
         conns.reset()
         if refusals:
             raise StoreError("; ".join(refusals))

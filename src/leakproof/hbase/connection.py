@@ -302,21 +302,19 @@ def ttl_refusal(table: str, found: dict[bytes, dict[str, object]]) -> str | None
             f"(docs/DESIGN.md, late writes). In the HBase shell: alter '{table}', {specs}")
 
 
-def ttl_refusals(conn: happybase.Connection, cfg: HBaseConfig) -> list[str]:
-    """``ttl_refusal`` for the sessions and state tables that exist."""
-    return _judge_families(conn, cfg, ttl_refusal)
+Judge = Callable[[str, dict[bytes, dict[str, object]]], str | None]
 
 
 def untuned_tables(conn: happybase.Connection, cfg: HBaseConfig) -> list[str]:
     """``family_advice`` for each of the job's read tables that exists and lacks it."""
-    return _judge_families(conn, cfg, family_advice)
+    return judge_families(conn, cfg, family_advice)[0]
 
 
-def _judge_families(conn: happybase.Connection, cfg: HBaseConfig,
-                    judge: Callable[[str, dict[bytes, dict[str, object]]], str | None]
-                    ) -> list[str]:
-    """What ``judge`` says of the sessions and state tables' families, where it says any."""
-    said = []
+def judge_families(conn: happybase.Connection, cfg: HBaseConfig, *judges: Judge
+                   ) -> list[list[str]]:
+    """What each of ``judges`` (``family_advice``, ``ttl_refusal``) says of the sessions and
+    state tables' families, where it says anything: their descriptors read once."""
+    said: list[list[str]] = [[] for _ in judges]
     for name in (cfg.sessions_table, cfg.state_table):
         try:
             found = conn.table(name).families()
@@ -325,7 +323,8 @@ def _judge_families(conn: happybase.Connection, cfg: HBaseConfig,
         except TException as exc:  # e.g. a user without ADMIN or CREATE on the table
             log.info("not checking the families of %s: %s", cfg.full_name(name), _brief(exc))
             continue
-        verdict = judge(cfg.full_name(name), found)
-        if verdict is not None:
-            said.append(verdict)
+        for judge, verdicts in zip(judges, said, strict=True):
+            verdict = judge(cfg.full_name(name), found)
+            if verdict is not None:
+                verdicts.append(verdict)
     return said
