@@ -117,7 +117,7 @@ def test_a_range_that_stops_while_writing_the_index_leaves_its_mark_until_one_co
     # the puts went out, the deletes and the last put did not: w:pending stays
     conn.t.put(b"wm:t:1", {b"w:watermark": b"500000", b"w:offset": b"3"}, timestamp=1)
     conn.t.put(b"wm:t:1", {b"w:pending": b"700000"}, timestamp=1)
-    store._apply("t", [(1, moved)], ts=1)
+    store._put_entries("t", [(1, moved)], ts=1)
     assert store.read_partitions("t", [1], W, ts=5)[1].check_below == 700_000
     # the replay completes: the mark is kept (stale entries may be anywhere below it), the
     # pending cell goes

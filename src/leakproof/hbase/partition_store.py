@@ -71,7 +71,7 @@ class PartitionStore:
                 moved = IndexChanges()
                 for sid, last_ts in old.items():
                     moved.put(bucket_of(last_ts, width), sid, last_ts)
-                self._apply(topic, [(p, moved)], ts=ts)
+                self._put_entries(topic, [(p, moved)], ts=ts)
                 self._table.delete(_wm_row(topic, p), columns=[b"o", b"w:version"])
             stored[p] = StoredPartition.of_cells(cells)
         return stored
@@ -139,27 +139,23 @@ class PartitionStore:
                 batch.put(_wm_row(topic, s.partition), {**s.watermark_cells(),
                                                         b"w:pending": b"0"})
 
-    def _apply(self, topic: str, changes: Sequence[tuple[int, IndexChanges]], *, ts: int
-               ) -> None:
-        """Every partition's puts in one round, then the deletes in another (never an entry
-        deleted before its replacement is written), all at timestamp ``ts``: a delete hides
-        the entry's versions up to ``ts``, so a late put of an older range stays hidden,
-        and a later range's put of it (a newer timestamp) shows again."""
-        self._put_entries(topic, changes, ts=ts)
-        self._delete_entries(topic, changes, ts=ts)
-
     def _put_entries(self, topic: str, changes: Sequence[tuple[int, IndexChanges]], *,
                      ts: int, batch_size: int = 5000) -> None:
+        """Every partition's index puts in one round (``write_partitions`` deletes in
+        another, after: never an entry deleted before its replacement is written)."""
         if any(index.puts for _, index in changes):
             with row_puts(self._table, batch_size, ts) as batch:
                 for partition, index in changes:
                     for bucket, cells in index.puts.items():
                         batch.put(_open_row(topic, partition, bucket),
-                                  {f"o:{sid}".encode(): str(ts_).encode()
-                                   for sid, ts_ in cells.items()})
+                                  {f"o:{sid}".encode(): str(last_ts).encode()
+                                   for sid, last_ts in cells.items()})
 
     def _delete_entries(self, topic: str, changes: Sequence[tuple[int, IndexChanges]], *,
                         ts: int, batch_size: int = 5000) -> None:
+        """Every partition's index deletes, at ``ts``: a delete hides the entry's versions up
+        to it, so a late put of an older range stays hidden, and a later range's put of it
+        (a newer timestamp) shows again."""
         if any(index.deletes for _, index in changes):
             with self._table.batch(batch_size=batch_size, timestamp=ts) as batch:
                 for partition, index in changes:
