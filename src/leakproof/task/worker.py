@@ -28,7 +28,7 @@ import gc
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 
@@ -163,10 +163,10 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
             cached = consumer_cached(cfg.kafka, topic, wave[0].partition)
             stalled = stalls()
             gaps: dict[OffsetRange, list[Gap]] = {rng: [] for rng in wave}
-            with _no_cycle_collection(), conns.get() as conn:
+            kept = _kept_rows(cfg, epoch)
+            with _no_cycle_collection(), conns.get() as conn, _forgotten_on_failure(kept, wave):
                 stores = Stores(
-                    SessionStore(conn.table(cfg.hbase.sessions_table), model,
-                                 kept=_kept_rows(cfg, epoch)),
+                    SessionStore(conn.table(cfg.hbase.sessions_table), model, kept=kept),
                     PartitionStore(conn, cfg.hbase.state_table),
                     DeadLetterStore(conn.table(cfg.hbase.dead_letter_table)),
                     LeaseReader(conn, cfg.hbase.state_table, topic, cfg.kafka.group_id),
@@ -183,18 +183,20 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
             done[0].client_stalls = stalls() - stalled
             return done
 
-        def forgetting(wave: tuple[OffsetRange, ...] = wave,
-                       attempt: Callable[[], list[TaskReport]] = attempt) -> list[TaskReport]:
-            try:
-                return attempt()
-            except BaseException:
-                kept = _kept_rows(cfg, epoch)
-                for rng in wave:
-                    kept.drop(fence_key(rng.topic, rng.partition))
-                raise
-
-        reports += ride_out(cfg.hbase, f"writes of {named(wave)}", forgetting, conns.reset)
+        reports += ride_out(cfg.hbase, f"writes of {named(wave)}", attempt, conns.reset)
     return reports
+
+
+@contextmanager
+def _forgotten_on_failure(kept: KeptRows, wave: Sequence[OffsetRange]) -> Iterator[None]:
+    """The rows kept for the wave's partitions, forgotten if its writes fail or time out: a
+    timed-out call may still land, so HBase is read again, never assumed."""
+    try:
+        yield
+    except BaseException:
+        for rng in wave:
+            kept.drop(fence_key(rng.topic, rng.partition))
+        raise
 
 
 def warm_up(cfg: Config) -> float:
