@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from leakproof import config as config_mod
 from leakproof.errors import ConfigError, LeakproofError
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
-from leakproof.logs import configure, said
+from leakproof.logs import configure, fail
 from leakproof.registry import resolve_schema
 
 
@@ -174,10 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg = resolve_schema(cfg)
         return command(args, cfg)
     except ConfigError as exc:
-        print(said(f"leakproof: config error: {exc}", log_format), file=sys.stderr)
+        fail(f"leakproof: config error: {exc}", log_format)
         return 2
     except LeakproofError as exc:
-        print(said(f"leakproof: {exc}", log_format), file=sys.stderr)
+        fail(f"leakproof: {exc}", log_format)
         return 1
 
 

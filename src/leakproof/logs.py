@@ -45,10 +45,10 @@ def configure(level: str, log_format: str = "text") -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def said(message: str, log_format: str, level: str = "ERROR") -> str:
-    """What the command line prints of its own (an error, its exit): text, or the same
-    JSON object a log record would be."""
-    if log_format != "json":
-        return message
-    return json.dumps({"time": datetime.now(UTC).isoformat(timespec="milliseconds"),
-                       "level": level, "logger": "leakproof.cli", "message": message})
+def fail(message: str, log_format: str) -> None:
+    """The command line's last word on a failure: a plain line, or with JSON logs an ERROR
+    record like every other (``leakproof.cli``)."""
+    if log_format == "json":
+        logging.getLogger("leakproof.cli").error("%s", message)
+    else:
+        print(message, file=sys.stderr)

@@ -62,12 +62,12 @@ def test_topic_create_takes_a_replication_factor() -> None:
 
 
 def test_with_log_format_json_every_record_and_the_exit_message_are_one_json_object(
-        ) -> None:
+        capsys: pytest.CaptureFixture[str]) -> None:
     import json
     import logging
     import sys
 
-    from leakproof.logs import JsonFormatter, said
+    from leakproof.logs import JsonFormatter, configure, fail
 
     try:
         raise ValueError("boom")
@@ -78,5 +78,16 @@ def test_with_log_format_json_every_record_and_the_exit_message_are_one_json_obj
     assert (obj["level"], obj["logger"], obj["message"]) == (
         "ERROR", "leakproof.driver.job", "batch 7 failed")
     assert "ValueError: boom" in obj["exception"]
-    assert json.loads(said("leakproof: config error: x", "json"))["level"] == "ERROR"
-    assert said("leakproof: config error: x", "text") == "leakproof: config error: x"
+    fail("leakproof: config error: x", "text")
+    assert capsys.readouterr().err == "leakproof: config error: x\n"
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        configure("INFO", "json")
+        fail("leakproof: config error: x", "json")
+        line = json.loads(capsys.readouterr().err)
+    finally:  # pytest's own handlers back
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    assert (line["level"], line["logger"], line["message"]) == (
+        "ERROR", "leakproof.cli", "leakproof: config error: x")
