@@ -793,8 +793,8 @@ def measure(name: str) -> int:
             report = send_raw(cfg.kafka, name, ((r["visit"].encode(), encode(r))
                                                 for r in access_log.requests(7, EVENTS // 12)))
         elif FRAMED:
-            assert cfg.model.registry is not None
-            report = send_confluent(cfg.kafka, name, generate(SPEC), cfg.model.registry)
+            assert cfg.input.registry is not None
+            report = send_confluent(cfg.kafka, name, generate(SPEC), cfg.input.registry)
         else:
             report = send_events(cfg.kafka, name, generate(SPEC))
         print(f"   produced in {report.seconds:.1f}s ({report.rate:.0f} ev/s)", flush=True)

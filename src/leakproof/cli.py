@@ -199,10 +199,10 @@ def run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         from leakproof.kerberos import login
 
         login(cfg.kerberos, _secured_services(cfg))
-    if cfg.model.registry is not None:  # refused credentials stop the run before Spark
+    if cfg.input.registry is not None:  # refused credentials stop the run before Spark
         from leakproof.registry import client
 
-        client(cfg.model.registry).check_at_start()
+        client(cfg.input.registry).check_at_start()
     spark_context(cfg)
     return Job(cfg, RunLimits(args.until_idle, args.max_batches, args.log_format)).run()
 
@@ -219,10 +219,10 @@ def produce(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
     spec = GeneratorSpec(args.seed, args.events, args.sessions, args.start_ts, span_s=args.span_s)
     if args.format == "confluent":
-        if cfg.model.registry is None:
+        if cfg.input.registry is None:
             raise ConfigError("produce --format confluent needs 'events.registry.url' (with "
                               "'events.format: confluent')")
-        report = send_confluent(cfg.kafka, cfg.kafka.topic, generate(spec), cfg.model.registry,
+        report = send_confluent(cfg.kafka, cfg.kafka.topic, generate(spec), cfg.input.registry,
                                 args.rate)
     else:
         report = send_events(cfg.kafka, cfg.kafka.topic, generate(spec), args.rate)

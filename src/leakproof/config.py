@@ -13,18 +13,14 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
 
 import yaml
 
+from leakproof.config_keys import no_unknown_keys, one_of
 from leakproof.errors import ConfigError
-from leakproof.model.spec import (
-    Model,
-    Registry,
-    no_unknown_keys,
-    read_model,
-    read_registry,
-    web_model,
-)
+from leakproof.frames import Api
+from leakproof.model.spec import Model, read_model, web_model
 
 OffsetReset = Literal["earliest", "latest", "none"]
 DataLossPolicy = Literal["fail", "skip"]
@@ -35,6 +31,7 @@ HBaseAuth = Literal["none", "kerberos"]
 SaslQop = Literal["auth", "auth-int", "auth-conf"]
 OffsetsStore = Literal["hbase", "kafka", "zookeeper"]
 SummaryFormat = Literal["json", "avro"]
+RegistryAuth = Literal["none", "basic", "kerberos"]
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -64,6 +61,34 @@ class KerberosConfig:
     @property
     def realm(self) -> str:
         return self.principal.rpartition("@")[2]
+
+
+@dataclass(frozen=True)
+class Registry:
+    """A schema registry (``events.registry``): where writer schemas of ``events.format:
+    confluent`` records are fetched. ``api`` is the registry's REST API and the frames its
+    serializers write (``leakproof.frames``). The password never reaches a repr; the url is
+    shown without any user info."""
+
+    url: str
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ca_file: str | None = None
+    outage_tolerance_s: float = 120.0
+    timeout_s: float = 10.0
+    api: Api = "confluent"
+    auth: RegistryAuth = "none"
+    service_principal: str | None = None  # SPNEGO's target; default HTTP/<url host>
+    # From ``security.kerberos`` (the job's login), not a key of its own.
+    kerberos: KerberosConfig | None = field(default=None, repr=False, compare=False)
+
+    def kerberos_service(self) -> str:
+        """The registry's full principal name for SPNEGO (``HTTP/host@REALM``)."""
+        assert self.kerberos is not None
+        name = self.service_principal or f"HTTP/{(urlsplit(self.url).hostname or '').lower()}"
+        return name if "@" in name else f"{name}@{self.kerberos.realm}"
+
+
 
 
 @dataclass(frozen=True)
@@ -198,6 +223,8 @@ class InputConfig:
 
     writer_schemas: tuple[str, ...] = ()
     max_ahead_s: float = 86400.0  # 0 = no check
+    # ``events.registry``: where writer schemas of ``events.format: confluent`` are fetched
+    registry: Registry | None = None
 
     @property
     def max_ahead_ms(self) -> int:
@@ -275,19 +302,23 @@ def from_dict(data: Any, base: Path | None = None) -> Config:
     if hbase.auth == "kerberos" and kerberos is None:
         raise ConfigError("'hbase.auth' kerberos needs 'security.kerberos' (principal and "
                           "keytab)")
-    model = read_model(root.get("events"), root.get("aggregates"), base or Path.cwd())
-    if model.registry is not None:
-        model = replace(model, registry=_with_login(model.registry, kerberos,
-                                                    "events.registry"))
+    events = root.get("events")
+    model = read_model(events, root.get("aggregates"), base or Path.cwd())
+    registry = _events_registry(events.get("registry") if isinstance(events, Mapping) else None,
+                                model.format, base or Path.cwd())
+    if registry is not None:
+        registry = _with_login(registry, kerberos, "events.registry")
+    inputs = replace(_input(_section(root.get("input", {}), "input"), base or Path.cwd()),
+                     registry=registry)
     return Config(
         kafka=kafka,
         hbase=hbase,
         kerberos=kerberos,
         job=_job(_section(root.get("job", {}), "job")),
         sessions=_sessions(_section(root.get("sessions", {}), "sessions")),
-        output=_output(_section(root.get("output", {}), "output"), model, kerberos,
+        output=_output(_section(root.get("output", {}), "output"), registry, kerberos,
                        base or Path.cwd()),
-        input=_input(_section(root.get("input", {}), "input"), base or Path.cwd()),
+        input=inputs,
         offsets=_offsets(_section(root.get("offsets", {}), "offsets")),
         model=model,
     )
@@ -544,6 +575,56 @@ def _offsets(data: dict[str, Any]) -> OffsetsConfig:
                          zookeeper_hosts=s.text("zookeeper_hosts"))
 
 
+def _events_registry(data: Any, fmt: str, base: Path) -> Registry | None:
+    if fmt != "confluent":
+        if data is not None:
+            raise ConfigError("'events.registry' is only read with 'events.format: confluent'")
+        return None
+    if not isinstance(data, Mapping) or not isinstance(data.get("url"), str):
+        raise ConfigError("'events.registry.url' is required with 'events.format: confluent' "
+                          "(for example http://127.0.0.1:8081/apis/ccompat/v7)")
+    return _read_registry(data, "events.registry", base)
+
+
+def _read_registry(data: Mapping[str, Any], key: str, base: Path) -> Registry:
+    """A registry's settings under ``key`` (``events.registry``, ``output.registry``)."""
+    if not isinstance(data.get("url"), str):
+        raise ConfigError(f"'{key}.url' is required (for example "
+                          f"http://127.0.0.1:8081/apis/ccompat/v7)")
+    no_unknown_keys(data, key, {"url", "username", "password", "ca_file", "outage_tolerance_s",
+                                "timeout_s", "api", "auth", "service_principal"})
+    url = data["url"].rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"'{key}.url' must start with http:// or https://")
+    if (data.get("username") is None) != (data.get("password") is None):
+        raise ConfigError(f"'{key}.username' and '{key}.password' go together (HTTP "
+                          f"basic auth)")
+    api = one_of(data.get("api", "confluent"), f"{key}.api", Api)
+    auth = one_of(data.get("auth", "basic" if data.get("username") is not None else "none"),
+                  f"{key}.auth", RegistryAuth)
+    if (auth == "basic") != (data.get("username") is not None):
+        raise ConfigError(f"'{key}.auth' basic needs '{key}.username' and 'password', and "
+                          f"they are read with basic only")
+    principal = data.get("service_principal")
+    if principal is not None and (auth != "kerberos" or not isinstance(principal, str)):
+        raise ConfigError(f"'{key}.service_principal' is a principal name, read with "
+                          f"'{key}.auth: kerberos' only")
+    ca = data.get("ca_file")
+    if ca is not None:
+        ca = str(base / ca)
+        if not Path(ca).is_file():
+            raise ConfigError(f"'{key}.ca_file': no such file {ca}")
+    numbers: dict[str, float] = {}
+    for name, default in (("outage_tolerance_s", 120.0), ("timeout_s", 10.0)):
+        value = data.get(name, default)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"'{key}.{name}' must be a number >= 0, got {value!r}")
+        numbers[name] = float(value)
+    return Registry(url, data.get("username"), data.get("password"), ca,
+                    numbers["outage_tolerance_s"], numbers["timeout_s"], api=api, auth=auth,
+                    service_principal=principal)
+
+
 def _with_login(registry: Registry, kerberos: KerberosConfig | None, key: str) -> Registry:
     """``registry`` with the job's login when it authenticates with Kerberos (SPNEGO)."""
     if registry.auth != "kerberos":
@@ -554,8 +635,8 @@ def _with_login(registry: Registry, kerberos: KerberosConfig | None, key: str) -
     return replace(registry, kerberos=kerberos)
 
 
-def _output(data: dict[str, Any], model: Model, kerberos: KerberosConfig | None, base: Path
-            ) -> OutputConfig:
+def _output(data: dict[str, Any], events_registry: Registry | None,
+            kerberos: KerberosConfig | None, base: Path) -> OutputConfig:
     registry_data = data.get("registry")
     s = _Section(data, "output", OutputConfig)
     fmt = s.choice("format", SummaryFormat)
@@ -563,14 +644,14 @@ def _output(data: dict[str, Any], model: Model, kerberos: KerberosConfig | None,
     if registry_data is not None:
         if fmt != "avro":
             raise ConfigError("'output.registry' is only read with 'output.format: avro'")
-        registry = read_registry(_section(registry_data, "output.registry"), "output.registry",
-                                 base)
+        registry = _read_registry(_section(registry_data, "output.registry"),
+                                  "output.registry", base)
         if registry.api != "confluent":
             raise ConfigError("'output.registry.api' must be confluent: summaries are "
                               "registered and framed the Confluent way")
         registry = _with_login(registry, kerberos, "output.registry")
     elif fmt == "avro":
-        registry = model.registry
+        registry = events_registry
         if registry is None or registry.api != "confluent":
             raise ConfigError("'output.format: avro' needs 'output.registry.url' (or "
                               "'events.registry' with api confluent) to register the "

@@ -17,12 +17,11 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from leakproof import codec
-from leakproof.config import KafkaConfig
+from leakproof.config import KafkaConfig, Registry
 from leakproof.errors import LeakproofError
 from leakproof.events import WebEvent, schema_json
 from leakproof.kafka import producer_settings
 from leakproof.kafka.admin import admin_settings
-from leakproof.model.spec import Registry
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,10 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from leakproof import kerberos
 from leakproof.codec import Decoder
-from leakproof.config import Config, InputConfig
+from leakproof.config import Config, InputConfig, Registry
 from leakproof.errors import ConfigError, RegistryRefused, RegistryUnavailable
 from leakproof.frames import confluent_frame
-from leakproof.model.spec import FROM_REGISTRY, Model, Registry, with_schema
+from leakproof.model.spec import FROM_REGISTRY, Model, with_schema
 
 log = logging.getLogger(__name__)
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -227,9 +227,10 @@ def resolve_schema(cfg: Config) -> Config:
     model = cfg.model
     if model.schema_file != FROM_REGISTRY:
         return cfg
-    assert model.registry is not None  # read_model: format confluent needs a registry
-    reg = client(model.registry)
-    subject = f"{cfg.kafka.topic}-value" if model.registry.api == "confluent" \
+    registry = cfg.input.registry
+    assert registry is not None  # config: format confluent needs a registry
+    reg = client(registry)
+    subject = f"{cfg.kafka.topic}-value" if registry.api == "confluent" \
         else cfg.kafka.topic
     text = reg.latest(subject)
     if text is None:
@@ -242,8 +243,8 @@ def resolve_schema(cfg: Config) -> Config:
 
 def decoder_for(model: Model, cfg: InputConfig) -> Decoder:
     """The decoder of ``model`` with the ``input`` settings, looking writer schemas up in
-    the model's registry when it has one."""
-    if model.registry is None:
+    the input's registry when it has one."""
+    if cfg.registry is None:
         return Decoder(model, cfg.writer_schemas, cfg.max_ahead_ms)
     return Decoder(model, cfg.writer_schemas, cfg.max_ahead_ms,
-                   client(model.registry).schema_of, model.registry.api)
+                   client(cfg.registry).schema_of, cfg.registry.api)

@@ -13,8 +13,8 @@ from typing import Any
 import fastavro
 import pytest
 
+from leakproof.config import Registry
 from leakproof.generator import GeneratorSpec
-from leakproof.model.spec import Registry
 from leakproof.produce import create_topic
 from leakproof.registry import RegistryClient
 

@@ -27,9 +27,9 @@ from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
 from leakproof import config
+from leakproof.config import Registry
 from leakproof.errors import RegistryRefused
 from leakproof.generator import GeneratorSpec
-from leakproof.model.spec import Registry
 from leakproof.produce import create_topic
 from leakproof.registry import RegistryClient
 

@@ -21,9 +21,9 @@ import pytest
 import yaml
 
 from leakproof import codec
+from leakproof.config import Registry
 from leakproof.events import schema_json
 from leakproof.generator import GeneratorSpec, generate
-from leakproof.model.spec import Registry
 from leakproof.produce import send_raw
 from leakproof.registry import RegistryClient
 

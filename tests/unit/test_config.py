@@ -103,7 +103,7 @@ def test_config_yml_documents_every_key() -> None:
         if name in sections and dataclasses.is_dataclass(cls):
             missing += [f"{sections[name]}.{f.name}" for f in dataclasses.fields(cls)
                         if f.name != "kerberos" and f"{f.name}:" not in text]
-    from leakproof.model.spec import Registry
+    from leakproof.config import Registry
 
     missing += [f"events.registry.{f.name}" for f in dataclasses.fields(Registry)
                 if f.name not in text]

@@ -18,10 +18,11 @@ import pytest
 
 from leakproof import config
 from leakproof.codec import Decoder, encode_framed
+from leakproof.config import Registry
 from leakproof.errors import ConfigError, DecodeError, RegistryUnavailable
 from leakproof.events import WebEvent, schema_json
 from leakproof.frames import describe
-from leakproof.model.spec import FROM_REGISTRY, Registry, read_model, web_model, with_schema
+from leakproof.model.spec import FROM_REGISTRY, read_model, web_model, with_schema
 
 WEB_SCHEMA = str(resources.files("leakproof").joinpath("schemas/web_event.avsc"))
 EVENT = WebEvent("s1", "u1", 3, 1_700_000_000_123, "click", "/a", 200, 512)
@@ -158,12 +159,21 @@ def test_an_unreachable_registry_is_an_outage_not_a_bad_record() -> None:
 
 
 def test_registry_settings_are_checked_and_the_password_never_shows() -> None:
-    model = confluent_model()
-    assert model.registry == Registry("http://127.0.0.1:1/apis/ccompat/v7", "u", "s3cret-pw",
-                                      auth="basic")
-    assert "s3cret-pw" not in repr(model) and "s3cret-pw" not in repr(model.registry)
-    base = {"session_key": "session_id", "event_time": "ts", "format": "confluent"}
+    base: dict[str, Any] = {"session_key": "session_id", "event_time": "ts",
+                            "format": "confluent", "schema": WEB_SCHEMA}
     agg = {"events": {"fn": "count"}}
+
+    def loaded(registry: Any) -> config.Config:
+        return config.from_dict({"kafka": {"bootstrap_servers": "k:9092", "topic": "t",
+                                           "group_id": "g"},
+                                 "events": {**base, "registry": registry},
+                                 "aggregates": agg}, Path("."))
+
+    cfg = loaded({"url": "http://127.0.0.1:1/apis/ccompat/v7", "username": "u",
+                  "password": "s3cret-pw"})
+    assert cfg.input.registry == Registry("http://127.0.0.1:1/apis/ccompat/v7", "u",
+                                          "s3cret-pw", auth="basic")
+    assert "s3cret-pw" not in repr(cfg) and "s3cret-pw" not in repr(cfg.input.registry)
     for registry, key in ((None, "events.registry.url"),
                           ({"url": "ftp://x"}, "events.registry.url"),
                           ({"url": "http://x", "username": "u"}, "events.registry.username"),
@@ -176,7 +186,7 @@ def test_registry_settings_are_checked_and_the_password_never_shows() -> None:
                           ({"url": "http://x", "service_principal": "HTTP/x"},
                            "events.registry.service_principal")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-            read_model({**base, "registry": registry}, agg, Path("."))
+            loaded(registry)
 
 
 def test_spnego_takes_the_jobs_login_and_names_the_registrys_principal(tmp_path: Path) -> None:
@@ -192,7 +202,7 @@ def test_spnego_takes_the_jobs_login_and_names_the_registrys_principal(tmp_path:
                                           r"'security\.kerberos'"):
         config.from_dict(doc, tmp_path)
     doc["security"] = {"kerberos": {"principal": "job@EXAMPLE.COM", "keytab": str(keytab)}}
-    registry = config.from_dict(doc, tmp_path).model.registry
+    registry = config.from_dict(doc, tmp_path).input.registry
     assert registry is not None and registry.kerberos is not None
     assert registry.kerberos_service() == "HTTP/reg.example@EXAMPLE.COM"
     assert "keytab" not in repr(registry)

@@ -14,26 +14,21 @@ import importlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
-from urllib.parse import urlsplit
+from typing import Any, Literal, get_args
 
 import yaml
 
+from leakproof.config_keys import no_unknown_keys, one_of
 from leakproof.errors import ConfigError
-from leakproof.frames import Api
 from leakproof.model import schema as avro
 from leakproof.model import where
 
-if TYPE_CHECKING:  # config imports this module: the login is only typed here
-    from leakproof.config import KerberosConfig
-
 Fn = Literal["count", "sum", "min", "max", "first", "last"]
 Format = Literal["avro", "json", "confluent"]
-RegistryAuth = Literal["none", "basic", "kerberos"]
 KEY = "@key"
 # cells every session row has whatever its model (family s), which no aggregate may take
 BUILT_IN_CELLS = ("first_ts", "last_ts", "state", "late_events", "duplicates", "out_of_order")
@@ -69,32 +64,6 @@ class Aggregate:
 
 
 @dataclass(frozen=True)
-class Registry:
-    """A schema registry (``events.registry``): where writer schemas of ``events.format:
-    confluent`` records are fetched. ``api`` is the registry's REST API and the frames its
-    serializers write (``leakproof.frames``). The password never reaches a repr; the url is
-    shown without any user info."""
-
-    url: str
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    ca_file: str | None = None
-    outage_tolerance_s: float = 120.0
-    timeout_s: float = 10.0
-    api: Api = "confluent"
-    auth: RegistryAuth = "none"
-    service_principal: str | None = None  # SPNEGO's target; default HTTP/<url host>
-    # From ``security.kerberos`` (the job's login), not a key of its own.
-    kerberos: KerberosConfig | None = field(default=None, repr=False, compare=False)
-
-    def kerberos_service(self) -> str:
-        """The registry's full principal name for SPNEGO (``HTTP/host@REALM``)."""
-        assert self.kerberos is not None
-        name = self.service_principal or f"HTTP/{(urlsplit(self.url).hostname or '').lower()}"
-        return name if "@" in name else f"{name}@{self.kerberos.realm}"
-
-
-@dataclass(frozen=True)
 class Model:
     """What an event is and what a session row holds."""
 
@@ -105,7 +74,6 @@ class Model:
     event_time: str
     sequence: str | None
     aggregates: tuple[Aggregate, ...]
-    registry: Registry | None = None
 
     @property
     def schema(self) -> Any:
@@ -130,6 +98,7 @@ def read_model(events: Mapping[str, Any] | None, aggregates: Mapping[str, Any] |
         raise ConfigError("'aggregates' is required with 'events': the cells of a session "
                           "row (for example {events: {fn: count}})")
     ev = dict(events or {})
+    # events.registry is the input's (config.py reads it)
     no_unknown_keys(ev, "events", {"schema", "session_key", "event_time", "sequence", "format",
                                    "registry"})
     fmt = one_of(ev.get("format", "avro"), "events.format", Format)
@@ -149,9 +118,8 @@ def read_model(events: Mapping[str, Any] | None, aggregates: Mapping[str, Any] |
     if not isinstance(aggregates, Mapping) or not aggregates:
         raise ConfigError("'aggregates' must be a mapping of cell name -> {fn: ..., ...} "
                           "with at least one aggregate")
-    registry = _registry(ev.get("registry"), fmt, base)
     model = Model(text, source, fmt, ev["session_key"], ev["event_time"], seq,
-                  tuple(_aggregate(name, spec) for name, spec in aggregates.items()), registry)
+                  tuple(_aggregate(name, spec) for name, spec in aggregates.items()))
     if model.schema_file != FROM_REGISTRY:
         check(model)
     return model
@@ -162,73 +130,6 @@ def with_schema(model: Model, text: str, source: str) -> Model:
     done = replace(model, schema_text=text, schema_file=source)
     check(done)
     return done
-
-
-def _registry(data: Any, fmt: str, base: Path) -> Registry | None:
-    if fmt != "confluent":
-        if data is not None:
-            raise ConfigError("'events.registry' is only read with 'events.format: confluent'")
-        return None
-    if not isinstance(data, Mapping) or not isinstance(data.get("url"), str):
-        raise ConfigError("'events.registry.url' is required with 'events.format: confluent' "
-                          "(for example http://127.0.0.1:8081/apis/ccompat/v7)")
-    return read_registry(data, "events.registry", base)
-
-
-def read_registry(data: Mapping[str, Any], key: str, base: Path) -> Registry:
-    """A registry's settings under ``key`` (``events.registry``, ``output.registry``)."""
-    if not isinstance(data.get("url"), str):
-        raise ConfigError(f"'{key}.url' is required (for example "
-                          f"http://127.0.0.1:8081/apis/ccompat/v7)")
-    no_unknown_keys(data, key, {"url", "username", "password", "ca_file", "outage_tolerance_s",
-                                "timeout_s", "api", "auth", "service_principal"})
-    url = data["url"].rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"'{key}.url' must start with http:// or https://")
-    if (data.get("username") is None) != (data.get("password") is None):
-        raise ConfigError(f"'{key}.username' and '{key}.password' go together (HTTP "
-                          f"basic auth)")
-    api = one_of(data.get("api", "confluent"), f"{key}.api", Api)
-    auth = one_of(data.get("auth", "basic" if data.get("username") is not None else "none"),
-                  f"{key}.auth", RegistryAuth)
-    if (auth == "basic") != (data.get("username") is not None):
-        raise ConfigError(f"'{key}.auth' basic needs '{key}.username' and 'password', and "
-                          f"they are read with basic only")
-    principal = data.get("service_principal")
-    if principal is not None and (auth != "kerberos" or not isinstance(principal, str)):
-        raise ConfigError(f"'{key}.service_principal' is a principal name, read with "
-                          f"'{key}.auth: kerberos' only")
-    ca = data.get("ca_file")
-    if ca is not None:
-        ca = str(base / ca)
-        if not Path(ca).is_file():
-            raise ConfigError(f"'{key}.ca_file': no such file {ca}")
-    numbers: dict[str, float] = {}
-    for name, default in (("outage_tolerance_s", 120.0), ("timeout_s", 10.0)):
-        value = data.get(name, default)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-            raise ConfigError(f"'{key}.{name}' must be a number >= 0, got {value!r}")
-        numbers[name] = float(value)
-    return Registry(url, data.get("username"), data.get("password"), ca,
-                    numbers["outage_tolerance_s"], numbers["timeout_s"], api=api, auth=auth,
-                    service_principal=principal)
-
-
-def no_unknown_keys(section: Mapping[str, Any], prefix: str, known: set[str]) -> None:
-    """Refuse a key ``section`` (at ``prefix``; "" for the top level) does not know."""
-    unknown = sorted(set(section) - known)
-    if unknown:
-        where = f"{prefix}." if prefix else ""
-        raise ConfigError(f"unknown key '{where}{unknown[0]}'; valid keys here: "
-                          f"{', '.join(sorted(known))}")
-
-
-def one_of(value: Any, key: str, choices: Any) -> Any:
-    """``value`` if the ``Literal`` type ``choices`` holds it; else an error naming ``key``."""
-    if value not in get_args(choices):
-        raise ConfigError(f"'{key}' must be one of {', '.join(get_args(choices))}, got "
-                          f"{value!r}")
-    return value
 
 
 def _schema_text(path: Any, base: Path) -> tuple[str, str]:
