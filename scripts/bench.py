@@ -56,6 +56,8 @@ from typing import Any
 import yaml
 
 from leakproof import codec, config
+from leakproof.commands.produce import create_topic, send_confluent, send_events, send_raw
+from leakproof.commands.verify import read_topic
 from leakproof.commit_stores import open_store
 from leakproof.errors import DecodeError
 from leakproof.events import Event, WebEvent
@@ -65,10 +67,8 @@ from leakproof.hbase.connection import connect
 from leakproof.hbase.session_store import scan_readable
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.reader import read_range
+from leakproof.kafka.registry import decoder_for
 from leakproof.offsets import OffsetRange
-from leakproof.produce import create_topic, send_confluent, send_events, send_raw
-from leakproof.registry import decoder_for
-from leakproof.verify import read_topic
 from proctools import CpuByRole, pids_matching, tree_rss_mib
 
 ROOT = Path(__file__).resolve().parent.parent

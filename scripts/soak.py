@@ -31,11 +31,11 @@ from pathlib import Path
 import yaml
 
 from leakproof import config
+from leakproof.commands.produce import create_topic, send_events
 from leakproof.commit_stores.hbase import OffsetStore
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec, generate
 from leakproof.hbase.connection import connect
 from leakproof.offsets import CommittedBatch
-from leakproof.produce import create_topic, send_events
 from proctools import pids_matching, tree_rss_mib
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,10 +1,13 @@
 """leakproof: Kafka web events to per-session aggregates in HBase, exactly once in effect.
 
-Floors, each importing only from those below it:
-pure core (errors, config, events, codec, offsets, sessions, session_cells, open_index,
-outbox) -> the ports (task/ports, driver/ports) -> adapters (kafka/, hbase/, commit_stores/)
--> task/ (executors: process_range over the ports; worker builds the adapters) and driver/
--> the operator commands (rewind, lag, verify, stop, produce) -> cli.
+Floors, each importing only from those below it (``tests/unit/test_layers.py`` checks every
+pair):
+the pure core (the top-level modules and ``model/``: config, events, codec, offsets,
+sessions, session cells, the open-session index, outbox, oracle) -> ``ports/`` (what a range
+and the driver need, as protocols) -> the adapters (``kafka/``, ``hbase/``,
+``commit_stores/``, ``kerberos``) -> ``task/`` (executors: ``process_range`` over the
+ports; ``worker`` builds the adapters) -> ``driver/`` (the only pyspark import) ->
+``commands/`` (produce, verify, lag, rewind, stop, the model check) -> ``cli``.
 """
 
 __version__ = "0.1.0"

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from leakproof import config as config_mod
 from leakproof.errors import ConfigError, LeakproofError
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
+from leakproof.kafka.registry import resolve_schema
 from leakproof.logs import configure, fail
-from leakproof.registry import resolve_schema
 
 
 def _spec(text: str) -> GeneratorSpec:
@@ -40,7 +40,7 @@ def _iso_ms(text: str) -> int:
 
 
 def _offsets(text: str) -> dict[int, int]:
-    from leakproof.rewind import parse_offsets
+    from leakproof.commands.rewind import parse_offsets
 
     try:
         return parse_offsets(text)
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
         login(cfg.kerberos, _secured_services(cfg))
     if cfg.input.registry is not None:  # refused credentials stop the run before Spark
-        from leakproof.registry import client
+        from leakproof.kafka.registry import client
 
         client(cfg.input.registry).check_at_start()
     spark_context(cfg)
@@ -208,14 +208,14 @@ def run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 
 def stop(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    from leakproof.stop import ask_to_stop
+    from leakproof.commands.stop import ask_to_stop
 
     return ask_to_stop(cfg, args.wait)
 
 
 def produce(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.commands.produce import send_confluent, send_events
     from leakproof.generator import generate
-    from leakproof.produce import send_confluent, send_events
 
     spec = GeneratorSpec(args.seed, args.events, args.sessions, args.start_ts, span_s=args.span_s)
     if args.format == "confluent":
@@ -232,7 +232,7 @@ def produce(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 
 def topic(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    from leakproof.produce import create_topic
+    from leakproof.commands.produce import create_topic
 
     made = create_topic(cfg.kafka, cfg.kafka.topic, args.partitions,
                         replication_factor=args.replication_factor)
@@ -277,7 +277,7 @@ def offsets_history(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 
 def offsets_lag(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    from leakproof.lag import lag
+    from leakproof.commands.lag import lag
 
     behind = lag(cfg)
     print(json.dumps(behind, sort_keys=True))
@@ -285,7 +285,7 @@ def offsets_lag(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 
 def offsets_rewind(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    from leakproof.rewind import RewindTarget, rewind
+    from leakproof.commands.rewind import RewindTarget, rewind
 
     batch_ms, new = rewind(cfg, RewindTarget(args.to_batch, args.to_time, args.to_offsets))
     print(json.dumps({"batch_ms": batch_ms, "offsets": new, "store": cfg.offsets.store},
@@ -313,7 +313,7 @@ def model(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     """The config loaded: the model is valid (a bad one stopped at ``load``). Then a sample."""
     from collections import Counter
 
-    from leakproof.model_check import sample
+    from leakproof.commands.model_check import sample
 
     m = cfg.model
     print(f"model: {m.schema_file} ({m.format}), session {m.session_key}, time "
@@ -334,7 +334,7 @@ def model(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 
 def verify(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    from leakproof.verify import verify as check
+    from leakproof.commands.verify import verify as check
 
     v = check(cfg, args.spec)
     print(f"oracle: {v.events} events in the topic, {v.bad_records} bad records, "

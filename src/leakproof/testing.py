@@ -26,11 +26,11 @@ from leakproof.moved_keys import NONE as NO_MOVES
 from leakproof.moved_keys import KeyMoves
 from leakproof.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
 from leakproof.outbox import covers
+from leakproof.ports.task import Mark, PartitionSave
 from leakproof.runs import RUNNING, STOPPED, RunState
 from leakproof.session_cells import readable
 from leakproof.sessions import SessionState
 from leakproof.summaries import Encode
-from leakproof.task.ports import Mark, PartitionSave
 
 
 @dataclass

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from leakproof import config
-from leakproof.produce import create_topic
+from leakproof.commands.produce import create_topic
 from proctools import pids_matching
 
 from . import short_jvms

@@ -20,11 +20,11 @@ import fastavro
 import pytest
 
 from leakproof import codec, config
+from leakproof.commands.produce import send_raw
+from leakproof.commands.verify import read_topic
 from leakproof.events import WebEvent, schema_json
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec, generate
 from leakproof.oracle import expected_rows
-from leakproof.produce import send_raw
-from leakproof.verify import read_topic
 
 from .helpers import Env, progress_lines
 

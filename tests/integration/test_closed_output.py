@@ -13,10 +13,10 @@ from typing import Any
 import fastavro
 import pytest
 
+from leakproof.commands.produce import create_topic
 from leakproof.config import Registry
 from leakproof.generator import GeneratorSpec
-from leakproof.produce import create_topic
-from leakproof.registry import RegistryClient
+from leakproof.kafka.registry import RegistryClient
 
 from .helpers import (
     Env,

@@ -13,8 +13,8 @@ from contextlib import AbstractContextManager
 
 import pytest
 
+from leakproof.commands.produce import create_topic
 from leakproof.generator import GeneratorSpec
-from leakproof.produce import create_topic
 
 from .helpers import (
     Background,

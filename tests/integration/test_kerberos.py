@@ -27,11 +27,11 @@ from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
 from leakproof import config
+from leakproof.commands.produce import create_topic
 from leakproof.config import Registry
 from leakproof.errors import RegistryRefused
 from leakproof.generator import GeneratorSpec
-from leakproof.produce import create_topic
-from leakproof.registry import RegistryClient
+from leakproof.kafka.registry import RegistryClient
 
 from .helpers import ROOT, Env, require_yarn, run_cli, standalone_submit, submit_yarn
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from leakproof.commands.produce import send_raw
 from leakproof.examples.access_log import avro_value, json_value, model_sections, requests
-from leakproof.produce import send_raw
 
 from .helpers import (
     Env,

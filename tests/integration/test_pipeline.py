@@ -12,8 +12,8 @@ from dataclasses import replace
 import pytest
 from kafka import KafkaAdminClient
 
+from leakproof.commands.produce import send_events
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec, generate
-from leakproof.produce import send_events
 
 from .helpers import (
     ROOT,

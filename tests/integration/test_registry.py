@@ -21,11 +21,11 @@ import pytest
 import yaml
 
 from leakproof import codec
+from leakproof.commands.produce import send_raw
 from leakproof.config import Registry
 from leakproof.events import schema_json
 from leakproof.generator import GeneratorSpec, generate
-from leakproof.produce import send_raw
-from leakproof.registry import RegistryClient
+from leakproof.kafka.registry import RegistryClient
 
 from .helpers import ROOT, Env, assert_offsets_chain, run_cli, stack
 

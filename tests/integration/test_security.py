@@ -17,11 +17,11 @@ from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
 import stack as stack_script
+from leakproof.commands.produce import send_events
 from leakproof.config import load
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.kafka import producer_settings, reader
 from leakproof.kafka.admin import admin_settings
-from leakproof.produce import send_events
 
 from .helpers import (
     Env,

@@ -11,10 +11,10 @@ import textwrap
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from leakproof.commands.produce import send_raw
 from leakproof.hbase.partition_store import short_scan
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
-from leakproof.produce import send_raw
 
 from .helpers import ROOT, Env, require_standalone
 

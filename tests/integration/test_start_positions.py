@@ -8,6 +8,7 @@ import pytest
 from kafka import KafkaAdminClient, TopicPartition
 
 from leakproof import config
+from leakproof.commands.produce import send_raw
 from leakproof.commit_stores.hbase import OffsetStore
 from leakproof.config import Config
 from leakproof.driver.job import Job
@@ -15,7 +16,6 @@ from leakproof.errors import DataLossError, OffsetError
 from leakproof.hbase.connection import connect, ensure_tables
 from leakproof.hbase.state_store import StateStore
 from leakproof.lease import Lease
-from leakproof.produce import send_raw
 
 from .helpers import Env
 

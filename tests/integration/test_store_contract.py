@@ -19,8 +19,8 @@ from leakproof.hbase.session_store import SessionStore
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
 from leakproof.open_index import IndexChanges
+from leakproof.ports.task import Mark, PartitionSave
 from leakproof.sessions import PartitionFolder, PartitionState, fence_key
-from leakproof.task.ports import Mark, PartitionSave
 from leakproof.testing import FakeConnection, FakeTable, fake_scan
 
 from .helpers import THRIFT

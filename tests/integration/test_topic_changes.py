@@ -10,13 +10,13 @@ import time
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
 
+from leakproof.commands.produce import create_topic
+from leakproof.commands.verify import read_topic
 from leakproof.generator import GeneratorSpec
 from leakproof.hbase.connection import connect
 from leakproof.hbase.session_store import scan_readable
 from leakproof.hbase.state_store import StateStore
 from leakproof.oracle import compare, expected_rows
-from leakproof.produce import create_topic
-from leakproof.verify import read_topic
 
 from .helpers import Env, assert_offsets_chain, log_ends, offsets_rows, wait_for
 

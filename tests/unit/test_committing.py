@@ -135,7 +135,7 @@ def test_a_gap_a_task_met_is_recorded_with_its_batch() -> None:
 
 
 def test_every_commit_keeps_the_audit_keys_the_start_checks_read() -> None:
-    from leakproof.driver.ports import REQUIRED_AUDIT
+    from leakproof.ports.driver import REQUIRED_AUDIT
 
     r = rig({0: (0, 10)})
     r.run()

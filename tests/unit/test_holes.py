@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from leakproof.commands.lag import partition_state
 from leakproof.config import from_dict
 from leakproof.driver.batch import BatchOutcome, Committed
 from leakproof.driver.progress import progress_record, text_line
 from leakproof.errors import ConfigError, OffsetError
-from leakproof.lag import partition_state
 from leakproof.offsets import HeldTransaction, LogBounds, plan_ranges, resolve_start
 from leakproof.reports import BatchTotals, TaskReport
 

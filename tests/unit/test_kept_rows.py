@@ -18,10 +18,10 @@ from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
 from leakproof.offsets import OffsetRange
 from leakproof.oracle import compare, expected_rows
+from leakproof.ports.task import rewritten, writer_token
 from leakproof.reports import TaskReport
 from leakproof.sessions import SessionState
 from leakproof.task.kept_trail import SharedKeptRows, Trail, trail_root
-from leakproof.task.ports import rewritten, writer_token
 from leakproof.task.process import Stores, process_range, process_ranges
 from leakproof.testing import (
     Crash,

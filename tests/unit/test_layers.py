@@ -1,29 +1,94 @@
-"""Imports point one way: what an executor loads never reaches the CLI or the driver."""
+"""Imports point one way: every module's imports (at the top or inside a function) reach
+only its own floor or those below, and no two modules import each other, even through
+others. The floors are the package's folders (``leakproof/__init__.py`` names them)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+# from the ground up; a module's floor is its folder's, else the top level's (the pure core)
+FLOORS = ("core", "ports", "adapters", "task", "driver", "commands", "cli")
+FOLDER_FLOOR = {"ports": "ports", "kafka": "adapters", "hbase": "adapters",
+                "commit_stores": "adapters", "task": "task", "driver": "driver",
+                "commands": "commands"}
+# top-level modules that are not pure: the Kerberos login (a KDC client), the entry
+# points, and the unit tests' fakes (the real stores over a fake table)
+MODULE_FLOOR = {"leakproof.kerberos": "adapters", "leakproof.cli": "cli",
+                "leakproof.__main__": "cli", "leakproof.testing": "task"}
 
 
-def loaded_by(module: str) -> set[str]:
-    code = (f"import sys, json, {module}; "
-            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('leakproof'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
-    return set(json.loads(out.stdout))
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in (SRC / "leakproof").rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
 
 
-def test_the_executor_side_loads_no_cli_or_driver_module() -> None:
-    loaded = loaded_by("leakproof.task.worker")
-    above = {m for m in loaded if m.startswith(("leakproof.cli", "leakproof.produce",
-                                                 "leakproof.driver.", "leakproof.rewind",
-                                                 "leakproof.verify", "leakproof.lag",
-                                                 "leakproof.stop", "leakproof.generator"))}
-    assert above == set()
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The leakproof modules ``name`` imports anywhere in its file."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            for alias in node.names:
+                whole = f"{base}.{alias.name}"
+                out.add(whole if whole in known else base)
+        elif isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+    return {m for m in out if m in known and m != name}
 
 
-def test_process_range_needs_no_adapter() -> None:
-    loaded = loaded_by("leakproof.task.process")
-    assert {m for m in loaded if m.startswith(("leakproof.hbase", "leakproof.kafka"))} == set()
+def floor(name: str) -> int:
+    folder = name.split(".")[1] if "." in name else ""
+    return FLOORS.index(MODULE_FLOOR.get(name) or FOLDER_FLOOR.get(folder, "core"))
+
+
+GRAPH = {name: imports(name, path, set(modules())) for name, path in modules().items()}
+
+
+@pytest.mark.parametrize("name", sorted(GRAPH))
+def test_no_import_reaches_a_higher_floor(name: str) -> None:
+    above = sorted(m for m in GRAPH[name] if floor(m) > floor(name))
+    assert above == [], f"{name} ({FLOORS[floor(name)]}) imports " + ", ".join(
+        f"{m} ({FLOORS[floor(m)]})" for m in above)
+
+
+def test_no_circle_of_imports() -> None:
+    done: set[str] = set()
+
+    def walk(name: str, trail: tuple[str, ...]) -> None:
+        if name in trail:
+            raise AssertionError(" -> ".join((*trail[trail.index(name):], name)))
+        if name in done:
+            return
+        for other in sorted(GRAPH[name]):
+            walk(other, (*trail, name))
+        done.add(name)
+
+    for name in sorted(GRAPH):
+        walk(name, ())
+
+
+def test_the_pure_core_and_a_range_import_no_io_library() -> None:
+    """The core and ``task.process`` run in tests with no network and no JVM."""
+    pure = [n for n in GRAPH if floor(n) <= FLOORS.index("ports")] + ["leakproof.task.process",
+                                                                       "leakproof.task.index"]
+    for name in pure:
+        tree = ast.parse(modules()[name].read_text("utf-8"))
+        used = {(a.name if isinstance(n, ast.Import) else n.module or "").split(".")[0]
+                for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names}
+        assert not used & {"pyspark", "kafka", "happybase", "thriftpy2", "py4j"}, name
+
+
+def test_every_floor_holds_a_module() -> None:
+    assert {FLOORS[floor(n)] for n in GRAPH} == set(FLOORS)

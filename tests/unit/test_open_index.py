@@ -10,8 +10,8 @@ from leakproof import open_index, sessions
 from leakproof.events import WebEvent
 from leakproof.hbase.partition_store import PartitionStore
 from leakproof.open_index import Entry, bucket_of
+from leakproof.ports.task import Mark, PartitionSave
 from leakproof.sessions import FoldResult, OpenSessions, PartitionState, SessionState
-from leakproof.task.ports import Mark, PartitionSave
 from leakproof.testing import FakeConnection, FakeTable
 
 from .test_session_store import WEB, event

@@ -72,7 +72,7 @@ def test_batch_millis_round_trips_pyspark_times() -> None:
 def test_metrics_from_the_typed_outcome() -> None:
     from prometheus_client import generate_latest
 
-    from leakproof.metrics import JobMetrics
+    from leakproof.driver.metrics import JobMetrics
 
     m = JobMetrics("t", "g", "127.0.0.1", 0)  # port 0: any free port
     try:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from leakproof.cli import build_parser
+from leakproof.commands.rewind import RewindTarget, parse_offsets, rewound_offsets, write_rewind
 from leakproof.errors import OffsetError
 from leakproof.lease import Lease
 from leakproof.offsets import CommittedBatch, LogBounds
-from leakproof.rewind import RewindTarget, parse_offsets, rewound_offsets, write_rewind
 from leakproof.testing import FakeCommitStore, FakeLeaseStore
 
 BOUNDS = {0: LogBounds(0, 100), 1: LogBounds(10, 50, stable_end=40)}

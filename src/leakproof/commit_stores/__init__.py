@@ -17,7 +17,7 @@ HBase whatever the store.
 from __future__ import annotations
 
 from leakproof.config import Config
-from leakproof.driver.ports import CommitStore
+from leakproof.ports.driver import CommitStore
 
 
 def open_store(cfg: Config) -> CommitStore:

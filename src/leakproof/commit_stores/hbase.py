@@ -13,9 +13,9 @@ from collections.abc import Mapping
 import happybase
 
 from leakproof.config import Config
-from leakproof.driver.ports import REQUIRED_AUDIT
 from leakproof.hbase.connection import ConnectionSlot
 from leakproof.offsets import CommittedBatch
+from leakproof.ports.driver import REQUIRED_AUDIT
 
 log = logging.getLogger(__name__)
 

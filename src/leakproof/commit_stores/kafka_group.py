@@ -14,9 +14,9 @@ import json
 from collections.abc import Mapping
 
 from leakproof.config import Config
-from leakproof.driver.ports import REQUIRED_AUDIT
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.offsets import CommittedBatch
+from leakproof.ports.driver import REQUIRED_AUDIT
 
 
 class KafkaGroupCommitStore:

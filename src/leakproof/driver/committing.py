@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 
 from leakproof.crashpoints import crash_point
 from leakproof.driver.batch import BatchPlan, Committed, audit_cells
-from leakproof.driver.ports import CommitStore, GroupMirror, LeaseStore
 from leakproof.errors import BatchFailed, CommitRefused, CoordinatorNotReady
 from leakproof.lease import Lease
 from leakproof.offsets import CommittedBatch, Gap, StartPlan
+from leakproof.ports.driver import CommitStore, GroupMirror, LeaseStore
 from leakproof.reports import BatchTotals, TaskReport
 
 log = logging.getLogger(__name__)

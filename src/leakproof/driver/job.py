@@ -443,7 +443,7 @@ class Job:
                                "offsets": committed})
 
     def _start_metrics(self) -> None:
-        from leakproof.metrics import JobMetrics
+        from leakproof.driver.metrics import JobMetrics
 
         cfg = self.cfg.job
         metrics = self._closes(JobMetrics(self.topic, self.group, cfg.metrics_host,

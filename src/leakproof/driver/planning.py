@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from leakproof.backpressure import split_budgets
 from leakproof.config import KafkaConfig
 from leakproof.driver.batch import BatchPlan
-from leakproof.driver.ports import Metadata
 from leakproof.errors import KafkaReadError, OffsetError
 from leakproof.offsets import (
     CommittedBatch,
@@ -26,6 +25,7 @@ from leakproof.offsets import (
     plan_ranges,
     resolve_start,
 )
+from leakproof.ports.driver import Metadata
 
 log = logging.getLogger(__name__)
 

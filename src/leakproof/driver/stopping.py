@@ -14,7 +14,7 @@ import logging
 import time
 
 from leakproof.driver.control import RunControl
-from leakproof.driver.ports import RunRecord
+from leakproof.ports.driver import RunRecord
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from leakproof.hbase.state_store import read_lease_epoch
 from leakproof.kept_rows import new_token
 from leakproof.open_index import MAX_BUCKET, MAX_WIDTH, Entry, IndexChanges, bucket_of
 from leakproof.outbox import PUBLISHED
-from leakproof.task.ports import Mark, PartitionSave, StoredPartition
+from leakproof.ports.task import Mark, PartitionSave, StoredPartition
 
 
 def _wm_row(topic: str, partition: int) -> bytes:

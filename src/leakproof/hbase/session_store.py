@@ -18,9 +18,9 @@ from leakproof.hbase.row_gets import get_rows
 from leakproof.hbase.row_puts import row_puts
 from leakproof.kept_rows import KeptRows, take_all
 from leakproof.model.compiled import CompiledModel
+from leakproof.ports.task import Kept, Touched
 from leakproof.session_cells import from_cells, order_cells_of, readable, to_cells
 from leakproof.sessions import CLOSED, OPEN, SessionState
-from leakproof.task.ports import Kept, Touched
 
 
 class SessionStore:

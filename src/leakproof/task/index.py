@@ -20,19 +20,19 @@ from dataclasses import dataclass
 
 from leakproof import open_index
 from leakproof.open_index import Entry
+from leakproof.ports.task import (
+    PartitionRows,
+    PartitionSave,
+    SessionRows,
+    StoredPartition,
+    Touched,
+)
 from leakproof.sessions import (
     FoldResult,
     OpenSessions,
     PartitionState,
     SessionState,
     fence_key,
-)
-from leakproof.task.ports import (
-    PartitionRows,
-    PartitionSave,
-    SessionRows,
-    StoredPartition,
-    Touched,
 )
 
 

@@ -41,17 +41,7 @@ from leakproof.model.compiled import CompiledModel
 from leakproof.moved_keys import placed
 from leakproof.offsets import OffsetRange, named
 from leakproof.outbox import Outbox, outbox_id
-from leakproof.reports import TaskReport
-from leakproof.sessions import (
-    NO_WATERMARK,
-    FoldResult,
-    PartitionFolder,
-    fence_key,
-    fence_source,
-)
-from leakproof.summaries import json_summary
-from leakproof.task import index
-from leakproof.task.ports import (
+from leakproof.ports.task import (
     DeadLetters,
     Decode,
     Kept,
@@ -63,6 +53,16 @@ from leakproof.task.ports import (
     SummarySink,
     rewritten,
 )
+from leakproof.reports import TaskReport
+from leakproof.sessions import (
+    NO_WATERMARK,
+    FoldResult,
+    PartitionFolder,
+    fence_key,
+    fence_source,
+)
+from leakproof.summaries import json_summary
+from leakproof.task import index
 
 
 @dataclass(frozen=True)

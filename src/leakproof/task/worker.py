@@ -42,11 +42,11 @@ from leakproof.hbase.session_store import SessionStore
 from leakproof.kafka import stalls
 from leakproof.kafka.closed_sink import ClosedSink
 from leakproof.kafka.reader import consumer_cached, read_range
+from leakproof.kafka.registry import client, decoder_for
 from leakproof.kept_rows import KeptRows
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import Model
 from leakproof.offsets import Gap, OffsetRange, named
-from leakproof.registry import client, decoder_for
 from leakproof.reports import TaskReport
 from leakproof.sessions import fence_key
 from leakproof.summaries import Encode, avro_summary, summary_schema

@@ -14,9 +14,9 @@ from leakproof.config import Config
 from leakproof.errors import DecodeError
 from leakproof.kafka.admin import topic_bounds
 from leakproof.kafka.reader import read_range
+from leakproof.kafka.registry import decoder_for
 from leakproof.model.compiled import CompiledModel, compile_model
 from leakproof.offsets import OffsetRange
-from leakproof.registry import decoder_for
 from leakproof.session_cells import readable, to_cells
 from leakproof.sessions import PartitionFolder, PartitionState, fence_key
 

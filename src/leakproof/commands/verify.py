@@ -21,8 +21,8 @@ from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.session_store import scan_readable
 from leakproof.kafka.admin import topic_bounds
 from leakproof.kafka.reader import read_range
+from leakproof.kafka.registry import decoder_for
 from leakproof.offsets import OffsetRange
-from leakproof.registry import decoder_for
 
 
 @dataclass

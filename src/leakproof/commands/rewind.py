@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from leakproof.config import Config
-from leakproof.driver.ports import CommitStore, LeaseStore
 from leakproof.errors import OffsetError
 from leakproof.offsets import LogBounds
+from leakproof.ports.driver import CommitStore, LeaseStore
 
 log = logging.getLogger(__name__)
 

@@ -94,7 +94,7 @@ def send_confluent(cfg: KafkaConfig, topic: str, events: Iterable[WebEvent], reg
     """Send WebEvents registry-framed: the shipped schema is registered under
     ``<topic>-value`` (the registry's usual subject; registering again gives the same id),
     and each value carries its id in the Confluent wire format."""
-    from leakproof.registry import client
+    from leakproof.kafka.registry import client
 
     schema_id = client(registry).register(f"{topic}-value",
                                           json.dumps(schema_json(), separators=(",", ":")))
