@@ -193,7 +193,8 @@ def _secured_services(cfg: config_mod.Config) -> str:
 
 
 def run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    from leakproof.driver.job import Job, RunLimits, spark_context
+    from leakproof.driver.job import Job, RunLimits
+    from leakproof.driver.spark_session import spark_context
 
     if cfg.kerberos is not None:  # a bad login stops the run before any JVM starts
         from leakproof.kerberos import login

@@ -9,6 +9,7 @@ from leakproof.config import KafkaConfig
 from leakproof.driver.batch import BatchPlan
 from leakproof.driver.committing import Committer
 from leakproof.driver.planning import Planner
+from leakproof.driver.startup import start_driver
 from leakproof.offsets import CommittedBatch, LogBounds
 from leakproof.reports import TaskReport
 from leakproof.testing import FakeCommitStore, FakeLeaseStore, FakeMetadata
@@ -53,8 +54,6 @@ def rig(bounds: dict[int, tuple[int, int] | tuple[int, int, int]],
         store.rows.append(CommittedBatch(500, stored, stored_audit or {}))
     leases = FakeLeaseStore(recorded_topic_id=recorded_topic_id)
     planner = Planner(KafkaConfig("127.0.0.1:9092", "t", "g", **kafka), 1.0, meta)
-    latest = store.latest()
-    start = planner.start(latest, leases.topic_id())
-    committer = Committer("t", "g", store, leases, meta if mirror else None)
-    committer.begin(leases.take("start:a"), latest, start, planner.topic_id)
-    return Rig(meta, store, leases, planner, committer)
+    started = start_driver("t", "g", leases=leases, store=store, planner=planner,
+                           mirror=meta if mirror else None, holder="start:a", now_ms=1_000)
+    return Rig(meta, store, leases, planner, started.committer)

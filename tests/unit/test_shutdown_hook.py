@@ -1,4 +1,4 @@
-"""The driver JVM's shutdown hook (driver.job._JvmShutdownHook), over a fake of the JVM handles:
+"""The driver JVM's shutdown hook (driver.shutdown_hook), over a fake of the JVM handles:
 Spark's own hooks may go on only once the run has ended *and* the driver has either halted
 the JVM with 0 or decided not to. Returning when the run merely finished let the JVM end
 with 143 while the driver was still stopping the SparkContext before its halt."""
@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from leakproof.driver.control import RunControl, RunLimits
-from leakproof.driver.job import _JvmShutdownHook
+from leakproof.driver.shutdown_hook import JvmShutdownHook
 
 
 class _Runtime:
@@ -60,16 +60,16 @@ class _Sc:
         self._jvm = _Jvm()
 
 
-def hook_for(submitted: bool = True) -> tuple[_JvmShutdownHook, RunControl, _Sc, _Manager]:
+def hook_for(submitted: bool = True) -> tuple[JvmShutdownHook, RunControl, _Sc, _Manager]:
     control = RunControl(RunLimits())
     sc, manager = _Sc(), _Manager()
-    hook = _JvmShutdownHook(sc, control, timeout_s=5.0)
+    hook = JvmShutdownHook(sc, control, timeout_s=5.0)
     hook._submitted = submitted
     hook._manager, hook._thread = manager, object()
     return hook, control, sc, manager
 
 
-def run_in_background(hook: _JvmShutdownHook) -> threading.Thread:
+def run_in_background(hook: JvmShutdownHook) -> threading.Thread:
     thread = threading.Thread(target=hook.run, daemon=True)
     thread.start()
     return thread

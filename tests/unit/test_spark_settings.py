@@ -10,7 +10,7 @@ import yaml
 from pyspark import SparkConf
 
 from leakproof import config
-from leakproof.driver.job import EXECUTOR_JAVA_OPTIONS, apply_settings
+from leakproof.driver.spark_session import EXECUTOR_JAVA_OPTIONS, apply_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,7 +54,7 @@ def test_spark_submit_wins_over_config_yml_and_the_defaults() -> None:
 
 
 def test_a_spark_connect_session_is_refused_before_spark_starts() -> None:
-    from leakproof.driver.job import spark_connect_requested, spark_context
+    from leakproof.driver.spark_session import spark_connect_requested, spark_context
     from leakproof.errors import ConfigError
 
     assert spark_connect_requested({}, {}) is None

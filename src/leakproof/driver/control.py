@@ -44,6 +44,7 @@ class RunControl:
         self._planned_with_data = 0
         self._last_data = time.monotonic()
         self._rate: float | None = None
+        self._keys_moved_ms: int | None = None  # output found keys moved; planning takes it
         self._asked = False  # the stop came from an operator: a signal or `leakproof stop`
         self._finished = threading.Event()
         self.exit_code: int | None = None  # set with finish()
@@ -163,6 +164,19 @@ class RunControl:
             if self.limits.until_idle_s is None or not self._quiescent():
                 return False
             return time.monotonic() - self._last_data > self.limits.until_idle_s
+
+    # -- keys moved (partitions added) ---------------------------------------------------
+
+    def keys_moved(self, at_ms: int) -> None:
+        """Output's side: a batch found keys in partitions not theirs (``key_guard``)."""
+        with self._lock:
+            self._keys_moved_ms = at_ms
+
+    def take_keys_moved(self) -> int | None:
+        """Planning's side: when keys were last found moved, once (None: not since)."""
+        with self._lock:
+            at, self._keys_moved_ms = self._keys_moved_ms, None
+            return at
 
     # -- backpressure ----------------------------------------------------------------------
 
