@@ -13,7 +13,7 @@ ARGS ?=
 SYSTEM_PACKAGES := libkrb5-dev krb5-user faketime
 
 .DEFAULT_GOAL := help
-.PHONY: help bench-wide bench-cells venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
+.PHONY: help bench-ui bench-wide bench-cells venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -111,6 +111,10 @@ bench-latency: venv ## steady load at half make bench's rate: p50/p95/p99 Kafka 
 	$(BIN)/pip install -q -c constraints.txt -e '.[bench]'
 	$(STACK) up
 	LATENCY=1 $(BIN)/python scripts/bench.py
+
+bench-ui: venv ## the Spark UI's cost to the driver: off, on, on and watched, under steady load (ROUNDS, RATE, DURATION_S)
+	$(STACK) up
+	$(BIN)/python scripts/bench_ui.py
 
 bench-recovery: venv ## ROUNDS driver SIGKILLs under spark-submit (standalone), restarted at once: seconds to the next commit
 	$(STACK) up --spark

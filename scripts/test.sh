@@ -106,7 +106,7 @@ else
   tests serial -m "integration and serial" "$@" tests/integration
   step "integration tests, $workers at a time (the cluster group on one worker)"
   tests parallel -n "$workers" --dist loadgroup -m "integration and not serial" "$@" tests/integration
-  step "the integration core on pyspark 3.5: pipeline, restart, driver kill, stops, standalone, YARN"
+  step "the integration core on pyspark 3.5: pipeline, restart, driver kill, stops, standalone, YARN, the UI's input reports"
   wait $venv35 || { cat "$results/venv-spark35.log"; fail "could not build .venv-spark35"; }
   spark_on .venv-spark35/bin/python || fail "the Spark 3.5 standalone cluster did not start"
   pytest=.venv-spark35/bin/pytest tests spark35 -n 2 --dist loadgroup -m integration "$@" \
@@ -114,7 +114,8 @@ else
     tests/integration/test_pipeline.py::test_restart_after_some_batches_resumes_exactly \
     tests/integration/test_pipeline.py::test_driver_killed_after_session_writes_before_commit \
     tests/integration/test_stopping.py tests/integration/test_spark_submit.py \
-    tests/integration/test_yarn.py
+    tests/integration/test_yarn.py \
+    tests/integration/test_observability.py::test_metrics_endpoint_and_batch_inputs_in_the_spark_ui
   if [ "$started" = 0 ]; then  # a developer's stack: its standalone cluster back on this venv's Spark
     spark_on $bin/python > /dev/null || fail "could not restart Spark"
   fi

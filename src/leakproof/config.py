@@ -183,7 +183,7 @@ class JobConfig:
     metrics_port: int = 0  # > 0: Prometheus metrics at http://<metrics_host>:<port>/metrics
     metrics_host: str = "127.0.0.1"
     # extra Spark settings for `leakproof run` (spark-submit's --conf wins), e.g.
-    # {"spark.ui.enabled": "true"} for the Streaming tab
+    # {"spark.ui.port": "4050"} (the UI is on unless {"spark.ui.enabled": "false"})
     spark_conf: dict[str, str] = field(default_factory=dict)
 
 

@@ -28,12 +28,12 @@ def _conf(**given: str) -> SparkConf:
     return conf
 
 
-def test_executors_get_c1_only_and_the_ui_stays_off_by_default() -> None:
+def test_executors_get_c1_only_and_the_ui_is_left_on() -> None:
     conf = _conf()
     apply_settings(conf, _config({}))
     assert conf.get("spark.executor.defaultJavaOptions") == EXECUTOR_JAVA_OPTIONS
     assert EXECUTOR_JAVA_OPTIONS == "-XX:TieredStopAtLevel=1"  # no GC flag: it could clash
-    assert conf.get("spark.ui.enabled") == "false"
+    assert conf.get("spark.ui.enabled") is None  # Spark's own default: on
     assert conf.get("spark.streaming.concurrentJobs") == "1"
     assert conf.get("spark.executor.extraJavaOptions") is None  # the user's, untouched
 

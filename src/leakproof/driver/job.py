@@ -35,6 +35,7 @@ from leakproof.driver.batch import BatchOutcome, BatchPlan, batch_millis
 from leakproof.driver.committing import Committer
 from leakproof.driver.control import RunControl, RunLimits
 from leakproof.driver.grouping import group
+from leakproof.driver.input_report import InputReport
 from leakproof.driver.key_guard import KeyMoveGuard
 from leakproof.driver.placement import place
 from leakproof.driver.planning import Planner
@@ -100,6 +101,7 @@ class Job:
         self._moves_store: HBaseLeaseStore | None = None
         # the cell timestamps of this driver's batches: the planning thread's (cell_clock)
         self._clock = CellClock(0, -1)
+        self._inputs: InputReport | None = None  # each batch's input, told to Spark's UI
 
     # ------------------------------------------------------------------ start
 
@@ -191,6 +193,8 @@ class Job:
                 f"batch {batch_ms}: could not record {what}: {describe(exc)}"))
             return sc.emptyRDD()
         self.control.hand_over(plan)
+        if self._inputs is not None:
+            self._inputs.report(plan)
         work = plan.work
         if not work:
             return sc.emptyRDD()
@@ -326,6 +330,7 @@ class Job:
             # PySpark's hints say int, but it multiplies by 1000 and takes fractions of a second.
             ssc = StreamingContext(sc, self.cfg.job.batch_interval_s)  # type: ignore[arg-type]
             ticks = ssc.queueStream([], oneAtATime=True, default=sc.parallelize([0], 1))
+            self._inputs = InputReport(ssc, ticks)
             # PySpark counts a callback's arguments: pass plain two-argument functions.
             ticks.transform(lambda t, rdd: self.plan_rdd(t, rdd)).foreachRDD(
                 lambda t, rdd: self.output(t, rdd))

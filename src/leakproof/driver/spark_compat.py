@@ -9,6 +9,10 @@ through the Py4J gateway by class name:
 - Scala's Java collection converters: ``scala.jdk.javaapi.CollectionConverters`` exists only
   on Scala 2.13; Scala 2.12 has ``scala.collection.JavaConverters``' explicit methods.
   (Without this, 3.5 could list no executor: ranges lost their preferred executor.)
+- Scala's immutable ``Map`` and ``List`` (what ``StreamInputInfo`` takes): built on 2.13 by
+  ``Map.from``, on 2.12 by ``toMap`` with an implicit evidence Py4J cannot pass. Spark's own
+  ``PythonUtils.toScalaMap`` / ``toList`` (PySpark's helpers, the same signatures on 3.5 and
+  4.x) build them on either, so leakproof goes through those.
 
 Everything else that names a Spark class through the gateway goes through this module, so a
 third line would be one more case here, not checks spread through the driver.
@@ -51,6 +55,17 @@ class SparkLine:
         if self.scala >= (2, 13):
             return jvm.scala.jdk.javaapi.CollectionConverters.asScala(java_list).toSeq()
         return jvm.scala.collection.JavaConverters.asScalaBuffer(java_list).toSeq()
+
+    def to_scala_map(self, jvm: Any, items: dict[str, Any]) -> Any:
+        """A Scala immutable ``Map[String, Any]`` of ``items`` (values Py4J can pass)."""
+        java_map = jvm.java.util.HashMap()
+        for key, value in items.items():
+            java_map.put(key, value)
+        return jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(java_map)
+
+    def to_scala_list(self, jvm: Any, java_list: Any) -> Any:
+        """A ``java.util.List`` as a Scala immutable ``List``."""
+        return jvm.org.apache.spark.api.python.PythonUtils.toList(java_list)
 
 
 def _major_minor(version: str) -> tuple[int, int]:

@@ -117,7 +117,6 @@ EXECUTOR_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 # already did.
 SPARK_DEFAULTS: Mapping[str, str] = MappingProxyType({
     "spark.ui.showConsoleProgress": "false",
-    "spark.ui.enabled": "false",
     "spark.streaming.concurrentJobs": "1",
     "spark.executor.defaultJavaOptions": EXECUTOR_JAVA_OPTIONS,
 })
@@ -183,5 +182,7 @@ def spark_context(cfg: Config) -> Any:
         sc.stop()
         raise ConfigError(f"Spark {sc.version} is not supported: leakproof runs on Spark 3.5 "
                           f"and 4.x (spark-submit from such a Spark, or its pyspark wheel)")
-    log.info("Spark %s (Scala %d.%d)", sc.version, *spark.scala)
+    ui = sc.uiWebUrl  # None with spark.ui.enabled=false
+    log.info("Spark %s (Scala %d.%d); %s", sc.version, *spark.scala,
+             f"Spark UI at {ui}" if ui else "Spark UI off (spark.ui.enabled=false)")
     return sc
