@@ -37,7 +37,9 @@ from leakproof.summaries import Encode
 class FakeMetadata:
     """A topic: its id, and [log_start, log_end) per partition (with a stable end where a
     transaction is open); ``down`` makes calls fail; ``opened_ms`` says when the transaction
-    at each held partition's stable end began, and ``peeks`` counts the look-ups."""
+    at each held partition's stable end began, and ``peeks`` counts the look-ups;
+    ``record_ms`` holds the timestamp of the record at (partition, offset) and
+    ``timestamp_reads`` counts its look-ups."""
 
     topic: str
     bounds: dict[int, LogBounds]
@@ -47,6 +49,8 @@ class FakeMetadata:
     peeks: int = 0
     mirrored: list[tuple[str, dict[int, int], str]] = field(default_factory=list)
     mirror_failures: int = 0  # the next N mirror calls fail
+    record_ms: dict[tuple[int, int], int] = field(default_factory=dict)
+    timestamp_reads: int = 0
 
     def describe(self, topic: str) -> tuple[str | None, list[int]]:
         self._check(topic)
@@ -61,6 +65,12 @@ class FakeMetadata:
         self._check(topic)
         self.peeks += 1
         return {p: HeldTransaction(p, at, self.opened_ms.get(p)) for p, at in held.items()}
+
+    def record_timestamps(self, topic: str, offsets: Mapping[int, int]
+                          ) -> dict[int, int | None]:
+        self._check(topic)
+        self.timestamp_reads += 1
+        return {p: self.record_ms.get((p, at)) for p, at in offsets.items()}
 
     def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int],
                              note: str) -> None:

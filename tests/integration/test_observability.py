@@ -10,12 +10,22 @@ import signal
 import socket
 import time
 import urllib.request
+from datetime import datetime
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from leakproof.generator import GeneratorSpec
 
-from .helpers import Env, assert_offsets_chain, audit_total, offsets_rows, records, wait_for
+from .helpers import (
+    Env,
+    assert_offsets_chain,
+    audit_total,
+    offsets_rows,
+    records,
+    run_cli,
+    wait_for,
+)
 
 UI_LINE = re.compile(r"Spark UI at (http://\S+)")
 
@@ -54,6 +64,20 @@ def metric(text: str, name: str, **labels: str) -> float:
         if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"{name} {labels} not in /metrics")
+
+
+def scrape(url: str, patience: float = 60
+           ) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """Every sample of the endpoint, parsed by prometheus_client: name -> labels -> value
+    (topic and group left out of the labels; each sample must carry them)."""
+    found: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(get(url, patience)):
+        for s in family.samples:
+            assert {"topic", "group"} <= set(s.labels), s
+            labels = tuple(sorted((k, v) for k, v in s.labels.items()
+                                  if k not in ("topic", "group")))
+            found.setdefault(s.name, {})[labels] = s.value
+    return found
 
 
 def ui_url(log: str) -> str:
@@ -95,4 +119,81 @@ def test_metrics_endpoint_and_batch_inputs_in_the_spark_ui(env: Env) -> None:
         job.send_signal(signal.SIGTERM)
         job.wait(timeout=120)
         assert "metrics at http://127.0.0.1:" in job.text()
+    env.verify(spec)
+
+
+def record_times(env: Env) -> dict[tuple[int, int], int]:
+    """Every record's Kafka timestamp (epoch ms) by (partition, offset): what lag in seconds
+    is computed from, read back independently."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers="127.0.0.1:9092", enable_auto_commit=False)
+    try:
+        tps = [TopicPartition(env.name, p) for p in range(4)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        found: dict[tuple[int, int], int] = {}
+        while len(found) < sum(ends.values()):
+            for tp, recs in consumer.poll(timeout_ms=1000).items():
+                found.update({(tp.partition, r.offset): r.timestamp for r in recs})
+        return found
+    finally:
+        consumer.close()
+
+
+def test_lag_in_seconds_after_the_producer_stopped(env: Env) -> None:
+    """A producer sends, then stops for STOP_S; the job starts late and reads slowly. Every
+    age reported -- by `offsets lag`, in each batch's JSON line, by the metric -- is the age
+    of the oldest unread record, held to the records' own timestamps (never to the job's
+    speed), and so at least STOP_S while anything is unread."""
+    stop_s = 12
+    spec = GeneratorSpec(seed=2100, events=4_000, sessions=400)
+    env.produce(spec)
+    times = record_times(env)
+    time.sleep(stop_s)
+    before = time.time() * 1000
+    out = run_cli("offsets", "lag", "--config", str(env.path), check=False)
+    after = time.time() * 1000
+    lag = json.loads(out.stdout)  # nothing committed yet: every record is unread
+    for row in lag["partitions"]:
+        first = times[(row["partition"], 0)]
+        assert (before - first) / 1000 - 0.01 <= row["lag_s"] <= (after - first) / 1000 + 0.01
+        assert row["lag_s"] >= stop_s
+    mport = free_port()
+    cfg = env.variant("slow", kafka={"max_rate_per_partition": 150},
+                      job={"metrics_port": mport})
+    scraped: list[tuple[float, float, float]] = []  # (scrape ms, lag s, lag records), p0
+    with env.background("--log-format", "json", "--until-idle", "8", config=cfg,
+                        name="slow") as job:
+        while job.poll() is None:
+            try:
+                t0 = time.time() * 1000
+                got = scrape(f"http://127.0.0.1:{mport}/metrics", patience=0)
+                scraped.append((t0, got["leakproof_lag_seconds"][(("partition", "0"),)],
+                                got["leakproof_lag_records"][(("partition", "0"),)]))
+            except (OSError, KeyError):
+                pass
+            time.sleep(1)
+        assert job.wait() == 0, job.text()[-4000:]
+        lines = [json.loads(line) for line in job.text().splitlines()
+                 if line.startswith("{") and '"batch_ms"' in line]
+    behind = [rec for rec in lines if rec["lag_s_by_partition"]]
+    assert len(behind) >= 3, lines[:3]
+    for rec in behind:
+        logged = datetime.fromisoformat(rec["time"]).timestamp() * 1000
+        until = {r["partition"]: r["until"] for r in rec["ranges"]}
+        for p, age in rec["lag_s_by_partition"].items():
+            # the oldest unread record is the one at the end of this batch's range
+            oldest = times[(int(p), until[int(p)])]
+            assert age is not None and age >= stop_s
+            assert (logged - oldest) / 1000 - 1.0 <= age <= (logged - oldest) / 1000 + 0.1
+        assert rec["lag_s"] == max(rec["lag_s_by_partition"].values())
+    assert lines[-1]["lag"] == 0 and lines[-1]["lag_s"] == 0.0
+    while_behind = [(t, s) for t, s, n in scraped if n > 0]
+    assert while_behind, scraped[:5]
+    for t, age in while_behind:  # set at the newest batch: at least STOP_S, and younger
+        assert stop_s <= age <= (t - times[(0, 0)]) / 1000 + 0.1  # than the first record
+    lag = json.loads(run_cli("offsets", "lag", "--config", str(env.path)).stdout)
+    assert lag["total_lag"] == 0 and lag["lag_s"] == 0.0
     env.verify(spec)

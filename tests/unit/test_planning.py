@@ -74,3 +74,34 @@ def test_stored_offset_beyond_the_log_end_is_refused() -> None:
     with pytest.raises(OffsetError, match="beyond the log end 10"):
         rig({0: (0, 10)}, stored={0: 12})
     assert LogBounds(0, 1).log_end == 1
+
+
+def test_lag_in_seconds_is_the_age_of_each_partitions_oldest_unread_record() -> None:
+    """The record at each range's end is read once per offset; a partition caught up has
+    none; one whose record cannot be read is unknown, not caught up."""
+    r = rig({0: (0, 25), 1: (0, 3), 2: (0, 40)}, max_rate_per_partition=10)
+    r.meta.record_ms = {(0, 10): 1_000, (2, 10): 4_000}
+    plan = r.plan()
+    assert dict(plan.unread_ts) == {0: 1_000, 2: 4_000}
+    assert plan.lag_s_by_partition(11_000) == {0: 10.0, 1: 0.0, 2: 7.0}
+    assert plan.lag_s(11_000) == 10.0
+    assert r.meta.timestamp_reads == 1
+    r.meta.record_ms = {(0, 20): 2_000}  # partition 2's record at 20 cannot be read
+    plan = r.plan()
+    assert plan.lag_s_by_partition(11_000) == {0: 9.0, 1: 0.0, 2: None}
+    assert plan.lag_s(11_000) == 9.0
+    r.meta.record_ms[(2, 30)] = 5_000
+    r.meta.bounds[0] = LogBounds(0, 30)  # partition 0 grows: read to its end next
+    plan = r.plan()
+    assert plan.lag_s_by_partition(11_000) == {0: 0.0, 1: 0.0, 2: 6.0}
+    assert r.meta.timestamp_reads == 3
+
+
+def test_a_partition_held_by_an_open_transaction_is_as_old_as_the_transaction() -> None:
+    r = rig({0: (0, 20, 10)})
+    r.meta.opened_ms = {0: 3_000}
+    plan = r.plan()
+    assert plan.lag_s_by_partition(8_000) == {0: 5.0}
+    assert r.meta.timestamp_reads == 0  # the transaction's first record was read already
+    plan = r.plan()  # still held: nothing read again
+    assert plan.lag_s(8_000) == 5.0 and r.meta.timestamp_reads == 0

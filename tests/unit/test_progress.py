@@ -24,19 +24,21 @@ def report(p: int, records: int, read_s: float, **kinds: int) -> TaskReport:
 def outcome() -> BatchOutcome:
     plan = BatchPlan(1_700_000_000_000,
                      (OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 5, 5)),
-                     {0: LogBounds(0, 15), 1: LogBounds(0, 5)}, (Gap(1, 2, 5),))
+                     {0: LogBounds(0, 15), 1: LogBounds(0, 5)}, (Gap(1, 2, 5),),
+                     unread_ts={0: 1_699_999_990_000})  # 10 s before the batch time
     totals = BatchTotals.of([report(0, 10, 0.5, tombstone=1, key_mismatch=1),
                              report(1, 0, 0.9)])
     return BatchOutcome(plan, Committed(totals, plan.gaps, {0: 10, 1: 5}, True, 0.01), 2.0)
 
 
 def test_progress_record() -> None:
-    rec = progress_record(outcome())
+    rec = progress_record(outcome(), now_ms=1_700_000_000_000)
     assert rec["ranges"] == [{"partition": 0, "from": 0, "until": 10}]
     assert (rec["records"], rec["applied"], rec["late"], rec["dead_letters"]) == (10, 8, 2, 2)
     assert rec["dead_letter_kinds"] == {"tombstone": 1, "key_mismatch": 1}
     assert rec["duplicates"] == 2
     assert rec["lag"] == 5
+    assert rec["lag_s"] == 10.0 and rec["lag_s_by_partition"] == {"0": 10.0}
     assert rec["read_s"] == 0.9 and rec["events_per_s"] == 5.0
     assert rec["gaps"] == [{"partition": 1, "from": 2, "to": 5}]
     assert rec["cache"] == {"tasks": 2, "consumer": 0, "rows": 4}
@@ -61,6 +63,7 @@ def test_the_line_goes_to_the_logger_operators_filter_on(
         assert text.startswith("batch 1700000000000 | p0:0->10 | records 10 (applied 8, ")
         assert 'dead 2 {"key_mismatch": 1, "tombstone": 1})' in text
         assert "| cached consumer 0/2 rows 4/6" in text
+        assert "| lag 5 (" in text and "s) |" in text
     assert seen and seen[0]["batch_ms"] == 1_700_000_000_000
 
 

@@ -8,15 +8,18 @@ from typing import Any
 
 from leakproof.commit_stores import open_store
 from leakproof.config import Config
+from leakproof.driver.batch import lag_seconds, max_lag_s
 from leakproof.errors import TableMissing
 from leakproof.kafka.admin import KafkaMetadata
+from leakproof.offsets import LogBounds
 
 log = logging.getLogger(__name__)
 
 
 def lag(cfg: Config) -> dict[str, Any]:
-    """Per partition: committed offset, log end, lag and its state; the age of the newest
-    commit.
+    """Per partition: committed offset, log end, lag in records and in seconds (the age of
+    the oldest unread record, the one at the committed offset: ``lag_s``, None where it
+    could not be read) and its state; the age of the newest commit.
 
     ``state`` tells an operator what the lag means: ``caught up`` (nothing behind),
     ``behind`` (records the job has yet to read), or ``held by open transaction`` (the job
@@ -32,15 +35,19 @@ def lag(cfg: Config) -> dict[str, Any]:
         latest = None
     finally:
         store.close()
+    committed = latest.offsets if latest else {}
     meta = KafkaMetadata(cfg.kafka)
     try:
         parts = meta.partitions(topic)
         bounds = meta.log_bounds(topic, parts)
         held = meta.open_transactions(topic, {p: b.readable_end for p, b in bounds.items()
                                               if b.held})
+        # the oldest unread record of each partition behind
+        starts = {p: unread_from(committed.get(p), b) for p, b in bounds.items()}
+        unread = {p: at for p, at in starts.items() if at < bounds[p].log_end}
+        oldest = meta.record_timestamps(topic, unread)
     finally:
         meta.close()
-    committed = latest.offsets if latest else {}
     now = int(time.time() * 1000)
     rows = []
     for p in parts:
@@ -49,7 +56,9 @@ def lag(cfg: Config) -> dict[str, Any]:
         behind = b.log_end - (at if at is not None else b.log_start)
         row: dict[str, Any] = {"partition": p, "committed": at, "log_start": b.log_start,
                                "log_end": b.log_end, "stable_end": b.readable_end,
-                               "lag": behind, "state": partition_state(behind, at, b.readable_end)}
+                               "lag": behind, "lag_s": lag_seconds(oldest, p, now),
+                               "oldest_unread_ms": oldest.get(p),
+                               "state": partition_state(behind, at, b.readable_end)}
         if p in held:
             row["held_since_ms"] = held[p].since_ms
             row["held_s"] = None if (age := held[p].age_s(now)) is None else round(age, 1)
@@ -57,8 +66,15 @@ def lag(cfg: Config) -> dict[str, Any]:
     committed_ms = int(latest.audit.get("committed_ms", latest.batch_ms)) if latest else None
     return {"topic": topic, "group": cfg.kafka.group_id, "partitions": rows,
             "total_lag": sum(r["lag"] for r in rows),
+            "lag_s": max_lag_s(r["lag_s"] for r in rows if r["lag"] > 0),
             "batch_ms": latest.batch_ms if latest else None, "committed_ms": committed_ms,
             "age_s": round((now - committed_ms) / 1000, 1) if committed_ms else None}
+
+
+def unread_from(committed: int | None, bounds: LogBounds) -> int:
+    """Where a partition's unread records start: its committed offset, or the log's start
+    (no commit yet, or retention deleted past it)."""
+    return bounds.log_start if committed is None else max(committed, bounds.log_start)
 
 
 def partition_state(behind: int, committed: int | None, stable_end: int) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -23,7 +23,9 @@ class BatchPlan:
     ``held`` the partitions whose ranges an open transaction stops short of the log end;
     ``one_task`` and ``check_keys_in`` what keys moving between partitions ask of its tasks
     (``moved_keys``: run as one task; check keys against that partition count);
-    ``cell_ts`` the HBase timestamp its writes start at (``cell_clock``; 0 until stamped).
+    ``cell_ts`` the HBase timestamp its writes start at (``cell_clock``; 0 until stamped);
+    ``unread_ts`` the timestamp (epoch ms) of each partition's oldest unread record once the
+    batch is read, for lag in seconds (absent: nothing unread; None: it could not be read).
     """
 
     batch_ms: int
@@ -35,6 +37,7 @@ class BatchPlan:
     one_task: bool = False
     check_keys_in: int | None = None
     cell_ts: int = 0
+    unread_ts: Mapping[int, int | None] = field(default_factory=dict)
 
     @property
     def spread(self) -> bool:
@@ -69,6 +72,17 @@ class BatchPlan:
     @property
     def lag(self) -> int:
         return sum(self.lag_by_partition().values())
+
+    def lag_s_by_partition(self, now_ms: int) -> dict[int, float | None]:
+        """Seconds each partition is behind once the batch is done: the age of its oldest
+        unread record at ``now_ms`` (0: nothing unread; None: its timestamp unknown)."""
+        return {r.partition: lag_seconds(self.unread_ts, r.partition, now_ms)
+                for r in self.ranges}
+
+    def lag_s(self, now_ms: int) -> float | None:
+        """The job's lag in seconds: the oldest unread record's age over all partitions
+        (None: some partition is behind and no age is known)."""
+        return max_lag_s(self.lag_s_by_partition(now_ms).values())
 
     def describe(self) -> str:
         return ", ".join(str(r) for r in self.work)
@@ -113,6 +127,25 @@ def audit_cells(plan: BatchPlan, totals: BatchTotals, gaps: tuple[Gap, ...], lea
     if gaps:
         audit["gaps"] = ",".join(f"{g.partition}:{g.stored}-{g.resumed_at}" for g in gaps)
     return {k: str(v) for k, v in audit.items()}
+
+
+def lag_seconds(unread_ts: Mapping[int, int | None], partition: int, now_ms: int
+                ) -> float | None:
+    """A partition's lag in seconds from its oldest unread record's timestamp (absent from
+    ``unread_ts``: nothing unread, 0). A record stamped ahead of ``now_ms`` counts 0."""
+    if partition not in unread_ts:
+        return 0.0
+    ts = unread_ts[partition]
+    return None if ts is None else max(0.0, (now_ms - ts) / 1000)
+
+
+def max_lag_s(ages: Iterable[float | None]) -> float | None:
+    """The largest known age; None only if none is known and some partition is behind."""
+    ages = list(ages)
+    known = [a for a in ages if a is not None]
+    if known:
+        return max(known)
+    return None if ages else 0.0
 
 
 def batch_millis(t: datetime) -> int:

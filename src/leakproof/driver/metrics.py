@@ -27,6 +27,9 @@ class JobMetrics:
                              [*labels, "kind"], registry=r)
         self._lag = Gauge("leakproof_lag_records", "Records behind the log end after the "
                           "batch, per partition", [*labels, "partition"], registry=r)
+        self._lag_s = Gauge("leakproof_lag_seconds", "Age of the partition's oldest unread "
+                            "record after the batch (0: nothing unread)",
+                            [*labels, "partition"], registry=r)
         self._duration = Histogram(
             "leakproof_batch_duration_seconds", "Batch output time: tasks and commit",
             list(labels), buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64), registry=r,
@@ -67,6 +70,9 @@ class JobMetrics:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         for p, behind in plan.lag_by_partition().items():
             self._lag.labels(**self._labels, partition=str(p)).set(behind)
+            age = plan.lag_s_by_partition(now).get(p)
+            if age is not None:
+                self._lag_s.labels(**self._labels, partition=str(p)).set(age)
             hold = plan.held.get(p)
             self._held.labels(**self._labels, partition=str(p)).set(1 if hold else 0)
             self._held_age.labels(**self._labels, partition=str(p)).set(

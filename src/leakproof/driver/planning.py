@@ -19,6 +19,7 @@ from leakproof.offsets import (
     CommittedBatch,
     HeldTransaction,
     LogBounds,
+    OffsetRange,
     StartPlan,
     check_position,
     per_partition_budget,
@@ -42,6 +43,8 @@ class Planner:
         self._next: dict[int, int] = {}  # next offset to plan, per partition
         # the open transaction last seen holding each partition: looked up once per hold
         self._held: dict[int, HeldTransaction] = {}
+        # each partition's oldest unread record last looked up: (offset, timestamp ms)
+        self._unread: dict[int, tuple[int, int | None]] = {}
 
     def assigned(self) -> list[int]:
         """The partitions to read, read fresh (partitions may be added while running).
@@ -118,8 +121,9 @@ class Planner:
                              self._budget(positions, bounds, rate))
         for r in ranges:
             self._next[r.partition] = r.until_offset
-        return BatchPlan(batch_ms, tuple(ranges), bounds, tuple(gaps), appeared,
-                         self._holds(bounds))
+        held = self._holds(bounds)
+        return BatchPlan(batch_ms, tuple(ranges), bounds, tuple(gaps), appeared, held,
+                         unread_ts=self._oldest_unread(ranges, bounds, held))
 
     def _holds(self, bounds: Mapping[int, LogBounds]) -> dict[int, HeldTransaction]:
         """The partitions an open transaction holds back, each looked up once per hold (a
@@ -135,6 +139,34 @@ class Planner:
                 self._held.update({p: HeldTransaction(p, at, None) for p, at in new.items()})
         self._held = {p: h for p, h in self._held.items() if p in held}
         return dict(self._held)
+
+    def _oldest_unread(self, ranges: list[OffsetRange], bounds: Mapping[int, LogBounds],
+                       held: Mapping[int, HeldTransaction]) -> dict[int, int | None]:
+        """For lag in seconds: the timestamp of each partition's oldest unread record once
+        this batch is read -- the record at its range's end -- where one is left. Read once
+        per partition and offset (a partition waiting on an open transaction takes the
+        transaction's first record, already read); None where it could not be read."""
+        wanted = {r.partition: r.until_offset for r in ranges
+                  if r.until_offset < bounds[r.partition].log_end}
+        found: dict[int, int | None] = {}
+        ask: dict[int, int] = {}
+        for p, at in wanted.items():
+            hold, (known_at, known_ts) = held.get(p), self._unread.get(p, (-1, None))
+            if hold is not None and hold.offset == at and hold.since_ms is not None:
+                found[p] = hold.since_ms
+            elif known_at == at and known_ts is not None:
+                found[p] = known_ts
+            else:
+                ask[p] = at
+        if ask:
+            try:
+                read = self._metadata.record_timestamps(self.topic, ask)
+            except KafkaReadError as exc:  # lag in seconds unknown this batch
+                log.debug("oldest unread records of %s not read: %s", self.topic, exc)
+                read = {}
+            found.update({p: read.get(p) for p in ask})
+        self._unread = {p: (at, found[p]) for p, at in wanted.items()}
+        return found
 
     def _budget(self, positions: Mapping[int, int], bounds: Mapping[int, LogBounds],
                 rate: float | None) -> int | Mapping[int, int | None] | None:

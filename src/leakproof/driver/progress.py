@@ -23,16 +23,24 @@ log = logging.getLogger("leakproof.stream")
 Listener = Callable[[BatchOutcome, dict[str, Any]], None]
 
 
-def progress_record(outcome: BatchOutcome) -> dict[str, Any]:
-    """One batch's figures: counts summed over tasks, task timings as the slowest task's."""
+def progress_record(outcome: BatchOutcome, now_ms: int | None = None) -> dict[str, Any]:
+    """One batch's figures: counts summed over tasks, task timings as the slowest task's;
+    lag in records and in seconds (the oldest unread record's age, over all partitions and
+    per partition behind)."""
     plan, done, t = outcome.plan, outcome.committed, outcome.committed.totals
     took = outcome.took_s
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    ages = plan.lag_s_by_partition(now)
+    lag_s = plan.lag_s(now)
     return {
         "batch_ms": plan.batch_ms,
         "ranges": [{"partition": r.partition, "from": r.from_offset, "until": r.until_offset}
                    for r in plan.work],
         **t.counts(), "dead_letter_kinds": dict(t.dead_letter_kinds),
-        "lag": plan.lag, "events_per_s": round(t.records / took if took else 0.0, 1),
+        "lag": plan.lag, "lag_s": None if lag_s is None else round(lag_s, 1),
+        "lag_s_by_partition": {str(p): None if age is None else round(age, 1)
+                               for p, age in ages.items() if p in plan.unread_ts},
+        "events_per_s": round(t.records / took if took else 0.0, 1),
         "read_s": round(t.read_s, 3), "fold_s": round(t.fold_s, 3),
         "write_s": round(t.write_s, 3), "publish_s": round(t.publish_s, 3),
         "commit_s": round(done.commit_s, 3),
@@ -64,7 +72,7 @@ def text_line(p: dict[str, Any]) -> str:
         f"replayed {p['replayed']}, late {p['late']}, duplicate {p['duplicates']}, "
         f"dead {p['dead_letters']}"
         f"{' ' + json.dumps(kinds, sort_keys=True) if kinds else ''}) | "
-        f"sessions {p['sessions']} closed {p['closed']} | lag {p['lag']} | "
+        f"sessions {p['sessions']} closed {p['closed']} | lag {p['lag']}{_lag_s_text(p)} | "
         f"{p['events_per_s']:.0f} ev/s | read {p['read_s']:.2f}s fold {p['fold_s']:.2f}s "
         f"write {p['write_s']:.2f}s"
         + (f" (publish {p['publish_s']:.2f}s)" if p.get("publish_s") else "")
@@ -88,6 +96,13 @@ def ranges_text(ranges: list[dict[str, int]]) -> str:
     parts = sorted(r["partition"] for r in ranges)
     return (f"{len(ranges)} partitions p{parts[0]}..p{parts[-1]}, {min(counts)}-{max(counts)} "
             f"records each")
+
+
+def _lag_s_text(p: dict[str, Any]) -> str:
+    """The oldest unread record's age beside the lag in records, when any is behind."""
+    if not p["lag_s_by_partition"]:
+        return ""
+    return " (age unknown)" if p["lag_s"] is None else f" ({p['lag_s']:.0f}s)"
 
 
 def _held_text(held: list[dict[str, Any]]) -> str:

@@ -83,26 +83,45 @@ class KafkaMetadata:
         open transaction there and when it began: the timestamp of its first record, read
         past the stable end with a read_uncommitted consumer. Best effort: a record that
         cannot be read in time gives ``since_ms`` None."""
-        found = {p: HeldTransaction(p, at, None) for p, at in held.items()}
-        if not held:
+        began = self.record_timestamps(topic, held)
+        return {p: HeldTransaction(p, at, began.get(p)) for p, at in held.items()}
+
+    def record_timestamps(self, topic: str, offsets: Mapping[int, int], wait_s: float = 2.0
+                          ) -> dict[int, int | None]:
+        """Per partition, the timestamp (epoch ms) of the first record at or after its offset
+        in ``offsets``: one small fetch for them all (the peek consumer reads at most 16 KiB
+        a partition, 1 MiB a fetch), read_uncommitted, so an open transaction's first record
+        counts. Best effort: None where no record could be read within ``wait_s``."""
+        found: dict[int, int | None] = {p: None for p in offsets}
+        if not offsets:
             return found
         try:
             consumer = self._peek_consumer()
-            tps = {p: TopicPartition(topic, p) for p in held}
+            tps = {p: TopicPartition(topic, p) for p in offsets}
             consumer.assign(list(tps.values()))
+            consumer.resume(*tps.values())  # an earlier look-up paused what it had found
             for p, tp in tps.items():
-                consumer.seek(tp, held[p])
-            deadline = time.monotonic() + 2.0
-            while time.monotonic() < deadline and any(h.since_ms is None
-                                                      for h in found.values()):
-                for tp, recs in consumer.poll(timeout_ms=200, max_records=len(tps)).items():
-                    first = next((r for r in recs if r.offset >= held[tp.partition]), None)
-                    if first is not None and found[tp.partition].since_ms is None:
-                        found[tp.partition] = HeldTransaction(tp.partition, held[tp.partition],
-                                                              int(first.timestamp))
+                consumer.seek(tp, offsets[p])
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and any(ts is None for ts in found.values()):
+                try:
+                    # max_records stays at its default: a poll that leaves fetched records
+                    # buffered can stall the next look-up's fetches after assign and seek
+                    # (kafka-python 3.0: no fetch for 2 s)
+                    polled = consumer.poll(timeout_ms=200)
+                except KafkaError as exc:
+                    # kafka-python gives up on a partition whose first record batch the
+                    # fetch's byte limit cut short; once the others are paused, it comes
+                    # first in the fetch, and the broker sends a first batch whole
+                    log.debug("record timestamps on %s: %s", topic, exc)
+                    continue
+                for tp, recs in polled.items():
+                    first = next((r for r in recs if r.offset >= offsets[tp.partition]), None)
+                    if first is not None and found[tp.partition] is None:
+                        found[tp.partition] = int(first.timestamp)
                         consumer.pause(tp)
         except KafkaError as exc:
-            log.debug("could not read when the open transactions on %s began: %s", topic, exc)
+            log.debug("could not read record timestamps on %s: %s", topic, exc)
         return found
 
     def _peek_consumer(self) -> Any:
@@ -114,7 +133,7 @@ class KafkaMetadata:
             settings.update(client_id=f"leakproof-driver-{self._cfg.group_id}-peek",
                             group_id=None, enable_auto_commit=False, auto_offset_reset="none",
                             isolation_level="read_uncommitted",
-                            max_partition_fetch_bytes=64 * 1024)
+                            max_partition_fetch_bytes=16 * 1024, fetch_max_bytes=1024 * 1024)
             self._peek = KafkaConsumer(**settings)
         return self._peek
 

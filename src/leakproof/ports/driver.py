@@ -63,6 +63,12 @@ class Metadata(Protocol):
         """The open transaction at each held partition's stable end, and when it began."""
         ...
 
+    def record_timestamps(self, topic: str, offsets: Mapping[int, int]
+                          ) -> dict[int, int | None]:
+        """The timestamp (epoch ms) of the first record at or after each partition's
+        offset; None where it could not be read."""
+        ...
+
     def close(self) -> None: ...
 
 
