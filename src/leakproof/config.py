@@ -182,6 +182,9 @@ class JobConfig:
     stop_timeout_s: float = 30.0
     metrics_port: int = 0  # > 0: Prometheus metrics at http://<metrics_host>:<port>/metrics
     metrics_host: str = "127.0.0.1"
+    # a Prometheus file-based service-discovery target for the endpoint, written at start and
+    # removed at the end (the driver moves with every YARN attempt); null: none
+    metrics_sd_file: str | None = None
     # extra Spark settings for `leakproof run` (spark-submit's --conf wins), e.g.
     # {"spark.ui.port": "4050"} (the UI is on unless {"spark.ui.enabled": "false"})
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -501,6 +504,10 @@ def _job(data: dict[str, Any]) -> JobConfig:
     if port > 65535:
         raise ConfigError(f"'job.metrics_port' must be 0 (off) or a TCP port <= 65535, "
                           f"got {port}")
+    sd_file = s.text("metrics_sd_file", optional=True)
+    if sd_file is not None and not port:
+        raise ConfigError("'job.metrics_sd_file' names the endpoint of 'job.metrics_port', "
+                          "which is 0 (off): set a port, or metrics_sd_file: null")
     spark_conf = data.get("spark_conf") or {}
     if not isinstance(spark_conf, dict) or not all(
             isinstance(k, str) and k.startswith("spark.") for k in spark_conf):
@@ -510,7 +517,8 @@ def _job(data: dict[str, Any]) -> JobConfig:
                      spark_conf={k: str(v).lower() if isinstance(v, bool) else str(v)
                                  for k, v in spark_conf.items()},
                      app_name=s.text("app_name"), metrics_port=port,
-                     metrics_host=s.text("metrics_host"))
+                     metrics_host=s.text("metrics_host"),
+                     metrics_sd_file=sd_file)
 
 
 def _sessions(data: dict[str, Any]) -> SessionsConfig:

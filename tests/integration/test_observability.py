@@ -1,6 +1,8 @@
-"""What operators watch while the job runs: the Prometheus endpoint and the Spark UI (on by
-default), whose jobs carry each batch's Kafka ranges as their description and whose Streaming
-tab and REST API count each batch's input records, as for Spark's own Kafka stream."""
+"""What operators watch while the job runs: the Prometheus endpoint (found through its
+file-based service-discovery target, parsed with prometheus_client's own parser) and the
+Spark UI (on by default), whose jobs carry each batch's Kafka ranges as their description
+and whose Streaming tab and REST API count each batch's input records, as for Spark's own
+Kafka stream."""
 
 from __future__ import annotations
 
@@ -11,10 +13,12 @@ import socket
 import time
 import urllib.request
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from leakproof.driver.metrics import METRICS
 from leakproof.generator import GeneratorSpec
 
 from .helpers import (
@@ -27,9 +31,9 @@ from .helpers import (
     wait_for,
 )
 
-UI_LINE = re.compile(r"Spark UI at (http://\S+)")
-
 pytestmark = pytest.mark.integration
+
+UI_LINE = re.compile(r"Spark UI at (http://\S+)")
 
 
 def free_port() -> int:
@@ -50,20 +54,6 @@ def get(url: str, patience: float = 60) -> str:
             if time.monotonic() > deadline:
                 raise
             time.sleep(1)
-
-
-def committed(mport: int) -> float:
-    """Records the job has accounted for, by the /metrics counters."""
-    text = get(f"http://127.0.0.1:{mport}/metrics")
-    return sum(metric(text, "leakproof_records_total", outcome=o)
-               for o in ("applied", "duplicates", "late"))
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} {labels} not in /metrics")
 
 
 def scrape(url: str, patience: float = 60
@@ -90,35 +80,58 @@ def test_metrics_endpoint_and_batch_inputs_in_the_spark_ui(env: Env) -> None:
     spec = GeneratorSpec(seed=2000, events=16_000, sessions=1_600)
     env.produce(spec)
     mport = free_port()
+    targets = env.tmp / "sd" / "leakproof.json"
     # no Spark UI setting: the UI is on by default, on Spark's port or the next free one
     cfg = env.variant("observed", kafka={"max_rate_per_partition": 500},
-                      job={"metrics_port": mport})
+                      job={"metrics_port": mport, "metrics_sd_file": str(targets)})
     with env.background("--until-idle", "30", config=cfg, name="observed") as job:
         wait_for("four commits", lambda: len(offsets_rows(env)) >= 4)
-        text = get(f"http://127.0.0.1:{mport}/metrics")
-        assert metric(text, "leakproof_batches_total", topic=env.name) >= 1
-        assert metric(text, "leakproof_records_total", outcome="applied") > 0
-        assert metric(text, "leakproof_lag_records", partition="0") >= 0
-        assert metric(text, "leakproof_batch_duration_seconds_count") >= 1
+        # Prometheus finds the endpoint through the file-based service-discovery target
+        (target,) = json.loads(targets.read_text())
+        assert target["targets"] == [f"127.0.0.1:{mport}"]
+        assert target["labels"]["leakproof_app_id"].startswith("local-")
+        url = f"http://{target['targets'][0]}/metrics"
+        got = scrape(url)
+        (versions,) = got["leakproof_build_info"]
+        assert {k for k, _ in versions} == {"version", "spark", "python"}
+        assert dict(versions)["spark"][0] in "34"
+        assert got["leakproof_batches_total"][()] >= 1
+        assert got["leakproof_records_total"][(("outcome", "applied"),)] > 0
+        assert got["leakproof_lag_records"][(("partition", "0"),)] >= 0
+        assert got["leakproof_lag_seconds"][(("partition", "0"),)] >= 0
+        assert got["leakproof_batch_processing_seconds_count"][()] >= 4
+        assert got["leakproof_batch_scheduling_delay_seconds_count"][()] >= 4
+        exposed = {n for n in got if not n.endswith(("_bucket", "_count", "_sum"))}
+        assert exposed | {"leakproof_batch_processing_seconds",
+                          "leakproof_batch_scheduling_delay_seconds"} >= set(METRICS) - {
+            "leakproof_dead_letters_total"}  # no bad record in this topic: no kind yet
         ui = ui_url(job.text())
         app = json.loads(get(f"{ui}/api/v1/applications"))[0]["id"]
+        assert app == target["labels"]["leakproof_app_id"]
         jobs = json.loads(get(f"{ui}/api/v1/applications/{app}/jobs"))
         described = [j.get("description", "") for j in jobs]
         assert any(d.startswith("leakproof batch ") and f"{env.name}:" in d and "[" in d
                    for d in described), described[:5]
-        wait_for("everything committed", lambda: committed(mport) == records(spec), timeout=180)
-        # every batch's input, as the Streaming tab and its REST API count it: the offsets
-        # the job read, which the committed offsets (from 0) add up to
-        batches = json.loads(get(f"{ui}/api/v1/applications/{app}/streaming/batches"))
+        wait_for("everything committed",
+                 lambda: scrape(url)["leakproof_records_read_total"][()] == records(spec),
+                 timeout=180)
+        got = scrape(url)
+        # the counters match what was committed: the offsets (from 0) and the audit
         offsets = sum(assert_offsets_chain(env)[-1].values())
-        assert sum(b["inputSize"] for b in batches) == offsets == audit_total(env, b"records")
+        assert offsets == audit_total(env, b"records") == records(spec)
+        assert sum(v for (o,), v in got["leakproof_records_total"].items()) == records(spec)
+        assert got["leakproof_commits_total"][()] == len(offsets_rows(env))
+        # every batch's input, as the Streaming tab and its REST API count it
+        batches = json.loads(get(f"{ui}/api/v1/applications/{app}/streaming/batches"))
+        assert sum(b["inputSize"] for b in batches) == offsets
         assert sum(1 for b in batches if b["inputSize"]) >= 4
         newest = max(b["batchId"] for b in batches if b["inputSize"])
         page = get(f"{ui}/streaming/batch/?id={newest}")
         assert f"topic: {env.name}" in page and "Input Metadata" in page
         job.send_signal(signal.SIGTERM)
-        job.wait(timeout=120)
+        assert job.wait(timeout=120) == 0
         assert "metrics at http://127.0.0.1:" in job.text()
+    assert not Path(targets).exists()  # the driver's end takes its target away
     env.verify(spec)
 
 
@@ -190,10 +203,12 @@ def test_lag_in_seconds_after_the_producer_stopped(env: Env) -> None:
             assert (logged - oldest) / 1000 - 1.0 <= age <= (logged - oldest) / 1000 + 0.1
         assert rec["lag_s"] == max(rec["lag_s_by_partition"].values())
     assert lines[-1]["lag"] == 0 and lines[-1]["lag_s"] == 0.0
+    newest_p0 = max(ts for (p, _), ts in times.items() if p == 0)
     while_behind = [(t, s) for t, s, n in scraped if n > 0]
     assert while_behind, scraped[:5]
-    for t, age in while_behind:  # set at the newest batch: at least STOP_S, and younger
-        assert stop_s <= age <= (t - times[(0, 0)]) / 1000 + 0.1  # than the first record
+    for t, age in while_behind:  # at scrape time, older than every record of partition 0
+        assert (t - newest_p0) / 1000 - 0.1 <= age <= (t - times[(0, 0)]) / 1000 + 0.1
+    assert [age for _, age, n in scraped if n == 0][-1:] in ([], [0.0])
     lag = json.loads(run_cli("offsets", "lag", "--config", str(env.path)).stdout)
     assert lag["total_lag"] == 0 and lag["lag_s"] == 0.0
     env.verify(spec)

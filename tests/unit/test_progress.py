@@ -72,26 +72,6 @@ def test_batch_millis_round_trips_pyspark_times() -> None:
         assert batch_millis(datetime.fromtimestamp(ms / 1000.0)) == ms
 
 
-def test_metrics_from_the_typed_outcome() -> None:
-    from prometheus_client import generate_latest
-
-    from leakproof.driver.metrics import JobMetrics
-
-    m = JobMetrics("t", "g", "127.0.0.1", 0)  # port 0: any free port
-    try:
-        m.batch(outcome())
-        text = generate_latest(m.registry).decode()
-    finally:
-        m.close()
-    assert 'leakproof_records_total{group="g",outcome="applied",topic="t"} 8.0' in text
-    assert 'leakproof_dead_letters_total{group="g",kind="tombstone",topic="t"} 1.0' in text
-    assert 'leakproof_lag_records{group="g",partition="0",topic="t"} 5.0' in text
-    assert 'leakproof_events_per_second{group="g",topic="t"} 5.0' in text
-    assert 'leakproof_client_stalls_total{group="g",topic="t"} 0.0' in text
-    assert 'leakproof_session_rows_total{group="g",source="kept",topic="t"} 4.0' in text
-    assert 'leakproof_session_rows_total{group="g",source="read",topic="t"} 2.0' in text
-
-
 def test_a_wide_batchs_line_summarises_its_ranges() -> None:
     few = [{"partition": p, "from": 10, "until": 20} for p in (0, 3)]
     assert ranges_text(few) == "p0:10->20 p3:10->20"

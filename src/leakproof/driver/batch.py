@@ -110,6 +110,8 @@ class BatchOutcome:
     committed: Committed
     took_s: float
     rate_limit: float | None = None  # the backpressure estimate in force, events/s
+    # how long after its batch time the output began (None: not measured)
+    scheduling_delay_s: float | None = None
 
 
 def audit_cells(plan: BatchPlan, totals: BatchTotals, gaps: tuple[Gap, ...], lease: Lease,

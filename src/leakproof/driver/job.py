@@ -260,7 +260,8 @@ class Job:
                                            max(0.0, started_wall_ms - plan.batch_ms))
             if rate is not None:
                 self.control.set_rate(rate)
-        self.progress.batch(BatchOutcome(plan, committed, took, self.control.rate))
+        self.progress.batch(BatchOutcome(plan, committed, took, self.control.rate,
+                                         max(0.0, started_wall_ms - plan.batch_ms) / 1000))
 
     def _run_tasks(self, plan: BatchPlan, rdd: Any) -> list[TaskReport]:
         if not plan.work:
@@ -320,7 +321,7 @@ class Job:
             self.prepare()
             assert self.committer is not None
             if self.cfg.job.metrics_port:
-                self._start_metrics()
+                self._start_metrics(sc)
             # a short timeout: the main thread must not hang in a stalled HBase
             quick = replace(self.cfg.hbase, timeout_ms=min(self.cfg.hbase.timeout_ms, 5000))
             stops = StopRequests(self.control, self._closes(HBaseRunRecord(
@@ -411,14 +412,12 @@ class Job:
         return rc, json.dumps({"exit": rc, "how": how, "last_batch_ms": last,
                                "offsets": committed})
 
-    def _start_metrics(self) -> None:
-        from leakproof.driver.metrics import JobMetrics
+    def _start_metrics(self, sc: Any) -> None:
+        from leakproof.driver import metrics
 
-        cfg = self.cfg.job
-        metrics = self._closes(JobMetrics(self.topic, self.group, cfg.metrics_host,
-                                          cfg.metrics_port))
-        self.progress.add(lambda outcome, _record: metrics.batch(outcome))
-        log.info("metrics at http://%s:%d/metrics", cfg.metrics_host, cfg.metrics_port)
+        for client in metrics.start(self.topic, self.group, self.cfg.job, self.progress,
+                                    sc.version, sc.applicationId):
+            self._closes(client)
 
 
 _PY_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Refused|Failed)): (.+)$")

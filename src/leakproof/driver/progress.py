@@ -125,17 +125,24 @@ def log_line(log_format: str) -> Listener:
 
 
 class Progress:
-    """Hands each batch that ran tasks, skipped a gap or is held to every listener."""
+    """Hands each batch that ran tasks, skipped a gap or is held to every listener, and
+    every finished batch, records or not, to the ``add_every`` ones (the metrics' times)."""
 
     def __init__(self, *listeners: Listener) -> None:
         self._listeners = list(listeners)
+        self._every: list[Callable[[BatchOutcome], None]] = []
 
     def add(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
+    def add_every(self, listener: Callable[[BatchOutcome], None]) -> None:
+        self._every.append(listener)
+
     def batch(self, outcome: BatchOutcome) -> None:
         """A batch that read records, skipped a gap, or waits on an open transaction (so a
         stuck producer shows in every batch's line and metrics, records or not)."""
+        for every in self._every:
+            every(outcome)
         plan = outcome.plan
         if not plan.work and not outcome.committed.gaps and not plan.held:
             log.debug("batch %d: no new records", outcome.plan.batch_ms)
