@@ -13,7 +13,7 @@ ARGS ?=
 SYSTEM_PACKAGES := libkrb5-dev krb5-user faketime
 
 .DEFAULT_GOAL := help
-.PHONY: help bench-ui bench-wide bench-cells venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
+.PHONY: help promtool check-alerts bench-ui bench-wide bench-cells venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -42,6 +42,27 @@ system-deps: ## Debian packages: MIT Kerberos headers (to build gssapi), its cli
 	       DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $(SYSTEM_PACKAGES); }
 
 venv: $(BIN)/.installed ## create .venv with leakproof and its tools, at the versions in constraints.txt
+
+# promtool, Prometheus's rule checker, taken from Debian's `prometheus` package: an installed
+# one (apt-get install prometheus) if on PATH, else the package fetched with apt-get download
+# and unpacked, never installed, so no Prometheus server starts (Debian's would take 9090,
+# the HBase Thrift port).
+$(BIN)/promtool: | $(BIN)/.installed
+	@if command -v promtool >/dev/null; then ln -sf "$$(command -v promtool)" $@; exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cd "$$tmp" && chmod 755 . && \
+	{ apt-get download -q prometheus 2>/dev/null || \
+	  { DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -q >/dev/null && \
+	    apt-get download -q prometheus; }; } && \
+	dpkg-deb -x prometheus_*.deb unpacked && \
+	cp unpacked/usr/bin/promtool "$(CURDIR)/$@" && "$(CURDIR)/$@" --version | head -1
+
+promtool: $(BIN)/promtool ## promtool (Prometheus's rule checker) from Debian's prometheus package, into .venv/bin
+
+check-alerts: $(BIN)/promtool ## promtool over deploy/prometheus: check rules, check config, test rules
+	$(BIN)/promtool check rules deploy/prometheus/alerts.yml
+	$(BIN)/promtool check config deploy/prometheus/prometheus.yml
+	cd deploy/prometheus && "$(CURDIR)/$(BIN)/promtool" test rules alerts_test.yml
 
 lock: ## re-resolve the newest versions pyproject.toml allows into constraints.txt (then make test)
 	rm -rf .venv-lock && $(PY) -m venv .venv-lock
@@ -74,10 +95,10 @@ run-kerberos: venv ## the job on the secured stack (KDC, Kafka GSSAPI, HBase Thr
 stack-up-secure: venv ## start the secured stack: KDC, Kerberized Kafka and HBase, Thrift SASL (9190) and HTTPS (9191)
 	$(STACK) secure-up $(if $(filter 1,$(WIPE)),--wipe)
 
-test: venv ## README command 2: lint, start the stack, run every test tier, stop the stack
+test: venv promtool ## README command 2: lint, start the stack, run every test tier, stop the stack
 	scripts/test.sh $(ARGS)
 
-test-fast: venv ## unit + the quiet integration tests (no faults, cluster, slow or serial), Kafka and HBase only
+test-fast: venv promtool ## unit + the quiet integration tests (no faults, cluster, slow or serial), Kafka and HBase only
 	scripts/test.sh fast $(ARGS)
 
 test-kafka3: venv ## the Kafka-facing integration tests against a Kafka 3.9 broker in place of 4.x (stack up first)
@@ -86,7 +107,7 @@ test-kafka3: venv ## the Kafka-facing integration tests against a Kafka 3.9 brok
 test-unit: venv ## the pure tests only (no network, no JVM)
 	$(BIN)/pytest -q tests/unit
 
-lint: venv ## ruff and mypy
+lint: venv check-alerts ## ruff, mypy and promtool over the alert rules
 	$(BIN)/ruff check src tests scripts
 	$(BIN)/mypy
 

@@ -40,9 +40,16 @@ spark_on() {  # PYTHON: the standalone cluster restarted from that venv's Spark 
   "$1" scripts/stack.py up --spark | grep -E "spark|error"
 }
 
-step "lint (ruff, mypy)"
+step "lint (ruff, mypy, promtool)"
 $bin/ruff check src tests scripts || fail "ruff found problems"
 $bin/mypy || fail "mypy found problems"
+# the alert rules: Prometheus's own checker and their unit tests (make promtool fetches it)
+[ -x $bin/promtool ] || fail "no $bin/promtool: run make promtool (Debian's prometheus package)"
+$bin/promtool check rules deploy/prometheus/alerts.yml || fail "promtool check rules failed"
+$bin/promtool check config deploy/prometheus/prometheus.yml > /dev/null \
+  || fail "promtool check config failed (deploy/prometheus/prometheus.yml)"
+(cd deploy/prometheus && "../../$bin/promtool" test rules alerts_test.yml) \
+  || fail "promtool test rules failed"
 
 step "unit tests (no network, no JVM)"
 tests unit -q tests/unit
