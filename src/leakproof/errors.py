@@ -58,6 +58,12 @@ class CoordinatorNotReady(KafkaReadError):
     few seconds after a broker restart); the group commit is retried later."""
 
 
+class GroupHasMembers(KafkaReadError):
+    """Kafka refused an outside commit to a consumer group because the group has members of
+    its own (someone subscribed with its group id): the classic coordinator and Kafka 4's
+    new one (KIP-848) both refuse it while any member stays."""
+
+
 class PublishError(LeakproofError):
     """The closed-session summaries could not be published (a transaction failed, was
     fenced or ran past its deadline); the range fails, and its outbox stays pending."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
-from leakproof.errors import BatchFailed, CommitRefused
+from leakproof.errors import BatchFailed, CommitRefused, GroupHasMembers
 from leakproof.lease import Lease
 from leakproof.offsets import Gap, LogBounds
 from leakproof.reports import TaskReport
@@ -80,6 +82,32 @@ def test_a_failed_group_mirror_is_retried_until_it_lands() -> None:
     r.run()  # idle batch: it lands
     assert r.meta.mirrored == [("g", {0: 10}, "leakproof batch 2000")]
     assert len(r.store.rows) == 1
+
+
+def test_a_group_someone_joined_refuses_the_mirror_the_batches_go_on_logged_once(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka takes no outside commit while a group has members (KIP-848's coordinator and
+    the classic one alike): each batch commits, each copy fails, counted, one warning."""
+    r = rig({0: (0, 30)}, max_rate_per_partition=10)
+    real = r.meta.commit_group_offsets
+
+    def refuse(*_args: object) -> None:
+        raise GroupHasMembers("Kafka refused the commit to group g: the group has members")
+
+    monkeypatch.setattr(r.meta, "commit_group_offsets", refuse)
+    with caplog.at_level(logging.INFO, "leakproof.driver.committing"):
+        failed = [r.committer.commit(plan, reports(plan)).mirror_failed
+                  for plan in (r.plan(), r.plan())]
+        assert failed == [True, True] and r.committer.mirror_failures == 2
+        assert [row.offsets for row in r.store.rows] == [{0: 10}, {0: 20}]
+        monkeypatch.setattr(r.meta, "commit_group_offsets", real)
+        plan = r.plan()
+        assert not r.committer.commit(plan, reports(plan)).mirror_failed
+    assert r.committer.mirror_failures == 0
+    assert r.meta.mirrored == [("g", {0: 30}, "leakproof batch 4000")]
+    warned = [x.getMessage() for x in caplog.records if x.levelno == logging.WARNING]
+    assert len(warned) == 1 and "Nothing may join that group" in warned[0]
+    assert any("again, after 2 failed copies" in x.getMessage() for x in caplog.records)
 
 
 def test_no_mirror_when_the_group_is_not_wanted() -> None:

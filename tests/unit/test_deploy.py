@@ -98,8 +98,8 @@ def test_the_alerts_query_only_series_the_job_exports() -> None:
 
 @pytest.mark.parametrize("alert", ["LeakproofLagHigh", "LeakproofNoCommit",
                                    "LeakproofDeadLetters", "LeakproofHeldByOpenTransaction",
-                                   "LeakproofClientStalls", "LeakproofStalled",
-                                   "LeakproofDown"])
+                                   "LeakproofClientStalls", "LeakproofGroupMirrorFailing",
+                                   "LeakproofStalled", "LeakproofDown"])
 def test_each_alert_is_there_and_unit_tested(alert: str) -> None:
     rules = {r["alert"]: r for r in alert_rules()}
     assert rules[alert]["labels"]["severity"] in ("page", "ticket")

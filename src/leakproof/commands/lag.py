@@ -9,7 +9,7 @@ from typing import Any
 from leakproof.commit_stores import open_store
 from leakproof.config import Config
 from leakproof.driver.batch import lag_seconds, max_lag_s
-from leakproof.errors import TableMissing
+from leakproof.errors import KafkaReadError, TableMissing
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.offsets import LogBounds
 
@@ -46,6 +46,7 @@ def lag(cfg: Config) -> dict[str, Any]:
         starts = {p: unread_from(committed.get(p), b) for p, b in bounds.items()}
         unread = {p: at for p, at in starts.items() if at < bounds[p].log_end}
         oldest = meta.record_timestamps(topic, unread)
+        mirror = group_mirror(cfg, meta, committed)
     finally:
         meta.close()
     now = int(time.time() * 1000)
@@ -67,8 +68,40 @@ def lag(cfg: Config) -> dict[str, Any]:
     return {"topic": topic, "group": cfg.kafka.group_id, "partitions": rows,
             "total_lag": sum(r["lag"] for r in rows),
             "lag_s": max_lag_s(r["lag_s"] for r in rows if r["lag"] > 0),
+            "mirror": mirror,
             "batch_ms": latest.batch_ms if latest else None, "committed_ms": committed_ms,
             "age_s": round((now - committed_ms) / 1000, 1) if committed_ms else None}
+
+
+def group_mirror(cfg: Config, meta: KafkaMetadata, committed: dict[int, int]
+                 ) -> dict[str, Any] | None:
+    """The copy of the commits in the Kafka group (``kafka.mirror_group_offsets``): whether
+    it holds the committed offsets (``in step``), older ones (``behind``: copies failing,
+    or still to come), or none; and the group's state, whose members (anyone who joined
+    it) make Kafka refuse every copy. None: no copy is made (off, or the group is the
+    commit store itself)."""
+    if not cfg.kafka.mirror_group_offsets or cfg.offsets.store == "kafka":
+        return None
+    group = cfg.kafka.group_id
+    try:
+        copied = {p: o for p, (o, _note) in meta.group_offsets(group, cfg.kafka.topic).items()}
+        state = meta.group_state(group)
+    except KafkaReadError as exc:
+        return {"group": group, "state": f"unknown ({exc})", "offsets": None}
+    found: dict[str, Any] = {"group": group, "offsets": copied,
+                             "group_state": state["state"] if state else None,
+                             "group_type": state["type"] if state else None,
+                             "members": state["members"] if state else None}
+    if not copied:
+        found["state"] = "none yet"
+    elif all(copied.get(p) == o for p, o in committed.items()):
+        found["state"] = "in step"
+    else:
+        found["state"] = "behind"
+    if state and state["state"] not in ("Empty", "Dead"):
+        found["state"] += (f"; the group has members ({state['state']}): Kafka refuses "
+                           f"leakproof's copies until they leave, never join group {group}")
+    return found
 
 
 def unread_from(committed: int | None, bounds: LogBounds) -> int:

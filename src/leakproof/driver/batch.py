@@ -92,7 +92,9 @@ class BatchPlan:
 class Committed:
     """What the commit of one batch did: its totals, every gap it recorded, how long it took.
 
-    ``moved`` is False when no offset advanced: then no offsets row was written.
+    ``moved`` is False when no offset advanced: then no offsets row was written;
+    ``mirror_failed`` True when the copy to the Kafka group (``mirror_group_offsets``) was
+    tried and failed (the commit stands).
     """
 
     totals: BatchTotals
@@ -100,6 +102,7 @@ class Committed:
     offsets: Mapping[int, int]
     moved: bool
     commit_s: float = 0.0
+    mirror_failed: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from leakproof.crashpoints import crash_point
 from leakproof.driver.batch import BatchPlan, Committed, audit_cells
-from leakproof.errors import BatchFailed, CommitRefused, CoordinatorNotReady
+from leakproof.errors import BatchFailed, CommitRefused, CoordinatorNotReady, GroupHasMembers
 from leakproof.lease import Lease
 from leakproof.offsets import CommittedBatch, Gap, StartPlan
 from leakproof.ports.driver import CommitStore, GroupMirror, LeaseStore
@@ -36,6 +36,7 @@ class Committer:
         self._chain: dict[int, int] = {}  # until offsets of the last commit, per partition
         self._topic_id: str | None = None
         self._unmirrored: tuple[int, dict[int, int]] | None = None  # a group copy still owed
+        self.mirror_failures = 0  # copies to the group failed in a row (0: the last landed)
         self.last_batch_ms: int | None = None  # the newest batch this driver committed
 
     @property
@@ -93,9 +94,8 @@ class Committer:
         # 3. nothing moved
         if new_offsets == chain:
             self._check_lease(lease)
-            if self._unmirrored is not None:
-                self._mirror(*self._unmirrored)
-            return Committed(totals, gaps, new_offsets, moved=False)
+            mirrored = self._unmirrored is None or self._mirror(*self._unmirrored)
+            return Committed(totals, gaps, new_offsets, moved=False, mirror_failed=not mirrored)
         # 4. gaps
         for gap in gaps:
             self._record_gap(gap)
@@ -117,8 +117,9 @@ class Committer:
         # 7. move on
         self._lease, self._chain = new_lease, new_offsets
         self.last_batch_ms = plan.batch_ms
-        self._mirror(plan.batch_ms, new_offsets)
-        return Committed(totals, gaps, new_offsets, moved=True, commit_s=time.monotonic() - t0)
+        mirrored = self._mirror(plan.batch_ms, new_offsets)
+        return Committed(totals, gaps, new_offsets, moved=True, commit_s=time.monotonic() - t0,
+                         mirror_failed=not mirrored)
 
     def check_chain(self, plan: BatchPlan) -> dict[int, int]:
         """Each range starts where the last commit ended; returns the chain with the
@@ -152,22 +153,42 @@ class Committer:
                     self.topic, gap.partition, gap.stored, gap.resumed_at)
         self._leases.record_gap(gap)
 
-    def _mirror(self, batch_ms: int, offsets: Mapping[int, int]) -> None:
+    def _mirror(self, batch_ms: int, offsets: Mapping[int, int]) -> bool:
         """Best effort: a Kafka hiccup here must not fail a batch the store already holds.
+        Returns False when a copy was attempted and failed (counted by the metrics).
 
         A copy that failed (on a new broker the group coordinator appears only after the
-        first request) stays owed and is retried at every later batch until it lands.
+        first request; a group someone joined refuses it) stays owed and is retried at every
+        later batch until it lands. A run of failures is logged once, and its end once.
         """
         if self._mirror_to is None:
-            return
+            return True
         self._unmirrored = (batch_ms, dict(offsets))
         try:
             self._mirror_to.commit_group_offsets(self.group, self.topic, offsets,
                                                  f"leakproof batch {batch_ms}")
-            self._unmirrored = None
         except CoordinatorNotReady as exc:  # a new broker: normal, not a fault
             log.info("%s; the copy of batch %d to Kafka's consumer group follows at a later "
                      "batch (the commit itself is done)", exc, batch_ms)
+            return False
         except Exception as exc:  # noqa: BLE001 - logged; the commit store holds the truth
-            log.warning("could not mirror offsets of batch %d to Kafka group %s (will retry): "
-                        "%s", batch_ms, self.group, exc)
+            self.mirror_failures += 1
+            if self.mirror_failures == 1:
+                joined = isinstance(exc, GroupHasMembers)
+                log.warning(
+                    "could not copy batch %d's offsets to Kafka group %s (%s). The commit "
+                    "itself is done: %s holds it and the job goes on; Kafka's lag tools see "
+                    "the group's older offsets until a copy lands (retried every batch, "
+                    "counted in leakproof_group_mirror_failures_total, shown by leakproof "
+                    "offsets lag; logged again only when it works).%s", batch_ms, self.group,
+                    exc, self._store.name,
+                    " Nothing may join that group: stop the consumer that did (or set "
+                    "kafka.mirror_group_offsets: false)." if joined else "")
+            log.debug("group mirror failure %d: %s", self.mirror_failures, exc)
+            return False
+        if self.mirror_failures:
+            log.info("offsets of batch %d copied to Kafka group %s again, after %d failed "
+                     "copies", batch_ms, self.group, self.mirror_failures)
+        self.mirror_failures = 0
+        self._unmirrored = None
+        return True

@@ -52,6 +52,7 @@ METRICS: Mapping[str, str] = {
     "leakproof_dead_letters_total": "counter",
     "leakproof_session_rows_total": "counter",
     "leakproof_client_stalls_total": "counter",
+    "leakproof_group_mirror_failures_total": "counter",
     "leakproof_batch_processing_seconds": "histogram",
     "leakproof_batch_scheduling_delay_seconds": "histogram",
     "leakproof_lag_records": "gauge",
@@ -134,6 +135,10 @@ class JobMetrics:
                                "the client's IO loop past its warning threshold (1 s), in "
                                "the driver and the batches' tasks", names,
                                registry=r).labels(**labels)
+        self._mirror_failures = Counter(
+            "leakproof_group_mirror_failures", "Copies of a commit to the Kafka consumer group "
+            "(kafka.mirror_group_offsets) that failed; the commit itself stands", names,
+            registry=r).labels(**labels)
         buckets = interval_buckets(interval_s)
         self._processing = Histogram(
             "leakproof_batch_processing_seconds", "How long a batch's output took: its tasks "
@@ -178,6 +183,8 @@ class JobMetrics:
         if outcome.scheduling_delay_s is not None:
             self._delay.observe(outcome.scheduling_delay_s)
         self._last_batch.set(plan.batch_ms / 1000)
+        if outcome.committed.mirror_failed:
+            self._mirror_failures.inc()
         if outcome.committed.moved:
             self._commits.inc()
             self._last_commit.set(plan.batch_ms / 1000)

@@ -14,12 +14,17 @@ from kafka.admin import OffsetSpec
 from kafka.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    FencedMemberEpochError,
+    IllegalGenerationError,
     KafkaError,
     NotCoordinatorError,
+    RebalanceInProgressError,
+    StaleMemberEpochError,
+    UnknownMemberIdError,
 )
 
 from leakproof.config import KafkaConfig
-from leakproof.errors import CoordinatorNotReady, KafkaReadError
+from leakproof.errors import CoordinatorNotReady, GroupHasMembers, KafkaReadError
 from leakproof.kafka import client_settings
 from leakproof.offsets import HeldTransaction, LogBounds
 
@@ -176,6 +181,12 @@ class KafkaMetadata:
                 failed = {-1: exc}
             if not failed:
                 return
+            if all(_member_refusal(e) for e in failed.values()):
+                raise GroupHasMembers(
+                    f"Kafka refused the commit to group {group}: the group has members of its "
+                    f"own (a consumer subscribed with group id {group}), and Kafka takes no "
+                    f"outside commit while it has any "
+                    f"({_error_name(next(iter(failed.values())))})")
             if not all(_coordinator_busy(e) for e in failed.values()):
                 raise KafkaReadError(f"group {group} offsets not mirrored: {failed}")
             if time.monotonic() > deadline:
@@ -192,6 +203,26 @@ class KafkaMetadata:
         return {tp.partition: (om.offset, om.metadata or "")
                 for tp, om in groups.get(group, {}).items()
                 if tp.topic == topic and om.offset >= 0}
+
+    def group_state(self, group: str) -> dict[str, Any] | None:
+        """The consumer group as Kafka's coordinator has it: ``state`` (``Empty``: no
+        members; ``Stable`` and the rest: members), ``type`` (``classic`` or KIP-848's
+        ``consumer``) and, for a classic group, its ``members`` (client id@host). None: the
+        group does not exist (nothing committed to it yet)."""
+        try:
+            listed = [g for g in self._admin.list_groups() if g.get("group_id") == group]
+            if not listed:
+                return None
+            found: dict[str, Any] = {"state": listed[0].get("group_state") or "unknown",
+                                     "type": listed[0].get("group_type") or "classic",
+                                     "members": None}
+            if found["type"] == "classic":
+                described = self._admin.describe_groups([group]).get(group, {})
+                found["members"] = [f"{m.get('client_id')}@{m.get('client_host', '').lstrip('/')}"
+                                    for m in described.get("members") or []]
+        except KafkaError as exc:
+            raise KafkaReadError(f"cannot describe Kafka group {group}: {exc}") from exc
+        return found
 
     def close(self) -> None:
         if self._peek is not None:
@@ -210,6 +241,21 @@ def topic_bounds(cfg: KafkaConfig) -> dict[int, LogBounds]:
         return meta.log_bounds(cfg.topic, meta.partitions(cfg.topic))
     finally:
         meta.close()
+
+
+# what an OffsetCommit from outside the group gets while the group has members: the classic
+# protocol's answers, and the new coordinator's (KIP-848) for a consumer-protocol group
+_MEMBER_REFUSALS = (UnknownMemberIdError, IllegalGenerationError, StaleMemberEpochError,
+                    FencedMemberEpochError, RebalanceInProgressError)
+
+
+def _member_refusal(err: object) -> bool:
+    cls = err if isinstance(err, type) else type(err)
+    return issubclass(cls, _MEMBER_REFUSALS)
+
+
+def _error_name(err: object) -> str:
+    return (err if isinstance(err, type) else type(err)).__name__
 
 
 def _coordinator_busy(err: object) -> bool:
