@@ -128,8 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                      help=old_limit)
     action("history", "the newest commits, newest first").add_argument(
         "--limit", type=int, default=20, metavar="N", help="how many (default 20)")
-    action("lag", "per partition: committed, stable end, log end, state").add_argument(
-        "--limit", type=int, metavar="N", help=old_limit)
+    lag = action("lag", "per partition: committed offset, log end, lag in records and "
+                        "seconds, state; a table like kafka-consumer-groups --describe")
+    lag.add_argument("--limit", type=int, metavar="N", help=old_limit)
+    lag.add_argument("--json", action="store_true",
+                     help="one JSON object instead of the table (for scripts)")
     rewind = action("rewind", "commit earlier offsets for the next run to resume from")
     where = rewind.add_mutually_exclusive_group(required=True)
     where.add_argument("--to-batch", type=int, metavar="BATCH_MS",
@@ -219,14 +222,20 @@ def produce(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.generator import generate
 
     spec = GeneratorSpec(args.seed, args.events, args.sessions, args.start_ts, span_s=args.span_s)
+    events = generate(spec)
+
+    def progress(sent: int, seconds: float) -> None:
+        print(f"produce: {sent} of {len(events)} events sent ({100 * sent / len(events):.0f}%)"
+              f" in {seconds:.0f}s, {sent / seconds:.0f} ev/s", file=sys.stderr, flush=True)
+
     if args.format == "confluent":
         if cfg.input.registry is None:
             raise ConfigError("produce --format confluent needs 'events.registry.url' (with "
                               "'events.format: confluent')")
-        report = send_confluent(cfg.kafka, cfg.kafka.topic, generate(spec), cfg.input.registry,
-                                args.rate)
+        report = send_confluent(cfg.kafka, cfg.kafka.topic, events, cfg.input.registry,
+                                args.rate, progress)
     else:
-        report = send_events(cfg.kafka, cfg.kafka.topic, generate(spec), args.rate)
+        report = send_events(cfg.kafka, cfg.kafka.topic, events, args.rate, progress)
     print(f"produced {report.records} events ({spec.sessions} sessions, seed {spec.seed}) "
           f"to {cfg.kafka.topic} in {report.seconds:.1f}s ({report.rate:.0f} ev/s)")
     return 0
@@ -278,10 +287,10 @@ def offsets_history(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 
 def offsets_lag(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    from leakproof.commands.lag import lag
+    from leakproof.commands.lag import lag, lag_table
 
     behind = lag(cfg)
-    print(json.dumps(behind, sort_keys=True))
+    print(json.dumps(behind, sort_keys=True) if args.json else lag_table(behind))
     return 0 if behind["committed_ms"] is not None else 1
 
 
@@ -337,7 +346,8 @@ def model(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 def verify(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.commands.verify import verify as check
 
-    v = check(cfg, args.spec)
+    v = check(cfg, args.spec,
+              lambda text: print(f"verify: {text}", file=sys.stderr, flush=True))
     print(f"oracle: {v.events} events in the topic, {v.bad_records} bad records, "
           f"{v.sessions} session rows, {v.dead_letters} dead letters: "
           f"{'EXACT MATCH' if v.ok else 'MISMATCH'}")

@@ -268,7 +268,7 @@ class TransactionalProducer:
 
 def lag_report(env: Env, config: str | None = None) -> dict[str, Any]:
     """``leakproof offsets lag`` as an operator runs it, parsed."""
-    out = run_cli("offsets", "lag", "--config", config or str(env.path), check=False)
+    out = run_cli("offsets", "lag", "--json", "--config", config or str(env.path), check=False)
     assert out.returncode in (0, 1), out.stderr[-3000:]
     report: dict[str, Any] = json.loads(out.stdout)
     return report

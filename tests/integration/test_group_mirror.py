@@ -77,7 +77,7 @@ def python_member(topic: str, group: str) -> Iterator[None]:
 
 
 def lag_json(config: str) -> dict[str, Any]:
-    found: dict[str, Any] = json.loads(run_cli("offsets", "lag", "--config", config,
+    found: dict[str, Any] = json.loads(run_cli("offsets", "lag", "--config", config, "--json",
                                                check=False).stdout)
     return found
 
@@ -112,6 +112,8 @@ def test_a_member_in_the_mirror_group_never_fails_a_batch(env: Env, protocol: st
             seen = mirror()
             assert seen["state"].startswith("behind; the group has members")
             assert seen["group_type"] == protocol
+            table = run_cli("offsets", "lag", "--config", cfg).stdout
+            assert f"Kafka group mirror ({group}): behind; the group has members" in table
             assert job.poll() is None  # the job goes on
         wait_for("the copy landed after the member left",
                  lambda: mirror()["state"] == "in step", 120)

@@ -166,13 +166,17 @@ def test_lag_in_seconds_after_the_producer_stopped(env: Env) -> None:
     times = record_times(env)
     time.sleep(stop_s)
     before = time.time() * 1000
-    out = run_cli("offsets", "lag", "--config", str(env.path), check=False)
+    out = run_cli("offsets", "lag", "--config", str(env.path), "--json", check=False)
     after = time.time() * 1000
     lag = json.loads(out.stdout)  # nothing committed yet: every record is unread
     for row in lag["partitions"]:
         first = times[(row["partition"], 0)]
         assert (before - first) / 1000 - 0.01 <= row["lag_s"] <= (after - first) / 1000 + 0.01
         assert row["lag_s"] >= stop_s
+    table = run_cli("offsets", "lag", "--config", str(env.path), check=False).stdout
+    assert table.splitlines()[0].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET",
+                                             "LOG-END-OFFSET", "LAG", "LAG-SECONDS",
+                                             "STABLE-END", "STATE"]
     mport = free_port()
     cfg = env.variant("slow", kafka={"max_rate_per_partition": 150},
                       job={"metrics_port": mport})
@@ -209,6 +213,6 @@ def test_lag_in_seconds_after_the_producer_stopped(env: Env) -> None:
     for t, age in while_behind:  # at scrape time, older than every record of partition 0
         assert (t - newest_p0) / 1000 - 0.1 <= age <= (t - times[(0, 0)]) / 1000 + 0.1
     assert [age for _, age, n in scraped if n == 0][-1:] in ([], [0.0])
-    lag = json.loads(run_cli("offsets", "lag", "--config", str(env.path)).stdout)
+    lag = json.loads(run_cli("offsets", "lag", "--config", str(env.path), "--json").stdout)
     assert lag["total_lag"] == 0 and lag["lag_s"] == 0.0
     env.verify(spec)

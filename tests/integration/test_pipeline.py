@@ -41,7 +41,7 @@ def test_end_to_end_matches_the_oracle(env: Env) -> None:
     assert audit_total(env, b"records") == records(spec)
     assert audit_total(env, b"replayed") == 0
     lag = json.loads(subprocess.run([sys.executable, "-m", "leakproof.cli", "offsets", "lag",
-                                     "--config", str(env.path)], capture_output=True,
+                                     "--json", "--config", str(env.path)], capture_output=True,
                                     text=True, check=True).stdout)
     assert lag["total_lag"] == 0 and lag["age_s"] >= 0
     assert {r["partition"]: r["committed"] for r in lag["partitions"]} == newest

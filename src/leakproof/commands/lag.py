@@ -116,3 +116,36 @@ def partition_state(behind: int, committed: int | None, stable_end: int) -> str:
     if committed is not None and committed >= stable_end:
         return "held by open transaction"
     return "behind"
+
+
+COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "LAG-SECONDS",
+           "STABLE-END", "STATE")
+
+
+def lag_table(found: dict[str, Any]) -> str:
+    """``lag``'s answer for people: a table like ``kafka-consumer-groups --describe`` (one
+    row per partition, ``-`` where nothing is committed or an age is unknown), then the
+    newest commit, the totals and the Kafka group mirror."""
+    rows = [[found["group"], found["topic"], str(r["partition"]), _or_dash(r["committed"]),
+             str(r["log_end"]), str(r["lag"]), _or_dash(r["lag_s"], "{:.1f}"), str(r["stable_end"]),
+             r["state"] + ("" if r.get("held_s") is None else f" ({r['held_s']:.0f}s)")]
+            for r in found["partitions"]]
+    widths = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c)
+              for i, c in enumerate(COLUMNS)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+              for row in [list(COLUMNS), *rows]]
+    lines.append("")
+    if found["batch_ms"] is None:
+        lines.append("newest commit: none")
+    else:
+        lines.append(f"newest commit: batch {found['batch_ms']}, {found['age_s']:.1f}s ago")
+    lines.append(f"total lag: {found['total_lag']} records, oldest unread record "
+                 f"{_or_dash(found['lag_s'], '{:.1f}')}s old")
+    mirror = found.get("mirror")
+    if mirror is not None:
+        lines.append(f"Kafka group mirror ({mirror['group']}): {mirror['state']}")
+    return "\n".join(lines)
+
+
+def _or_dash(value: Any, fmt: str = "{}") -> str:
+    return "-" if value is None else fmt.format(value)

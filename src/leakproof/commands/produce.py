@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,12 +59,23 @@ def create_topic(cfg: KafkaConfig, topic: str, partitions: int,
 PACE_S = 0.005
 
 
+# how often a long send says how far it got (``progress``), and how many records apart it
+# looks at the clock for that
+PROGRESS_S = 5.0
+_CLOCK_EVERY = 1000
+
+Progress = Callable[[int, float], None]  # (records sent so far, seconds since the start)
+
+
 def send_raw(cfg: KafkaConfig, topic: str,
              records: Iterable[tuple[bytes | None, bytes | None]],
-             rate: float | None = None, partition: int | None = None) -> ProduceReport:
-    """Send (key, value) byte pairs in order; ``rate`` in records/s (None = as fast as can be)."""
+             rate: float | None = None, partition: int | None = None,
+             progress: Progress | None = None) -> ProduceReport:
+    """Send (key, value) byte pairs in order; ``rate`` in records/s (None = as fast as can be);
+    ``progress`` is told how far it got every ``PROGRESS_S`` seconds."""
     producer = KafkaProducer(**producer_settings(cfg))
     started = time.monotonic()
+    told = started
     sent = 0
     try:
         for key, value in records:
@@ -74,6 +85,11 @@ def send_raw(cfg: KafkaConfig, topic: str,
                 ahead = sent / rate - (time.monotonic() - started)
                 if ahead > PACE_S:
                     time.sleep(ahead)
+            if progress is not None and sent % _CLOCK_EVERY == 0:
+                now = time.monotonic()
+                if now - told >= PROGRESS_S:
+                    told = now
+                    progress(sent, now - started)
         producer.flush()
     except KafkaError as exc:
         raise LeakproofError(f"producing to {topic} failed after {sent} records: {exc}") from exc
@@ -83,14 +99,15 @@ def send_raw(cfg: KafkaConfig, topic: str,
 
 
 def send_events(cfg: KafkaConfig, topic: str, events: Iterable[WebEvent],
-                rate: float | None = None) -> ProduceReport:
+                rate: float | None = None, progress: Progress | None = None) -> ProduceReport:
     """Send WebEvents: key = session_id, value = schemaless Avro."""
     return send_raw(cfg, topic, ((codec.encode_key(e), codec.encode_value(e)) for e in events),
-                    rate)
+                    rate, progress=progress)
 
 
 def send_confluent(cfg: KafkaConfig, topic: str, events: Iterable[WebEvent], registry: Registry,
-                   rate: float | None = None) -> ProduceReport:
+                   rate: float | None = None, progress: Progress | None = None
+                   ) -> ProduceReport:
     """Send WebEvents registry-framed: the shipped schema is registered under
     ``<topic>-value`` (the registry's usual subject; registering again gives the same id),
     and each value carries its id in the Confluent wire format."""
@@ -101,4 +118,4 @@ def send_confluent(cfg: KafkaConfig, topic: str, events: Iterable[WebEvent], reg
     parsed = codec.parsed_schema()
     return send_raw(cfg, topic, ((codec.encode_key(e),
                                   codec.encode_confluent(e.to_record(), schema_id, parsed))
-                                 for e in events), rate)
+                                 for e in events), rate, progress=progress)

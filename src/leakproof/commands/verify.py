@@ -7,8 +7,9 @@ from the producer's seeds, so a loss between producer and topic is caught too.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from leakproof import oracle
@@ -40,15 +41,29 @@ class Verdict:
         return not self.problems
 
 
-def read_topic(cfg: Config) -> tuple[dict[int, list[Event]], list[DecodeError]]:
-    """Every record of the topic, decoded, per partition in offset order."""
+PROGRESS_S = 5.0  # how often a long verify says how far it got
+
+Say = Callable[[str], None]
+
+
+def read_topic(cfg: Config, say: Say | None = None
+               ) -> tuple[dict[int, list[Event]], list[DecodeError]]:
+    """Every record of the topic, decoded, per partition in offset order; ``say`` hears how
+    far the reading got every ``PROGRESS_S`` seconds."""
     bounds = topic_bounds(cfg.kafka)
     events: dict[int, list[Event]] = {p: [] for p in bounds}
     bad: list[DecodeError] = []
     decoder = decoder_for(cfg.model, cfg.input)
+    total = sum(b.readable_end - b.log_start for b in bounds.values())
+    read, told = 0, time.monotonic()
     for p in bounds:
         rng = OffsetRange(cfg.kafka.topic, p, bounds[p].log_start, bounds[p].readable_end)
         for rec in read_range(cfg.kafka, rng):
+            read += 1
+            if say is not None and read % 1000 == 0 and time.monotonic() - told >= PROGRESS_S:
+                told = time.monotonic()
+                say(f"read {read} of {total} records of {cfg.kafka.topic} "
+                    f"({100 * read / total:.0f}%, partition {p})")
             try:
                 events[p].append(decoder.decode(rec.key, rec.value, topic=rng.topic,
                                                 partition=p, offset=rec.offset,
@@ -58,10 +73,15 @@ def read_topic(cfg: Config) -> tuple[dict[int, list[Event]], list[DecodeError]]:
     return events, bad
 
 
-def verify(cfg: Config, specs: Sequence[GeneratorSpec]) -> Verdict:
-    """Compare every session row and dead letter with what the topic and seeds imply."""
+def verify(cfg: Config, specs: Sequence[GeneratorSpec], say: Say | None = None) -> Verdict:
+    """Compare every session row and dead letter with what the topic and seeds imply;
+    ``say`` hears each step and, while the topic is read, how far it got."""
     verdict = Verdict()
-    per_partition, bad = read_topic(cfg)
+    tell = say or (lambda _text: None)
+    tell(f"reading {cfg.kafka.topic} back in full")
+    per_partition, bad = read_topic(cfg, say)
+    tell(f"read {sum(map(len, per_partition.values()))} events and {len(bad)} bad records; "
+         f"folding them with the oracle")
     # the seeds' events are WebEvents: compared field by field with the records read back
     # (a reader schema that evolved past the web schema adds fields the seeds never had)
     names = [f["name"] for f in schema_json()["fields"]]
@@ -78,6 +98,8 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec]) -> Verdict:
                                 f"{sum(produced.values())}: {sum(missing.values())} missing, "
                                 f"{sum(extra.values())} extra")
     expected = oracle.expected_rows(per_partition, cfg.sessions.close_after_ms, cfg.model)
+    tell(f"{len(expected)} sessions expected; reading the session rows and dead letters "
+         f"from HBase")
     conn = connect(cfg.hbase)
     try:
         actual = scan_readable(conn.table(cfg.hbase.sessions_table))
