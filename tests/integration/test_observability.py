@@ -216,3 +216,33 @@ def test_lag_in_seconds_after_the_producer_stopped(env: Env) -> None:
     lag = json.loads(run_cli("offsets", "lag", "--config", str(env.path), "--json").stdout)
     assert lag["total_lag"] == 0 and lag["lag_s"] == 0.0
     env.verify(spec)
+
+
+def test_record_timestamps_look_up_after_look_up_each_at_once(env: Env) -> None:
+    """The driver reads the oldest unread records' timestamps every batch, through one
+    long-lived consumer: each look-up finds every record at once, whatever the look-ups
+    before it assigned, found or left fetched. (Pausing a partition once found made later
+    look-ups of it wait out their full 2 s, in a live run and in look-ups like these over
+    most topics written at a steady rate; whether it shows depends on where the producer's
+    batches end, so this test does not always catch that.)"""
+    from leakproof.commands.produce import send_events
+    from leakproof.generator import generate
+    from leakproof.kafka.admin import KafkaMetadata
+
+    # at a steady rate, as producers send: many small record batches in each partition
+    send_events(env.cfg.kafka, env.name, generate(GeneratorSpec(2300, 20_000, 2_000)),
+                rate=8000)
+    times = record_times(env)
+    ends = {p: max(o for q, o in times if q == p) + 1 for p in range(4)}
+    meta = KafkaMetadata(env.cfg.kafka)
+    try:
+        for step in range(12):  # as a driver's batches ask: moving on, now and then fewer
+            parts = [0, 2] if step in (9, 11) else [0, 1, 2, 3]
+            offsets = {p: min(100 + 400 * step, ends[p] - 1) for p in parts}
+            started = time.monotonic()
+            got = meta.record_timestamps(env.name, offsets)
+            took = time.monotonic() - started
+            assert got == {p: times[(p, o)] for p, o in offsets.items()}, (step, offsets)
+            assert took < 1.5, (step, offsets, took)
+    finally:
+        meta.close()

@@ -94,40 +94,54 @@ class KafkaMetadata:
     def record_timestamps(self, topic: str, offsets: Mapping[int, int], wait_s: float = 2.0
                           ) -> dict[int, int | None]:
         """Per partition, the timestamp (epoch ms) of the first record at or after its offset
-        in ``offsets``: one small fetch for them all (the peek consumer reads at most 16 KiB
-        a partition, 1 MiB a fetch), read_uncommitted, so an open transaction's first record
-        counts. Best effort: None where no record could be read within ``wait_s``."""
+        in ``offsets``, read_uncommitted (an open transaction's first record counts). Best
+        effort: None where no record could be read within ``wait_s``.
+
+        First one small fetch for them all (the peek consumer reads at most 16 KiB a
+        partition, 1 MiB a fetch). A partition whose first record batch that cut short (a
+        producer's batches over 16 KiB, or the fetch's 1 MiB spent on the partitions before
+        it) makes kafka-python raise for the whole poll, whose other records may then be
+        lost; so on an error, and for whatever is still missing, each partition is read
+        alone: the first partition of a fetch always gets its first batch whole.
+        """
         found: dict[int, int | None] = {p: None for p in offsets}
         if not offsets:
             return found
+        deadline = time.monotonic() + wait_s
         try:
             consumer = self._peek_consumer()
-            tps = {p: TopicPartition(topic, p) for p in offsets}
-            consumer.assign(list(tps.values()))
-            consumer.resume(*tps.values())  # an earlier look-up paused what it had found
-            for p, tp in tps.items():
-                consumer.seek(tp, offsets[p])
-            deadline = time.monotonic() + wait_s
-            while time.monotonic() < deadline and any(ts is None for ts in found.values()):
-                try:
-                    # max_records stays at its default: a poll that leaves fetched records
-                    # buffered can stall the next look-up's fetches after assign and seek
-                    # (kafka-python 3.0: no fetch for 2 s)
-                    polled = consumer.poll(timeout_ms=200)
-                except KafkaError as exc:
-                    # kafka-python gives up on a partition whose first record batch the
-                    # fetch's byte limit cut short; once the others are paused, it comes
-                    # first in the fetch, and the broker sends a first batch whole
-                    log.debug("record timestamps on %s: %s", topic, exc)
-                    continue
-                for tp, recs in polled.items():
-                    first = next((r for r in recs if r.offset >= offsets[tp.partition]), None)
-                    if first is not None and found[tp.partition] is None:
-                        found[tp.partition] = int(first.timestamp)
-                        consumer.pause(tp)
+            self._read_first(consumer, topic, offsets, found, deadline, together=True)
+            for p in [p for p, ts in found.items() if ts is None]:
+                self._read_first(consumer, topic, {p: offsets[p]}, found, deadline)
         except KafkaError as exc:
             log.debug("could not read record timestamps on %s: %s", topic, exc)
         return found
+
+    @staticmethod
+    def _read_first(consumer: Any, topic: str, offsets: Mapping[int, int],
+                    found: dict[int, int | None], deadline: float, together: bool = False
+                    ) -> None:
+        """Fill ``found`` with the timestamp of the first record at or after each offset,
+        polling until ``deadline``; ``together``: stop at the first error (the caller reads
+        the rest alone). A partition found is not paused: kafka-python 3.0 parks a paused
+        partition's fetched records (KAFKA-7548), and after a later resume and seek it
+        fetched nothing more for that partition (every such look-up waited the full time)."""
+        tps = {p: TopicPartition(topic, p) for p in offsets}
+        consumer.assign(list(tps.values()))
+        for p, tp in tps.items():
+            consumer.seek(tp, offsets[p])
+        while time.monotonic() < deadline and any(found[p] is None for p in offsets):
+            try:
+                polled = consumer.poll(timeout_ms=200)
+            except KafkaError as exc:
+                log.debug("record timestamps on %s: %s", topic, exc)
+                if together:
+                    return
+                continue
+            for tp, recs in polled.items():
+                first = next((r for r in recs if r.offset >= offsets[tp.partition]), None)
+                if first is not None and found[tp.partition] is None:
+                    found[tp.partition] = int(first.timestamp)
 
     def _peek_consumer(self) -> Any:
         from kafka import KafkaConsumer
