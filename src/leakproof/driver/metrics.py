@@ -146,7 +146,8 @@ class JobMetrics:
             registry=r).labels(**labels)
         self._delay = Histogram(
             "leakproof_batch_scheduling_delay_seconds", "How long after its batch time a "
-            "batch's output began (0 while batches keep up)", names, buckets=buckets,
+            "batch's output began, planning included (Spark's own scheduling delay starts "
+            "after the batch's jobs were generated)", names, buckets=buckets,
             registry=r).labels(**labels)
         self._lag = Gauge("leakproof_lag_records", "Records behind the log end after the "
                           "newest batch, per partition", [*names, "partition"], registry=r)
