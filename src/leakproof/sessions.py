@@ -280,12 +280,17 @@ class PartitionFolder:
     def watermark(self) -> int:
         return self._watermark
 
-    def feed(self, offset: int, event: Event) -> Outcome:
-        """Fold one event; events must come in increasing offset order."""
+    def feed(self, offset: int, event: Event, lead: int | None = None) -> Outcome:
+        """Fold one event; events must come in increasing offset order.
+
+        ``lead``: the most this event may move the watermark to (its record's Kafka
+        timestamp + grace, ``lead_of``); None: its event time.
+        """
         sid, ts, seq, record = event
         watermark_before = self._watermark
-        if ts > self._watermark:
-            self._watermark = ts
+        moved = ts if lead is None or ts <= lead else lead
+        if moved > self._watermark:
+            self._watermark = moved
         if offset > self._last_offset:
             self._last_offset = offset
         s = self._sessions.get(sid)
@@ -362,6 +367,20 @@ class PartitionFolder:
             late=self._counts[Outcome.LATE],
             duplicates=self._counts[Outcome.DUPLICATE],
         )
+
+
+def lead_of(record_ts: int, grace_ms: int) -> int | None:
+    """How far an event whose Kafka record has timestamp ``record_ts`` may move its
+    partition's watermark: that timestamp + the grace (None: the record has none).
+
+    An event time ahead of the record's own timestamp is a clock running fast (a web server,
+    a producer stamping events): taken at its word it would close every session quiet for
+    less than the gap. Bounded by the grace, such an event closes only sessions that have
+    been quiet for at least their inactivity gap in the record's time. The event still
+    counts in its session with its own time; a replay reads the same timestamp, so it
+    decides the same way.
+    """
+    return record_ts + grace_ms if record_ts >= 0 else None
 
 
 def fold_range(model: CompiledModel, fence_key: str, close_after_ms: int,

@@ -60,6 +60,7 @@ from leakproof.sessions import (
     PartitionFolder,
     fence_key,
     fence_source,
+    lead_of,
 )
 from leakproof.summaries import json_summary
 from leakproof.task import index
@@ -83,7 +84,7 @@ class _Range:
 
     rng: OffsetRange
     report: TaskReport
-    events: list[tuple[int, Event]]
+    events: list[tuple[int, Event, int | None]]  # offset, event, lead (``_read``)
     dead: list[DecodeError]
     touched: frozenset[str]
 
@@ -100,7 +101,8 @@ def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, s
 def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode: Decode,
                    stores: Stores, model: CompiledModel, *, batch_ms: int, epoch: int,
                    close_after_ms: int, cell_ts: Mapping[int, int],
-                   placed_in: int | None = None) -> list[TaskReport]:
+                   placed_in: int | None = None, lead_ms: int | None = None
+                   ) -> list[TaskReport]:
     """Steps 1-7 of the module docstring for ranges of one topic, in order; returns each
     range's counts and timings.
 
@@ -114,8 +116,10 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
     With ``placed_in`` (the topic's partition count) a range holding a key that Kafka's
     default partitioner puts in another partition writes nothing: its report counts those
     keys in ``moved_keys`` and the driver runs it again alone (``moved_keys``).
+    With ``lead_ms`` (the grace) an event moves the watermark at most that far past its
+    record's Kafka timestamp (``sessions.lead_of``).
     """
-    ranges = [_read(rng, records, decode) for rng, records in work]
+    ranges = [_read(rng, records, decode, lead_ms) for rng, records in work]
     if len({r.rng.topic for r in ranges}) > 1:
         raise ValueError("process_ranges takes the ranges of one topic")
     if placed_in is not None:  # a decoded event's key is its session id (codec's rule)
@@ -128,24 +132,27 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
     return [r.report for r in ranges]
 
 
-def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode) -> _Range:
-    """Step 1 for one range."""
+def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode,
+          lead_ms: int | None = None) -> _Range:
+    """Step 1 for one range: each event with its offset and how far it may move the
+    watermark (``sessions.lead_of``; None: its event time)."""
     report = TaskReport(rng.partition, rng.from_offset, rng.until_offset)
     t0 = time.monotonic()
-    events: list[tuple[int, Event]] = []
+    events: list[tuple[int, Event, int | None]] = []
     dead: list[DecodeError] = []
     keep, topic, partition = events.append, rng.topic, rng.partition
     for rec in records:  # once per record: locals only
         try:
-            keep((rec.offset, decode(rec.key, rec.value, topic=topic, partition=partition,
-                                     offset=rec.offset, timestamp=rec.timestamp,
-                                     headers=rec.headers)))
+            event = decode(rec.key, rec.value, topic=topic, partition=partition,
+                           offset=rec.offset, timestamp=rec.timestamp, headers=rec.headers)
+            keep((rec.offset, event, None if lead_ms is None else lead_of(rec.timestamp,
+                                                                          lead_ms)))
         except DecodeError as err:
             dead.append(err)
             report.dead_letter_kinds[err.kind] = report.dead_letter_kinds.get(err.kind, 0) + 1
     report.records = len(events) + len(dead)
     report.read_s = time.monotonic() - t0
-    return _Range(rng, report, events, dead, frozenset(e.session_id for _, e in events))
+    return _Range(rng, report, events, dead, frozenset(e.session_id for _, e, _ in events))
 
 
 def _apart(ranges: Sequence[_Range]) -> list[list[_Range]]:
@@ -179,7 +186,9 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     t0 = time.monotonic()
     loaded = index.load(stores.partitions, stores.sessions, topic, close_after_ms,
                         [index.Wanted(r.rng.partition, r.touched,
-                                      max((e.ts for _, e in r.events), default=NO_WATERMARK))
+                                      max((e.ts if lead is None else min(e.ts, lead)
+                                           for _, e, lead in r.events),
+                                          default=NO_WATERMARK))
                          for r in step], ts=first_ts)
     if len(step) > 1 and _overlap([ld.sessions() for ld in loaded]):
         # a session found in one range's index is touched or owed by another: each alone
@@ -195,8 +204,8 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
         t1 = time.monotonic()
         folder = PartitionFolder(model, fence_key(topic, r.rng.partition), close_after_ms,
                                  ld.state, ld.rows)
-        for offset, event in r.events:
-            folder.feed(offset, event)
+        for offset, event, lead in r.events:
+            folder.feed(offset, event, lead)
         results.append(folder.finish())
         r.report.expiring = len(ld.found)
         r.report.rows_kept = ld.kept

@@ -176,6 +176,7 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
                                       _decoder(cfg.model, cfg.input).decode, stores, model,
                                       batch_ms=batch_ms, epoch=epoch,
                                       close_after_ms=cfg.sessions.close_after_ms,
+                                      lead_ms=round(cfg.sessions.grace_s * 1000),
                                       cell_ts=cell_ts, placed_in=placed_in)
             for rng, report in zip(wave, done, strict=True):
                 # the first range found the topic's consumer or made it; the others use it
