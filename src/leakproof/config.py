@@ -24,6 +24,7 @@ from leakproof.model.spec import Model, read_model, web_model
 
 OffsetReset = Literal["earliest", "latest", "none"]
 DataLossPolicy = Literal["fail", "skip"]
+CompactedPolicy = Literal["refuse", "accept"]
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
 ThriftTransport = Literal["buffered", "framed", "http"]
 ThriftProtocol = Literal["binary", "compact"]
@@ -101,6 +102,10 @@ class KafkaConfig:
     partitions: tuple[int, ...] | None = None  # None = all, re-read every batch
     auto_offset_reset: OffsetReset = "earliest"
     on_data_loss: DataLossPolicy = "fail"
+    # refuse: a source topic with cleanup.policy compact stops the start (its cleaner deletes
+    # records before they are read, and the reader cannot tell such holes from a compacted
+    # backlog); accept: the operator knows and accepts that loss
+    on_compacted_topic: CompactedPolicy = "refuse"
     # read_committed: records of aborted transactions are never read, and ranges stop at the
     # last stable offset. read_uncommitted reads every record a producer sent, aborted ones
     # too: only for topics that no transactional producer writes.
@@ -434,6 +439,7 @@ def _kafka(data: dict[str, Any]) -> KafkaConfig:
         # docs/DESIGN.md calls the skipping policy `earliest`; both names are accepted.
         on_data_loss="skip" if s.choice("on_data_loss", DataLossPolicy, ("earliest",))
         != "fail" else "fail",
+        on_compacted_topic=s.choice("on_compacted_topic", CompactedPolicy),
         isolation_level=s.choice("isolation_level", IsolationLevel),
         max_rate_per_partition=max_rate,
         min_rate_per_partition=min_rate,

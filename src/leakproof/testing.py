@@ -47,6 +47,7 @@ class FakeMetadata:
     peeks: int = 0
     mirrored: list[tuple[str, dict[int, int], str]] = field(default_factory=list)
     mirror_failures: int = 0  # the next N mirror calls fail
+    settings: dict[str, str] = field(default_factory=dict)  # the topic's own settings
 
     def describe(self, topic: str) -> tuple[str | None, list[int]]:
         self._check(topic)
@@ -55,6 +56,10 @@ class FakeMetadata:
     def log_bounds(self, topic: str, partitions: Iterable[int]) -> dict[int, LogBounds]:
         self._check(topic)
         return {p: self.bounds[p] for p in partitions}
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        self._check(topic)
+        return dict(self.settings)
 
     def open_transactions(self, topic: str, held: Mapping[int, int]
                           ) -> dict[int, HeldTransaction]:

@@ -74,6 +74,7 @@ class Planner:
         even when the commit store lost its offsets with the old topic (a Kafka group).
         """
         partitions = self.assigned()
+        self._check_cleanup_policy()
         stored_id = latest.audit.get("topic_id") if latest else None
         known = [(stored_id, f"the offsets row {latest.batch_ms} belongs to topic id "
                              f"{stored_id}" if latest else ""),
@@ -92,6 +93,20 @@ class Planner:
                               on_data_loss=self._cfg.on_data_loss)
         self._next = dict(start.positions)
         return start
+
+    def _check_cleanup_policy(self) -> None:
+        """A compacted source topic is refused unless the config accepts its loss: the
+        cleaner deletes records the job has not read yet, and the reader must take the holes
+        it leaves for compaction (no gap row, no error), so those events would be lost
+        without a word."""
+        policy = self._metadata.topic_config(self.topic).get("cleanup.policy", "delete")
+        if "compact" in policy.split(",") and self._cfg.on_compacted_topic == "refuse":
+            raise OffsetError(
+                f"{self.topic} has cleanup.policy={policy}: its cleaner deletes records "
+                f"before the job reads them (every older record of a key once a newer one "
+                f"is written), and those events would be lost without a word. Read from a "
+                f"topic with cleanup.policy=delete, or set kafka.on_compacted_topic: accept "
+                f"to accept that loss.")
 
     def plan(self, batch_ms: int, rate: float | None = None) -> BatchPlan:
         """This batch's ranges: from the last planned position up to the rate caps.

@@ -58,6 +58,10 @@ class Metadata(Protocol):
 
     def log_bounds(self, topic: str, partitions: Iterable[int]) -> dict[int, LogBounds]: ...
 
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """The topic's own settings (those that differ from the broker's defaults)."""
+        ...
+
     def open_transactions(self, topic: str, held: Mapping[int, int]
                           ) -> dict[int, HeldTransaction]:
         """The open transaction at each held partition's stable end, and when it began."""
