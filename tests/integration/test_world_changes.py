@@ -11,6 +11,8 @@ from kafka.admin import ConfigResource, ConfigResourceType
 from leakproof import config
 from leakproof.driver.job import Job
 from leakproof.errors import OffsetError
+from leakproof.events import WebEvent
+from leakproof.moved_keys import placed
 
 from .helpers import KAFKA, Env
 
@@ -34,3 +36,46 @@ def test_a_compacted_source_topic_is_refused_unless_its_loss_is_accepted(env: En
         Job(env.cfg).prepare()
     accepted = config.load(env.variant("accept", kafka={"on_compacted_topic": "accept"}))
     assert Job(accepted).prepare() == {0: 0, 1: 0, 2: 0, 3: 0}
+
+
+T0 = 1_767_225_600_000  # 2026-01-01, as the generator's events
+
+
+def ids_in(partition: int, count: int, partitions: int = 4, prefix: str = "s") -> list[str]:
+    """Session ids Kafka's default partitioner puts in ``partition``."""
+    found = []
+    for i in range(100_000):
+        sid = f"{prefix}{i}"
+        if placed(sid.encode(), partition, partitions):
+            found.append(sid)
+            if len(found) == count:
+                return found
+    raise AssertionError("no such ids")
+
+
+def event(sid: str, seq: int, ts: int) -> WebEvent:
+    return WebEvent(sid, f"u-{sid}", seq, ts, "pageview", f"/{sid}/{seq}", 200, 100)
+
+
+def session_rows(env: Env) -> dict[str, dict[str, str]]:
+    conn = env.hbase()
+    try:
+        return {k.decode(): {c.decode()[2:]: v.decode() for c, v in cells.items()}
+                for k, cells in conn.table("web_sessions").scan(columns=[b"s"])}
+    finally:
+        conn.close()
+
+
+def test_a_gap_changed_between_runs_closes_no_session_early(env: Env) -> None:
+    x, y = ids_in(0, 2)
+    env.produce_events([event(x, 0, T0)])
+    env.run("--until-idle", "3")  # gap 1 800 s
+    wider = env.variant("wider", sessions={"inactivity_gap_s": 3600})
+    env.produce_events([event(x, 1, T0 + 1_000_000)])
+    env.run("--until-idle", "3", config=wider)
+    env.produce_events([event(y, 0, T0 + 3_700_000)])  # passes x's entry from before
+    env.run("--until-idle", "3", config=wider)
+    env.produce_events([event(x, 2, T0 + 1_500_000)])
+    env.run("--until-idle", "3", config=wider)
+    rows = session_rows(env)
+    assert (rows[x]["events"], rows[x]["late_events"], rows[x]["state"]) == ("3", "0", "open")

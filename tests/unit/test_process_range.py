@@ -325,3 +325,26 @@ def test_each_partition_of_a_task_publishes_its_own_summaries_after_every_waterm
                                  "index puts", "index deletes", "watermark",
                                  "publish", "outbox published", "publish", "outbox published"]
     assert [[k for k, _ in recs] for _, recs in rig.sink.committed] == [[b"a"], [b"x"]]
+
+
+def test_a_changed_gap_never_closes_a_session_through_an_entry_of_the_old_width() -> None:
+    """The index keeps the bucket width it was cut with: under a wider gap, a session's
+    entry from before the change is still deleted when the session moves on, so it cannot
+    close the session early later."""
+    rig, t0 = Rig(), 1_767_225_600_000
+    stores = Stores(rig.sessions, rig.partitions, rig.dead, rig.lease, None)
+
+    def run(recs: list[Rec], close_after_ms: int, batch_ms: int) -> TaskReport:
+        rng = OffsetRange("t", 0, recs[0].offset, recs[-1].offset + 1)
+        return process_range(rng, recs, decode, stores, compile_model(web_model()),
+                             batch_ms=batch_ms, epoch=1, close_after_ms=close_after_ms,
+                             cell_ts=batch_ms)
+
+    run(records(ev("x", 0, t0)), 1_860_000, 1_000)  # gap 1 800 s + grace
+    run(records(ev("x", 1, t0 + 1_000_000), start=1), 3_660_000, 2_000)  # gap now 3 600 s
+    run(records(ev("y", 0, t0 + 3_700_000), start=2), 3_660_000, 3_000)
+    report = run(records(ev("x", 2, t0 + 1_500_000), start=3), 3_660_000, 4_000)
+    x = rig.sessions.readable()["x"]
+    assert (report.applied, report.late) == (1, 0)
+    assert (x["events"], x["state"]) == ("3", "open")
+    assert rig.partitions.state[("t", 0)][b"w:width"] == b"58125"  # 1 860 000 / 32

@@ -72,6 +72,9 @@ def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_aft
     timestamp of what the read moves, ``PartitionRows.read_partitions``.)"""
     width = open_index.bucket_width(close_after_ms)
     stored = partitions.read_partitions(topic, [w.partition for w in wanted], width, ts=ts)
+    # an index keeps the width its buckets were cut with: were it to follow a changed gap,
+    # a session's delete would aim at a bucket its old entry is not in, and the entry left
+    # behind would close the session early
     scanned = []  # per range: its cutoff, the entries that may expire, the stale ones
     for w in wanted:
         s = stored[w.partition]
@@ -91,7 +94,7 @@ def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_aft
                        if (st := checked.get(sid) or rows.get(sid)) is not None}
         before = open_index.known_rows(found, stale, own_checked, own_rows)
         s.state.open_sessions = OpenSessions(open_index.open_set(found, before))
-        loaded.append(Loaded(s, s.state, own_rows, width, cutoff, found, before,
+        loaded.append(Loaded(s, s.state, own_rows, s.width or width, cutoff, found, before,
                              kept[fence_key(topic, w.partition)]))
     return loaded
 
@@ -103,5 +106,5 @@ def save(partitions: PartitionRows, topic: str,
     partitions.write_partitions(topic, [
         PartitionSave(partition, result.partition,
                       open_index.changes(loaded.width, loaded.found, loaded.before, result),
-                      loaded.cutoff, loaded.stored.check_below)
+                      loaded.cutoff, loaded.stored.check_below, loaded.width)
         for partition, loaded, result in done], ts=ts)
