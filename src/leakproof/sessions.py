@@ -24,6 +24,7 @@ batch boundaries fall (a replay gives the same answer as the first run):
 from __future__ import annotations
 
 import heapq
+import re
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -41,18 +42,31 @@ CLOSED: SessionStatus = "closed"
 
 
 def fence_source(key: str) -> tuple[str, int]:
-    """The (topic, partition) a ``fence_key`` names (a topic name has no colon)."""
+    """The (topic, partition) a ``fence_key`` names, whatever its incarnation (a topic name
+    has neither a colon nor a tilde)."""
     topic, _, partition = key.rpartition(":")
-    return topic, int(partition)
+    return topic.partition("~")[0], int(partition)
 
 
-def fence_key(topic: str, partition: int) -> str:
-    """Names a session row's fence for one Kafka partition: ``<topic>:<partition>``.
+def fence_key(topic: str, partition: int, incarnation: str = "") -> str:
+    """Names a session row's fence for one Kafka partition: ``<topic>:<partition>``, or
+    ``<topic>~<incarnation>:<partition>`` for a topic recreated under the same name.
 
     A session lives in one partition, but a repartitioned topic (or a second topic) may bring
-    its events from another: each source partition keeps its own fence.
+    its events from another: each source partition keeps its own fence. A recreated topic's
+    offsets start again at 0, so its fences are kept apart from the old topic's: an old
+    fence must never take the new topic's records for replays.
     """
-    return f"{topic}:{partition}"
+    return f"{topic}~{incarnation}:{partition}" if incarnation else f"{topic}:{partition}"
+
+
+def incarnation_of(topic_id: str | None, first_id: str | None) -> str:
+    """The fence tag of the topic with Kafka id ``topic_id`` (``fence_key``): none for the
+    topic the job first read (``first_id``: fences written before tags existed are its),
+    else a short form of its own id. Unknown ids (a broker without topic ids) tag nothing."""
+    if not topic_id or not first_id or topic_id == first_id:
+        return ""
+    return re.sub(r"[^A-Za-z0-9]", "", topic_id)[:12]
 
 
 class Outcome(Enum):

@@ -121,6 +121,7 @@ class FakeLeaseStore:
     gaps: list[Gap] = field(default_factory=list)
     lose_reply: bool = False
     recorded_topic_id: str | None = None
+    first_id: str | None = None
     moves: KeyMoves = NO_MOVES
     cell_ts_until: int = 0
 
@@ -157,6 +158,11 @@ class FakeLeaseStore:
 
     def record_topic_id(self, topic_id: str) -> None:
         self.recorded_topic_id = topic_id
+
+    def first_topic_id(self, candidate: str | None) -> str | None:
+        if self.first_id is None:
+            self.first_id = candidate
+        return self.first_id
 
     def key_moves(self) -> KeyMoves:
         return self.moves

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from leakproof.commands.rewind import RewindTarget, write_rewind
 from leakproof.errors import KafkaReadError, OffsetError
 from leakproof.offsets import LogBounds
+from leakproof.sessions import fence_key, fence_source, incarnation_of
+from leakproof.testing import FakeCommitStore, FakeLeaseStore
 
 from .drivers import rig
 
@@ -32,6 +35,27 @@ def test_a_recreated_topic_is_refused_even_when_the_store_lost_its_offsets() -> 
         rig({0: (0, 10)}, recorded_topic_id="id-0")
     assert [str(x) for x in rig({0: (0, 10)}, recorded_topic_id="id-1").plan().work] == [
         "t:0[0,10)"]
+
+
+def test_a_recreated_topic_accepted_by_a_rewind_gets_fences_of_its_own() -> None:
+    """The first topic's fences carry no tag; once a rewind accepts a recreated topic (it
+    records the new id and pins the first), that topic's fences carry its own tag, so an old
+    fence never takes its records for replays."""
+    leases = FakeLeaseStore(recorded_topic_id="id-0")
+    assert rig({0: (0, 10)}, topic_id="id-0", leases=leases).incarnation == ""
+    write_rewind(RewindTarget(to_offsets={0: 0}), {0: 0}, FakeCommitStore(), leases,
+                 "7f3e9a2c-1b4d-4e5f-8a6b-0c1d2e3f4a5b", now_ms=2_000)
+    again = rig({0: (0, 10)}, topic_id="7f3e9a2c-1b4d-4e5f-8a6b-0c1d2e3f4a5b", leases=leases)
+    assert again.incarnation == "7f3e9a2c1b4d"
+    assert fence_key("t", 0, again.incarnation) == "t~7f3e9a2c1b4d:0"
+    assert fence_source("t~7f3e9a2c1b4d:0") == fence_source("t:0") == ("t", 0)
+
+
+def test_a_first_run_pins_the_topic_it_reads_as_the_untagged_one() -> None:
+    leases = FakeLeaseStore()
+    assert rig({0: (0, 10)}, leases=leases).incarnation == ""
+    assert leases.first_id == "id-1"
+    assert incarnation_of(None, "id-1") == incarnation_of("id-1", None) == ""
 
 
 def test_a_topic_recreated_while_running_stops_planning() -> None:

@@ -98,6 +98,9 @@ def write_rewind(target: RewindTarget, offsets: Mapping[int, int], store: Commit
     latest = store.latest()
     epoch = leases.take("rewind").epoch
     if topic_id:  # a rewind accepts the topic as it is now (a recreated one, say)
+        # the first topic's id pinned before it is replaced: its fences carry no tag, and a
+        # recreated topic's are kept apart from them (sessions.incarnation_of)
+        leases.first_topic_id(leases.topic_id() or topic_id)
         leases.record_topic_id(topic_id)
     batch_ms = max(now_ms, (latest.batch_ms + 1) if latest else now_ms)
     store.put(batch_ms, offsets, {

@@ -100,6 +100,7 @@ class Job:
         self._moves_store: HBaseLeaseStore | None = None
         # the cell timestamps of this driver's batches: the planning thread's (cell_clock)
         self._clock = CellClock(0, -1)
+        self._incarnation = ""  # the fence tag of the topic read (sessions.fence_key)
 
     # ------------------------------------------------------------------ start
 
@@ -135,6 +136,10 @@ class Job:
         log.info("driver lease epoch %d for %s:%s", started.lease.epoch, self.topic,
                  self.group)
         self.committer, self._clock = started.committer, started.clock
+        self._incarnation = started.incarnation
+        if started.incarnation:
+            log.info("%s was recreated since this job first read it: its fences carry the "
+                     "tag %s, apart from the old topic's", self.topic, started.incarnation)
         latest, start = started.latest, started.start
         # its own connection: from here on only the planning thread uses it
         self._moves_store = self._closes(HBaseLeaseStore(cfg.hbase, self.topic, self.group))
@@ -263,6 +268,7 @@ class Job:
             return []
         assert self.committer is not None
         cfg, batch_ms, epoch = self.cfg, plan.batch_ms, self.committer.lease.epoch
+        incarnation = self._incarnation
 
         def tasks(check: int | None, cell_ts: dict[int, int]
                   ) -> Callable[[Iterator[tuple[OffsetRange, ...]]], Iterator[TaskReport]]:
@@ -271,7 +277,7 @@ class Job:
 
                 for ranges in runs:  # in partition order, each its own fence and report
                     yield from run_ranges(cfg, batch_ms, ranges, epoch, check,
-                                          cell_ts=cell_ts)
+                                          cell_ts=cell_ts, incarnation=incarnation)
             return task
 
         try:  # the Spark UI's job list then says which ranges each batch read

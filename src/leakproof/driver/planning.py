@@ -83,10 +83,11 @@ class Planner:
             if known_id and self.topic_id and known_id != self.topic_id:
                 raise OffsetError(
                     f"{self.topic} was deleted and recreated: {said}, the topic now has id "
-                    f"{self.topic_id}. Refusing to start: the "
-                    f"session fences hold offsets of the old topic, so records of the new "
-                    f"one would be skipped as replays. Rewind (leakproof offsets rewind "
-                    f"--to-time/--to-offsets) once you know which data to process.")
+                    f"{self.topic_id}. Refusing to start: its stored offsets mean nothing in "
+                    f"the new topic. Say where to read it from with leakproof offsets rewind "
+                    f"(--to-offsets with the new topic's start, or --to-time); the new "
+                    f"topic's session fences are then kept apart from the old one's, so none "
+                    f"of its records is taken for a replay.")
         bounds = self._metadata.log_bounds(self.topic, partitions)
         start = resolve_start(self.topic, partitions, latest.offsets if latest else None,
                               bounds, auto_offset_reset=self._cfg.auto_offset_reset,

@@ -5,8 +5,10 @@ driver rig so both start the same way.
 2. read how far earlier holders' cell timestamps may go -- after the take, so a reservation
    of the old holder that lands later is refused -- and start the cell clock above it;
 3. read the newest committed batch and plan every partition's start from it and the topic
-   id kept beside the lease (a recreated topic is refused here);
-4. record the topic id, then begin committing from that start.
+   id kept beside the lease (a recreated topic is refused here, until a rewind accepts it);
+4. pin the first topic's id (its fences carry no incarnation tag; a recreated topic's get
+   their own, so none of its records is taken for a replay of the old one's), record the
+   topic id, then begin committing from that start.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from leakproof.driver.planning import Planner
 from leakproof.lease import Lease
 from leakproof.offsets import CommittedBatch, StartPlan
 from leakproof.ports.driver import CommitStore, GroupMirror, LeaseStore
+from leakproof.sessions import incarnation_of
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class Started:
     start: StartPlan
     committer: Committer
     clock: CellClock
+    incarnation: str = ""  # the fence tag of the topic read (sessions.fence_key)
 
 
 def start_driver(topic: str, group: str, *, leases: LeaseStore, store: CommitStore,
@@ -39,9 +43,12 @@ def start_driver(topic: str, group: str, *, leases: LeaseStore, store: CommitSto
     lease = leases.take(holder)  # 1
     clock = CellClock.start(now_ms, leases.cell_ts_bound())  # 2
     latest = store.latest()  # 3
-    start = planner.start(latest, leases.topic_id())
-    if planner.topic_id:  # 4
+    recorded = leases.topic_id()
+    start = planner.start(latest, recorded)
+    first = leases.first_topic_id(recorded or planner.topic_id)  # 4
+    if planner.topic_id:
         leases.record_topic_id(planner.topic_id)
     committer = Committer(topic, group, store, leases, mirror)
     committer.begin(lease, latest, start, planner.topic_id)
-    return Started(lease, latest, start, committer, clock)
+    return Started(lease, latest, start, committer, clock,
+                   incarnation_of(planner.topic_id, first))

@@ -6,6 +6,8 @@ Rows (the partitions' ``wm:`` and ``op:`` rows of the same table are ``partition
   it ``topic_id`` and ``moved_since`` / ``moved_until`` / ``moved_checks`` (the
   ``moved_keys.KeyMoves`` record: when batches may run as several tasks again, and up to
   where a first run checks where keys sit).
+- ``topic:<topic>`` family ``l``, cell ``first_id``: the Kafka id of the topic the session
+  fences without an incarnation tag belong to (``sessions.incarnation_of``), set once.
 - ``gap:<topic>:<group>:<partition>:<stored offset>`` family ``g``: data lost to retention.
 - ``last:<topic>:<group>`` family ``l``: a TTL-free copy of the newest commit (commit_stores).
 - ``run:<topic>:<group>`` family ``l``: the running driver's heartbeat, ``leakproof stop``
@@ -124,6 +126,17 @@ class StateStore:
     def write_topic_id(self, topic: str, group: str, topic_id: str) -> None:
         self._table.put(lease_row(topic, group), {TOPIC_ID_COLUMN: topic_id.encode()})
 
+    def pin_first_topic_id(self, topic: str, candidate: str | None) -> str | None:
+        """The id of the topic whose fences carry no incarnation tag: ``candidate`` if none
+        was recorded yet (set once, by check-and-put: two racing starts agree)."""
+        row, column = f"topic:{topic}".encode(), b"l:first_id"
+        raw = self._table.row(row, columns=[column]).get(column)
+        if raw is None and candidate:
+            if check_and_put(self._conn, self._name, row, column, None, candidate.encode()):
+                return candidate
+            raw = self._table.row(row, columns=[column]).get(column)
+        return raw.decode() if raw else None
+
     def read_key_moves(self, topic: str, group: str) -> KeyMoves:
         cells = self._table.row(lease_row(topic, group), columns=list(MOVED_COLUMNS))
         return KeyMoves.from_text(*(cells.get(c, b"").decode() for c in MOVED_COLUMNS))
@@ -190,6 +203,10 @@ class HBaseLeaseStore:
     def record_topic_id(self, topic_id: str) -> None:
         self._conns.call("topic id", lambda c: self._state(c).write_topic_id(
             self._topic, self._group, topic_id))
+
+    def first_topic_id(self, candidate: str | None) -> str | None:
+        return self._conns.call("topic id", lambda c: self._state(c).pin_first_topic_id(
+            self._topic, candidate))
 
     def key_moves(self) -> KeyMoves:
         return self._conns.call("key moves", lambda c: self._state(c).read_key_moves(

@@ -126,6 +126,11 @@ class LeaseStore(Protocol):
 
     def record_topic_id(self, topic_id: str) -> None: ...
 
+    def first_topic_id(self, candidate: str | None) -> str | None:
+        """The id of the topic whose session fences carry no incarnation tag (the first the
+        job read): ``candidate`` when none is recorded yet, then that for good."""
+        ...
+
     def key_moves(self) -> KeyMoves:
         """When batches may run as several tasks again after partitions were added."""
         ...

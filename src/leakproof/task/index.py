@@ -66,7 +66,7 @@ class Wanted:
 
 
 def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_after_ms: int,
-         wanted: Sequence[Wanted], *, ts: int) -> list[Loaded]:
+         wanted: Sequence[Wanted], *, ts: int, incarnation: str = "") -> list[Loaded]:
     """For each of ``wanted`` (distinct partitions): its partition's state, its touched rows,
     and the open sessions that may expire by its newest event time. (``ts``: the cell
     timestamp of what the read moves, ``PartitionRows.read_partitions``.)"""
@@ -83,7 +83,8 @@ def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_aft
                                     cutoff)
         scanned.append((cutoff, found, open_index.to_check(found, s.check_below)))
     rows, kept = sessions.read_touched([
-        Touched(fence_key(topic, w.partition), stored[w.partition].writer, w.touched)
+        Touched(fence_key(topic, w.partition, incarnation), stored[w.partition].writer,
+                w.touched)
         for w in wanted])
     checked = sessions.read_expiry(set().union(*(stale for *_, stale in scanned)) - rows.keys())
     loaded = []
@@ -95,7 +96,7 @@ def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_aft
         before = open_index.known_rows(found, stale, own_checked, own_rows)
         s.state.open_sessions = OpenSessions(open_index.open_set(found, before))
         loaded.append(Loaded(s, s.state, own_rows, s.width or width, cutoff, found, before,
-                             kept[fence_key(topic, w.partition)]))
+                             kept[fence_key(topic, w.partition, incarnation)]))
     return loaded
 
 

@@ -101,8 +101,8 @@ def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, s
 def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode: Decode,
                    stores: Stores, model: CompiledModel, *, batch_ms: int, epoch: int,
                    close_after_ms: int, cell_ts: Mapping[int, int],
-                   placed_in: int | None = None, lead_ms: int | None = None
-                   ) -> list[TaskReport]:
+                   placed_in: int | None = None, lead_ms: int | None = None,
+                   incarnation: str = "") -> list[TaskReport]:
     """Steps 1-7 of the module docstring for ranges of one topic, in order; returns each
     range's counts and timings.
 
@@ -117,7 +117,8 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
     default partitioner puts in another partition writes nothing: its report counts those
     keys in ``moved_keys`` and the driver runs it again alone (``moved_keys``).
     With ``lead_ms`` (the grace) an event moves the watermark at most that far past its
-    record's Kafka timestamp (``sessions.lead_of``).
+    record's Kafka timestamp (``sessions.lead_of``). ``incarnation`` tags the fences of a
+    topic recreated under the same name (``sessions.fence_key``).
     """
     ranges = [_read(rng, records, decode, lead_ms) for rng, records in work]
     if len({r.rng.topic for r in ranges}) > 1:
@@ -128,7 +129,7 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
                                       for sid in r.touched)
     for step in _apart([r for r in ranges if not r.report.moved_keys]):
         _steps(step, stores, model, batch_ms=batch_ms, epoch=epoch,
-               close_after_ms=close_after_ms, cell_ts=cell_ts)
+               close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation)
     return [r.report for r in ranges]
 
 
@@ -175,7 +176,8 @@ def _apart(ranges: Sequence[_Range]) -> list[list[_Range]]:
 
 
 def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms: int,
-           epoch: int, close_after_ms: int, cell_ts: Mapping[int, int]) -> None:
+           epoch: int, close_after_ms: int, cell_ts: Mapping[int, int],
+           incarnation: str = "") -> None:
     """Steps 2-7 for ranges of distinct partitions that touch no session in common."""
     topic = step[0].rng.topic
     ts = max(cell_ts[r.rng.partition] for r in step)
@@ -189,12 +191,12 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
                                       max((e.ts if lead is None else min(e.ts, lead)
                                            for _, e, lead in r.events),
                                           default=NO_WATERMARK))
-                         for r in step], ts=first_ts)
+                         for r in step], ts=first_ts, incarnation=incarnation)
     if len(step) > 1 and _overlap([ld.sessions() for ld in loaded]):
         # a session found in one range's index is touched or owed by another: each alone
         for r in step:
             _steps([r], stores, model, batch_ms=batch_ms, epoch=epoch,
-                   close_after_ms=close_after_ms, cell_ts=cell_ts)
+                   close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation)
         return
     shares = _shares([r.report.records for r in step])
     load_s = time.monotonic() - t0
@@ -202,7 +204,8 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     results = []
     for r, ld, share in zip(step, loaded, shares, strict=True):
         t1 = time.monotonic()
-        folder = PartitionFolder(model, fence_key(topic, r.rng.partition), close_after_ms,
+        folder = PartitionFolder(model, fence_key(topic, r.rng.partition, incarnation),
+                                 close_after_ms,
                                  ld.state, ld.rows)
         for offset, event, lead in r.events:
             folder.feed(offset, event, lead)
@@ -243,7 +246,8 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     index.save(stores.partitions, topic,
                [(r.rng.partition, ld, result)
                 for r, ld, result in zip(step, loaded, results, strict=True)], ts=ts)
-    stores.sessions.keep([_kept(topic, r.rng.partition, ld.stored.writer, token, result)
+    stores.sessions.keep([_kept(fence_key(topic, r.rng.partition, incarnation),
+                                ld.stored.writer, token, result)
                           for r, ld, result, token in zip(step, loaded, results, tokens,
                                                           strict=True)])
     write_s = time.monotonic() - t2
@@ -275,9 +279,9 @@ def _publish(stores: Stores, model: CompiledModel, topic: str, rng: OffsetRange,
     return time.monotonic() - t0
 
 
-def _kept(topic: str, partition: int, read: bytes, token: bytes, result: FoldResult) -> Kept:
-    """What a range's rows leave kept: its touched rows that may be, the rest forgotten."""
-    key = fence_key(topic, partition)
+def _kept(key: str, read: bytes, token: bytes, result: FoldResult) -> Kept:
+    """What a range's rows leave kept: its touched rows that may be, the rest forgotten
+    (``key``: the range's fence key)."""
     keep = frozenset(sid for sid, s in result.touched.items() if keepable(s, key))
     return Kept(key, read, rewritten(read, token), keep,
                 (*result.closed_untouched, *(result.touched.keys() - keep)))
@@ -285,11 +289,12 @@ def _kept(topic: str, partition: int, read: bytes, token: bytes, result: FoldRes
 
 def _foreign(topic: str, step: Sequence[_Range], loaded: Sequence[index.Loaded]
              ) -> list[tuple[str, int]]:
-    """The (topic, partition) of every fence a touched row bears besides its range's own:
-    those partitions' ranges may keep the row, and must stop trusting it."""
-    keys = {key for r, ld in zip(step, loaded, strict=True) for s in ld.rows.values()
-            for key in s.fences if key != fence_key(topic, r.rng.partition)}
-    return sorted(map(fence_source, keys))
+    """The (topic, partition) of every fence a touched row bears besides its range's own
+    (of any incarnation): those partitions' ranges may keep the row, and must stop trusting
+    it."""
+    return sorted({source for r, ld in zip(step, loaded, strict=True)
+                   for s in ld.rows.values() for key in s.fences
+                   if (source := fence_source(key)) != (topic, r.rng.partition)})
 
 
 def _overlap(sets: Sequence[set[str]]) -> bool:
