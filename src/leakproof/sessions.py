@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 import re
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Literal
@@ -180,6 +180,9 @@ class SessionState:
         return watermark > self.last_ts + close_after_ms
 
 
+MayClose = Callable[[str, int], bool]  # (session, last_ts): may it close here now?
+
+
 class OpenSessions:
     """A partition's open sessions -> their last_ts, kept in expiry order too, so closing
     what expired costs what closes, not how many sessions are open.
@@ -206,15 +209,27 @@ class OpenSessions:
     def discard(self, session_id: str) -> None:
         self._last.pop(session_id, None)
 
-    def pop_expired(self, watermark: int, close_after_ms: int) -> list[str]:
-        """Remove and return every session with ``watermark > last_ts + close_after_ms``."""
+    def pop_expired(self, watermark: int, close_after_ms: int,
+                    may_close: MayClose | None = None,
+                    deferred: dict[str, int] | None = None) -> list[str]:
+        """Remove and return every session with ``watermark > last_ts + close_after_ms``;
+        with ``may_close``, those it refuses stay open and go to ``deferred`` (with their
+        last_ts)."""
         gone: list[str] = []
+        kept: list[tuple[str, int]] = []
         heap, last = self._heap, self._last
         while heap and watermark > heap[0][0] + close_after_ms:
             ts, sid = heapq.heappop(heap)
             if last.get(sid) == ts:
                 del last[sid]
-                gone.append(sid)
+                if may_close is None or may_close(sid, ts):
+                    gone.append(sid)
+                else:
+                    kept.append((sid, ts))
+        for sid, ts in kept:
+            self.put(sid, ts)
+            if deferred is not None:
+                deferred[sid] = ts
         return gone
 
     def as_dict(self) -> dict[str, int]:
@@ -264,6 +279,9 @@ class FoldResult:
     replayed: int = 0
     late: int = 0
     duplicates: int = 0
+    # expired by this partition's watermark, but left open for the partition its key now
+    # belongs to (partitions added): session -> last_ts
+    deferred: dict[str, int] = field(default_factory=dict)
 
 
 class PartitionFolder:
@@ -272,10 +290,17 @@ class PartitionFolder:
     The folder takes ``state`` over: ``finish`` updates it in place into the state after the
     range (``FoldResult.partition``), so a partition with many open sessions is never
     copied. A caller that may retry must not reuse ``state`` after a failed range.
+
+    ``may_close`` says whether a session expired here may close (None: every one may).
+    Once partitions were added, a session's key may have moved to another partition while
+    this one still lists it open: this partition's watermark says nothing of the events the
+    new one has for it, so such a session closes only once its owner's watermark has passed
+    it too; until then it stays open here (``FoldResult.deferred``).
     """
 
     def __init__(self, model: CompiledModel, fence_key: str, close_after_ms: int,
-                 state: PartitionState, sessions: Mapping[str, SessionState]) -> None:
+                 state: PartitionState, sessions: Mapping[str, SessionState],
+                 may_close: MayClose | None = None) -> None:
         self._model = model
         self._apply = model.apply
         self._fence_key = fence_key
@@ -289,6 +314,7 @@ class PartitionFolder:
         self._touched: dict[str, SessionState] = {}  # changed: rows to write
         self._seen: dict[str, SessionState] = {}  # every session the range has events for
         self._counts = {o: 0 for o in Outcome}
+        self._may_close = may_close
 
     @property
     def watermark(self) -> int:
@@ -353,12 +379,18 @@ class PartitionFolder:
 
     def finish(self) -> FoldResult:
         """Close what expired and say what to write; the folder is not fed after this."""
-        w, after = self._watermark, self._close_after_ms
+        w, after, may_close = self._watermark, self._close_after_ms, self._may_close
         open_sessions = self._state.open_sessions
         closed_now: list[str] = []
         open_changed: dict[str, int] = {}
+        deferred: dict[str, int] = {}
         for sid, s in self._seen.items():
             if not s.closed and s.expired(w, after):
+                if may_close is not None and not may_close(sid, s.last_ts):
+                    deferred[sid] = s.last_ts
+                    open_sessions.put(sid, s.last_ts)
+                    open_changed[sid] = s.last_ts
+                    continue
                 s.state = CLOSED
                 closed_now.append(sid)
                 self._touched[sid] = s
@@ -368,7 +400,7 @@ class PartitionFolder:
                 open_sessions.put(sid, s.last_ts)
                 open_changed[sid] = s.last_ts
         # every seen session still open has not expired: what expires now was not seen
-        closed_untouched = open_sessions.pop_expired(w, after)
+        closed_untouched = open_sessions.pop_expired(w, after, may_close, deferred)
         self._state.watermark, self._state.watermark_offset = w, self._last_offset
         return FoldResult(
             touched=self._touched,
@@ -380,6 +412,7 @@ class PartitionFolder:
             replayed=self._counts[Outcome.REPLAYED],
             late=self._counts[Outcome.LATE],
             duplicates=self._counts[Outcome.DUPLICATE],
+            deferred=deferred,
         )
 
 

@@ -25,6 +25,7 @@ from leakproof.model.spec import web_model
 from leakproof.moved_keys import NONE as NO_MOVES
 from leakproof.moved_keys import KeyMoves
 from leakproof.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
+from leakproof.open_index import IndexChanges
 from leakproof.outbox import covers
 from leakproof.ports.task import Mark, PartitionSave
 from leakproof.runs import RUNNING, STOPPED, RunState
@@ -481,6 +482,11 @@ class FakePartitionRows(PartitionStore):
                          ) -> None:
         self.journal.step("outbox published")
         super().outbox_published(topic, partition, outbox_id, ts=ts)
+
+    def hand_over(self, topic: str, changes: Sequence[tuple[int, IndexChanges]], *, ts: int
+                  ) -> None:
+        self.journal.step("hand over")
+        super().hand_over(topic, changes, ts=ts)
 
     @property
     def state(self) -> dict[tuple[str, int], dict[bytes, bytes]]:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import pytest
 from kafka import KafkaAdminClient
-from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions
 
 from leakproof import config
+from leakproof.commands.produce import create_topic, send_events
 from leakproof.driver.job import Job
 from leakproof.errors import OffsetError
 from leakproof.events import WebEvent
-from leakproof.moved_keys import placed
+from leakproof.moved_keys import home, placed
 
 from .helpers import KAFKA, Env
 
@@ -79,3 +80,29 @@ def test_a_gap_changed_between_runs_closes_no_session_early(env: Env) -> None:
     env.run("--until-idle", "3", config=wider)
     rows = session_rows(env)
     assert (rows[x]["events"], rows[x]["late_events"], rows[x]["state"]) == ("3", "0", "open")
+
+
+def test_a_session_active_across_added_partitions_is_exact(env: Env) -> None:
+    """A topic grown from 2 to 4 partitions under a session: x's first 2 events sit in its
+    old partition, its next 40 (one a minute) in its new one, and the old partition's own
+    traffic goes 32 minutes on. x is not closed by the old partition's clock: all 42 events
+    count, none late; ``leakproof verify`` judges x where it went."""
+    name = env.name + "g"
+    create_topic(env.cfg.kafka, name, 2)
+    grown = env.variant("grown", kafka={"topic": name})
+    x = next(s for s in ids_in(0, 50, 2, "x") if home(s.encode(), 4) == 2)
+    y = next(s for s in ids_in(0, 50, 4, "y"))
+    send_events(env.cfg.kafka, name, [event(x, 0, T0), event(x, 1, T0 + 60_000)])
+    env.run("--until-idle", "3", config=grown)
+    admin = KafkaAdminClient(bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}")
+    try:
+        admin.create_partitions({name: NewPartitions(total_count=4)})
+    finally:
+        admin.close()
+    send_events(env.cfg.kafka, name, [event(x, i, T0 + i * 60_000) for i in range(2, 42)]
+                + [event(y, 0, T0 + 32 * 60_000)])
+    env.run("--until-idle", "3", config=grown)
+    rows = session_rows(env)
+    assert (rows[x]["events"], rows[x]["late_events"], rows[x]["state"]) == ("42", "0", "open")
+    assert rows[y]["events"] == "1"
+    env.verify(config=grown)

@@ -11,6 +11,7 @@ from leakproof.errors import CommitRefused, DecodeError
 from leakproof.events import Event, WebEvent
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
+from leakproof.moved_keys import home
 from leakproof.offsets import OffsetRange
 from leakproof.outbox import with_digest
 from leakproof.reports import TaskReport
@@ -87,7 +88,8 @@ class Rig:
                              cell_ts=batch_ms)
 
     def run_many(self, work: list[tuple[int, list[Rec]]], *, batch_ms: int = 1_000,
-                 placed_in: int | None = None) -> list[TaskReport]:
+                 placed_in: int | None = None, owners_in: int | None = None
+                 ) -> list[TaskReport]:
         """Ranges of several partitions as one task runs them (``process_ranges``)."""
         stores = Stores(self.sessions, self.partitions, self.dead, self.lease,
                         (lambda p: self.sink) if self.with_output else None)
@@ -95,7 +97,7 @@ class Rig:
             [(OffsetRange("t", p, recs[0].offset, recs[-1].offset + 1), recs)
              for p, recs in work],
             decode, stores, compile_model(web_model()), batch_ms=batch_ms, epoch=1,
-            close_after_ms=CLOSE_MS, placed_in=placed_in,
+            close_after_ms=CLOSE_MS, placed_in=placed_in, owners_in=owners_in,
             cell_ts={p: batch_ms for p, _ in work})
 
     def state(self) -> tuple[object, ...]:
@@ -348,3 +350,51 @@ def test_a_changed_gap_never_closes_a_session_through_an_entry_of_the_old_width(
     assert (report.applied, report.late) == (1, 0)
     assert (x["events"], x["state"]) == ("3", "open")
     assert rig.partitions.state[("t", 0)][b"w:width"] == b"58125"  # 1 860 000 / 32
+
+
+def key_with_homes(*homes: tuple[int, int]) -> str:
+    """A session id Kafka's default partitioner puts in partition p of n, for each (p, n)."""
+    return next(sid for i in range(10_000) if all(
+        home((sid := f"k{i}").encode(), n) == p for p, n in homes))
+
+
+def test_a_session_whose_key_moved_closes_by_its_owners_watermark_not_its_old_partitions(
+        ) -> None:
+    """A topic grown from 2 to 4 partitions: x's first events sit in partition 0, its next
+    ones in partition 2. Partition 0's own traffic passes x's last event there by more than
+    the gap while x goes on in partition 2: partition 0 leaves x open (its owner's watermark
+    has not passed it), and every later event of x counts; partition 2 closes it in the
+    end, and partition 0 then drops its entry."""
+    x, y = key_with_homes((0, 2), (2, 4)), key_with_homes((0, 4))
+    rig = Rig(with_output=True)
+    rig.run_many([(0, records(ev(x, 0, 0), ev(x, 1, 10_000)))], owners_in=4)
+    later = records(*(ev(x, i, i * 20_000) for i in range(2, 22)), start=0)
+    reports = rig.run_many([(0, records(ev(y, 0, 5 * MIN), start=2)), (2, later)],
+                           batch_ms=2_000, owners_in=4)
+    assert [(r.partition, r.applied, r.late, r.closed) for r in reports] == [
+        (0, 1, 0, 0), (2, 20, 0, 0)]
+    row = rig.sessions.readable()[x]
+    assert (row["events"], row["late_events"], row["state"]) == ("22", "0", "open")
+    assert rig.sink.committed == []  # no early summary
+    assert any(x in cells for cells in rig.partitions.index[("t", 0)].values())  # deferred
+    assert int(rig.partitions.state[("t", 0)][b"w:cutoff"]) <= 10_000  # still scanned
+    # partition 2's own watermark closes x, exactly once; partition 0 then forgets it
+    z = key_with_homes((2, 4))
+    done = rig.run_many([(2, records(ev(z, 0, 30 * MIN), start=20))], batch_ms=3_000,
+                        owners_in=4)
+    assert done[0].closed == 1 and rig.sessions.readable()[x]["state"] == "closed"
+    rig.run_many([(0, records(ev(y, 1, 5 * MIN + 1), start=3))], batch_ms=4_000,
+                 owners_in=4)
+    assert not any(x in cells for cells in rig.partitions.index.get(("t", 0), {}).values())
+    assert sum(key == x.encode() for _, recs in rig.sink.committed for key, _ in recs) == 1
+
+
+def test_without_partitions_added_the_old_partition_closes_it_early() -> None:
+    """The same events on a topic never seen growing: the old rule, for contrast."""
+    x, y = key_with_homes((0, 2), (2, 4)), key_with_homes((0, 4))
+    rig = Rig()
+    rig.run_many([(0, records(ev(x, 0, 0), ev(x, 1, 10_000)))])
+    later = records(*(ev(x, i, i * 20_000) for i in range(2, 22)), start=0)
+    reports = rig.run_many([(0, records(ev(y, 0, 5 * MIN), start=2)), (2, later)],
+                           batch_ms=2_000)
+    assert [(r.partition, r.closed, r.late) for r in reports] == [(0, 1, 0), (2, 0, 20)]

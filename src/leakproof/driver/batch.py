@@ -23,6 +23,9 @@ class BatchPlan:
     ``held`` the partitions whose ranges an open transaction stops short of the log end;
     ``one_task`` and ``check_keys_in`` what keys moving between partitions ask of its tasks
     (``moved_keys``: run as one task; check keys against that partition count);
+    ``owners_in``: the partition count once partitions were ever added -- a session is then
+    closed only by the partition its key belongs to, and index entries are checked against
+    their rows (``task.process``);
     ``cell_ts`` the HBase timestamp its writes start at (``cell_clock``; 0 until stamped).
     """
 
@@ -34,6 +37,7 @@ class BatchPlan:
     held: Mapping[int, HeldTransaction] = field(default_factory=dict)
     one_task: bool = False
     check_keys_in: int | None = None
+    owners_in: int | None = None
     cell_ts: int = 0
 
     @property

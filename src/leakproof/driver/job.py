@@ -270,6 +270,8 @@ class Job:
         cfg, batch_ms, epoch = self.cfg, plan.batch_ms, self.committer.lease.epoch
         incarnation = self._incarnation
 
+        owners_in = plan.owners_in
+
         def tasks(check: int | None, cell_ts: dict[int, int]
                   ) -> Callable[[Iterator[tuple[OffsetRange, ...]]], Iterator[TaskReport]]:
             def task(runs: Iterator[tuple[OffsetRange, ...]]) -> Iterator[TaskReport]:
@@ -277,7 +279,8 @@ class Job:
 
                 for ranges in runs:  # in partition order, each its own fence and report
                     yield from run_ranges(cfg, batch_ms, ranges, epoch, check,
-                                          cell_ts=cell_ts, incarnation=incarnation)
+                                          cell_ts=cell_ts, incarnation=incarnation,
+                                          owners_in=owners_in)
             return task
 
         try:  # the Spark UI's job list then says which ranges each batch read

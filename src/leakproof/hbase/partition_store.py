@@ -130,6 +130,21 @@ class PartitionStore:
         self._table.put(_wm_row(topic, partition), {PUBLISHED: outbox_id.encode()},
                         timestamp=ts)
 
+    def watermarks(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+        """Other partitions' stored watermarks (a session whose key moved closes only once
+        its owner's has passed it too): one getRows, nothing moved or written."""
+        found = dict(self._table.rows([_wm_row(topic, p) for p in partitions],
+                                      columns=[b"w:watermark"]))
+        return {p: int(found.get(_wm_row(topic, p), {}).get(b"w:watermark", b"%d" % NO_WATERMARK))
+                for p in partitions}
+
+    def hand_over(self, topic: str, changes: Sequence[tuple[int, IndexChanges]], *, ts: int
+                  ) -> None:
+        """Entries put in the indexes of the partitions sessions' keys moved to
+        (``task.process``); checked against their rows there like every entry of a grown
+        topic."""
+        self._put_entries(topic, changes, ts=ts)
+
     def scan_open(self, topic: str, partition: int, since: int, before: int,
                   batch_size: int = 1000) -> list[Entry]:
         """The index entries in buckets that start below ``before``: every open session

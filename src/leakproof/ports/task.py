@@ -189,6 +189,16 @@ class PartitionRows(Protocol):
     def outbox_published(self, topic: str, partition: int, outbox_id: str, *, ts: int
                          ) -> None: ...
 
+    def watermarks(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+        """Other partitions' stored watermarks, read only (``NO_WATERMARK``: none yet)."""
+        ...
+
+    def hand_over(self, topic: str, changes: Sequence[tuple[int, IndexChanges]], *, ts: int
+                  ) -> None:
+        """Entries put in other partitions' indexes (sessions whose keys moved there and
+        that only their watermark may close), at timestamp ``ts``."""
+        ...
+
 
 class LeaseCheck(Protocol):
     """The driver lease's epoch now (None: no driver ever held it)."""

@@ -145,12 +145,14 @@ def waves(ranges: Sequence[OffsetRange], most: int = WAVE_RECORDS
 
 def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch: int,
                placed_in: int | None = None, *, cell_ts: Mapping[int, int],
-               incarnation: str = "") -> list[TaskReport]:
+               incarnation: str = "", owners_in: int | None = None
+               ) -> list[TaskReport]:
     """A task's ranges end to end (``task.process``), a wave at a time (``waves``), riding
     out an HBase outage: every step is idempotent, so a wave interrupted by one is redone
     whole. ``placed_in``: check the keys against that partition count (``moved_keys``);
     ``cell_ts``: each partition's cell timestamp (``cell_clock``); ``incarnation``: the
-    fence tag of a recreated topic (``sessions.fence_key``).
+    fence tag of a recreated topic (``sessions.fence_key``); ``owners_in``: the partition
+    count of a topic that grew (``task.process``).
 
     A wave whose writes failed or timed out forgets the rows kept for its partitions: a
     timed-out call may still land, so what HBase holds is read again, never assumed."""
@@ -180,7 +182,7 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
                                       close_after_ms=cfg.sessions.close_after_ms,
                                       lead_ms=round(cfg.sessions.grace_s * 1000),
                                       cell_ts=cell_ts, placed_in=placed_in,
-                                      incarnation=incarnation)
+                                      incarnation=incarnation, owners_in=owners_in)
             for rng, report in zip(wave, done, strict=True):
                 # the first range found the topic's consumer or made it; the others use it
                 report.gaps, report.consumer_cached = tuple(gaps[rng]), cached or rng != wave[0]
