@@ -139,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "(no zone = UTC)")
     where.add_argument("--to-offsets", type=_offsets, metavar="P=O[,P=O...]",
                        help="these partitions to these offsets, the rest as they are")
+    rewind.add_argument("--dry-run", action="store_true",
+                        help="print the plan (per partition: from, to, offsets read again) "
+                             "and change nothing")
 
     sessions = cmd("sessions", "read a session row")
     sessions.add_argument("action", choices=["get"], help="print one session row")
@@ -288,9 +291,11 @@ def offsets_lag(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 def offsets_rewind(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.commands.rewind import RewindTarget, rewind
 
-    batch_ms, new = rewind(cfg, RewindTarget(args.to_batch, args.to_time, args.to_offsets))
-    print(json.dumps({"batch_ms": batch_ms, "offsets": new, "store": cfg.offsets.store},
-                     sort_keys=True))
+    batch_ms, plan = rewind(cfg, RewindTarget(args.to_batch, args.to_time, args.to_offsets),
+                            dry_run=args.dry_run)
+    if args.dry_run:
+        print("\n".join([*plan.table(), "dry run: nothing written"]))
+    print(json.dumps(plan.summary(batch_ms), sort_keys=True))
     return 0
 
 
