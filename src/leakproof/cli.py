@@ -39,6 +39,17 @@ def _iso_ms(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
+def _zoned_ms(text: str) -> int:
+    """An ISO 8601 time that says its zone: a backfill's end is no place to guess one."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no zone: add one (Z, +01:00, ...)")
+    return int(when.timestamp() * 1000)
+
+
 def _offsets(text: str) -> dict[int, int]:
     from leakproof.commands.rewind import parse_offsets
 
@@ -81,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--until-idle", type=float, metavar="S",
                      help="stop gracefully after S seconds without new records")
     run.add_argument("--max-batches", type=int, metavar="N", help="stop after N batches")
+    bound = run.add_mutually_exclusive_group()
+    bound.add_argument("--until-offsets", type=_offsets, metavar="P=O[,P=O...]",
+                       help="a backfill: read every partition up to (not including) its "
+                            "offset here, then stop (exit 0); name every partition")
+    bound.add_argument("--until-time", type=_zoned_ms, metavar="ISO8601",
+                       help="a backfill: records whose Kafka timestamp is at or after this "
+                            "time (with its zone, e.g. 2026-01-01T00:00:00Z) are not read; "
+                            "stop once every partition got there (exit 0)")
     run.add_argument("--log-format", choices=["text", "json"], default="text",
                      help="every log record as a text line, or as one JSON object (the "
                           "per-batch progress record's figures as its fields)")
@@ -160,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--spec", type=_spec, action="append", default=[],
                         metavar="SEED:EVENTS:SESSIONS[:START_TS[:SPAN_S]]",
                         help="one per `produce` run")
+    verify.add_argument("--until-time", type=_zoned_ms, metavar="ISO8601",
+                        help="compare with the records a run bounded by this --until-time "
+                             "read (a backfill), not the whole topic")
     return parser
 
 
@@ -208,7 +230,8 @@ def run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
         client(cfg.input.registry).check_at_start()
     spark_context(cfg)
-    return Job(cfg, RunLimits(args.until_idle, args.max_batches, args.log_format)).run()
+    return Job(cfg, RunLimits(args.until_idle, args.max_batches, args.log_format,
+                              args.until_offsets, args.until_time)).run()
 
 
 def stop(args: argparse.Namespace, cfg: config_mod.Config) -> int:
@@ -342,7 +365,7 @@ def model(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 def verify(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.commands.verify import verify as check
 
-    v = check(cfg, args.spec)
+    v = check(cfg, args.spec, args.until_time)
     print(f"oracle: {v.events} events in the topic, {v.bad_records} bad records, "
           f"{v.sessions} session rows, {v.dead_letters} dead letters: "
           f"{'EXACT MATCH' if v.ok else 'MISMATCH'}")

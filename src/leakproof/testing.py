@@ -37,7 +37,8 @@ from leakproof.summaries import Encode
 class FakeMetadata:
     """A topic: its id, and [log_start, log_end) per partition (with a stable end where a
     transaction is open); ``down`` makes calls fail; ``opened_ms`` says when the transaction
-    at each held partition's stable end began, and ``peeks`` counts the look-ups."""
+    at each held partition's stable end began, and ``peeks`` counts the look-ups;
+    ``record_ms`` the timestamps of a partition's records, from its log start on."""
 
     topic: str
     bounds: dict[int, LogBounds]
@@ -47,6 +48,7 @@ class FakeMetadata:
     peeks: int = 0
     mirrored: list[tuple[str, dict[int, int], str]] = field(default_factory=list)
     mirror_failures: int = 0  # the next N mirror calls fail
+    record_ms: dict[int, list[int]] = field(default_factory=dict)
 
     def describe(self, topic: str) -> tuple[str | None, list[int]]:
         self._check(topic)
@@ -61,6 +63,13 @@ class FakeMetadata:
         self._check(topic)
         self.peeks += 1
         return {p: HeldTransaction(p, at, self.opened_ms.get(p)) for p, at in held.items()}
+
+    def offsets_for_time(self, topic: str, partitions: Iterable[int],
+                         timestamp_ms: int) -> dict[int, int | None]:
+        self._check(topic)
+        return {p: next((self.bounds[p].log_start + i for i, ms in
+                         enumerate(self.record_ms.get(p, [])) if ms >= timestamp_ms), None)
+                for p in partitions}
 
     def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int],
                              note: str) -> None:

@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 
 from leakproof import oracle
 from leakproof.config import Config
+from leakproof.driver.bounds import bound_offsets, clamp
 from leakproof.errors import DecodeError
 from leakproof.events import Event, schema_json
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import connect
 from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.session_store import scan_readable
-from leakproof.kafka.admin import topic_bounds
+from leakproof.kafka.admin import KafkaMetadata, topic_bounds
 from leakproof.kafka.reader import read_range
 from leakproof.kafka.registry import decoder_for
 from leakproof.offsets import OffsetRange
@@ -40,14 +41,24 @@ class Verdict:
         return not self.problems
 
 
-def read_topic(cfg: Config) -> tuple[dict[int, list[Event]], list[DecodeError]]:
-    """Every record of the topic, decoded, per partition in offset order."""
+def read_topic(cfg: Config, until_ms: int | None = None
+               ) -> tuple[dict[int, list[Event]], list[DecodeError]]:
+    """Every record of the topic, decoded, per partition in offset order; with ``until_ms``
+    only those a run bounded by ``--until-time`` reads (driver/bounds.py)."""
     bounds = topic_bounds(cfg.kafka)
+    ends = {p: b.readable_end for p, b in bounds.items()}
+    if until_ms is not None:
+        meta = KafkaMetadata(cfg.kafka)
+        try:
+            by_time = meta.offsets_for_time(cfg.kafka.topic, bounds, until_ms)
+        finally:
+            meta.close()
+        ends = clamp(ends, bound_offsets(cfg.kafka.topic, bounds, by_time=by_time))
     events: dict[int, list[Event]] = {p: [] for p in bounds}
     bad: list[DecodeError] = []
     decoder = decoder_for(cfg.model, cfg.input)
     for p in bounds:
-        rng = OffsetRange(cfg.kafka.topic, p, bounds[p].log_start, bounds[p].readable_end)
+        rng = OffsetRange(cfg.kafka.topic, p, bounds[p].log_start, ends[p])
         for rec in read_range(cfg.kafka, rng):
             try:
                 events[p].append(decoder.decode(rec.key, rec.value, topic=rng.topic,
@@ -58,10 +69,12 @@ def read_topic(cfg: Config) -> tuple[dict[int, list[Event]], list[DecodeError]]:
     return events, bad
 
 
-def verify(cfg: Config, specs: Sequence[GeneratorSpec]) -> Verdict:
-    """Compare every session row and dead letter with what the topic and seeds imply."""
+def verify(cfg: Config, specs: Sequence[GeneratorSpec], until_ms: int | None = None
+           ) -> Verdict:
+    """Compare every session row and dead letter with what the topic and seeds imply (with
+    ``until_ms``: what a run bounded by ``--until-time`` read of it)."""
     verdict = Verdict()
-    per_partition, bad = read_topic(cfg)
+    per_partition, bad = read_topic(cfg, until_ms)
     # the seeds' events are WebEvents: compared field by field with the records read back
     # (a reader schema that evolved past the web schema adds fields the seeds never had)
     names = [f["name"] for f in schema_json()["fields"]]

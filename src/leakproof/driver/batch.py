@@ -23,7 +23,9 @@ class BatchPlan:
     ``held`` the partitions whose ranges an open transaction stops short of the log end;
     ``one_task`` and ``check_keys_in`` what keys moving between partitions ask of its tasks
     (``moved_keys``: run as one task; check keys against that partition count);
-    ``cell_ts`` the HBase timestamp its writes start at (``cell_clock``; 0 until stamped).
+    ``cell_ts`` the HBase timestamp its writes start at (``cell_clock``; 0 until stamped);
+    ``last``: a bounded run's last batch, its ranges reaching every partition's bound
+    (``driver/bounds.py``).
     """
 
     batch_ms: int
@@ -35,6 +37,7 @@ class BatchPlan:
     one_task: bool = False
     check_keys_in: int | None = None
     cell_ts: int = 0
+    last: bool = False
 
     @property
     def spread(self) -> bool:
