@@ -39,6 +39,13 @@ def _iso_ms(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
+def _count(text: str) -> int:
+    """A whole number, 0 or more."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return int(text)
+
+
 def _zoned_ms(text: str) -> int:
     """An ISO 8601 time that says its zone: a backfill's end is no place to guess one."""
     try:
@@ -63,6 +70,7 @@ DESCRIPTION = ("leakproof: Kafka web-server events folded into per-session rows 
                "exactly once, by a Spark Streaming job; offsets in HBase. Each command "
                "takes --config config.yml.")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+NESTED = frozenset({"offsets", "sessions"})  # commands whose actions are sub-commands
 
 
 def _version() -> str:
@@ -84,8 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     def cmd(name: str, help_: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_)
-        p.add_argument("--config", required=name != "offsets", help="path to config.yml",
-                       **({"default": argparse.SUPPRESS} if name == "offsets" else {}))
+        nested = name in NESTED  # --config before or after the action: each parser takes it
+        p.add_argument("--config", required=not nested, help="path to config.yml",
+                       **({"default": argparse.SUPPRESS} if nested else {}))
         return p
 
     run = cmd("run", "run the streaming job")
@@ -133,15 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     tables = cmd("tables", "create the HBase tables (idempotent)")
     tables.add_argument("action", choices=["create"], help="create the missing ones")
 
-    offsets = cmd("offsets", "committed offsets: show, history, lag, rewind")
-    actions = offsets.add_subparsers(dest="action", required=True)
-
-    def action(name: str, help_: str) -> argparse.ArgumentParser:
-        p = actions.add_parser(name, help=help_)
-        # --config before or after the action; SUPPRESS keeps the sub-parser from resetting it
-        p.add_argument("--config", default=argparse.SUPPRESS, help="path to config.yml")
-        return p
-
+    action = _actions(cmd("offsets", "committed offsets: show, history, lag, rewind"))
     old_limit = "accepted for scripts written for earlier versions; no effect"
     action("show", "the newest commit").add_argument("--limit", type=int, metavar="N",
                                                      help=old_limit)
@@ -162,9 +163,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the plan (per partition: from, to, offsets read again) "
                              "and change nothing")
 
-    sessions = cmd("sessions", "read a session row")
-    sessions.add_argument("action", choices=["get"], help="print one session row")
-    sessions.add_argument("session_id", help="the row key: the session's id")
+    session = _actions(cmd("sessions", "session rows: read one, compare two table sets"))
+    session("get", "print one session row").add_argument(
+        "session_id", help="the row key: the session's id")
+    diff = session("diff", "compare the session rows (family s) of two table sets, e.g. the "
+                           "live tables and a reprocessed copy: exit 1 on any difference")
+    diff.add_argument("--against", required=True, metavar="CONFIG",
+                      help="the config.yml of the other table set (B; --config is A)")
+    diff.add_argument("--sample", type=_count, default=10, metavar="N",
+                      help="print up to N rows of each kind of difference (default 10)")
+    diff.add_argument("--json", action="store_true", help="the report as one JSON object")
 
     model = cmd("model", "check the event model (events:, aggregates:) against its schema and "
                          "the topic's newest records; writes nothing")
@@ -185,6 +193,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _actions(parent: argparse.ArgumentParser) -> Callable[[str, str], argparse.ArgumentParser]:
+    """The actions of a command (``offsets show``): a maker of one sub-parser each."""
+    actions = parent.add_subparsers(dest="action", required=True)
+
+    def action(name: str, help_: str) -> argparse.ArgumentParser:
+        p = actions.add_parser(name, help=help_)
+        # --config before or after the action; SUPPRESS keeps the sub-parser from resetting it
+        p.add_argument("--config", default=argparse.SUPPRESS, help="path to config.yml")
+        return p
+    return action
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -192,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("the following arguments are required: --config")
     log_format = getattr(args, "log_format", "text")
     configure(args.log_level, log_format)
-    command = COMMANDS[args.cmd if args.cmd != "offsets" else f"offsets {args.action}"]
+    command = COMMANDS[f"{args.cmd} {args.action}" if args.cmd in NESTED else args.cmd]
     try:
         cfg = config_mod.load(args.config)
         if args.cmd in READS_EVENTS:  # the reader schema may live in the registry
@@ -322,6 +342,15 @@ def offsets_rewind(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     return 0
 
 
+def sessions_diff(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.commands.sessions_diff import diff_sessions
+
+    found = diff_sessions(cfg, config_mod.load(args.against), args.sample)
+    print(json.dumps(found.as_json(), sort_keys=True) if args.json else
+          "\n".join(found.lines()))
+    return 0 if found.rows.same else 1
+
+
 def sessions(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.hbase.connection import connect
     from leakproof.hbase.session_store import readable_row
@@ -379,7 +408,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, config_mod.Config], int]] = {
     "run": run, "stop": stop, "produce": produce, "topic": topic, "tables": tables,
     "offsets show": offsets_history, "offsets history": offsets_history,
     "offsets lag": offsets_lag, "offsets rewind": offsets_rewind,
-    "sessions": sessions, "verify": verify, "model": model,
+    "sessions get": sessions, "sessions diff": sessions_diff, "verify": verify,
+    "model": model,
 }
 
 

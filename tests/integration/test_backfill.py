@@ -1,11 +1,13 @@
 """Backfills on real Kafka and HBase: a run bounded by --until-time into new tables, held to
-the oracle over the records before that time."""
+the oracle over the records before that time, then compared with the live tables by
+``sessions diff``."""
 
 from __future__ import annotations
 
 import json
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
@@ -32,10 +34,18 @@ def json_lines(text: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
-def test_a_run_bounded_by_until_time_reads_exactly_the_records_before_it(env: Env) -> None:
+def diff(env: Env, a: str, b: str) -> tuple[int, dict[str, Any]]:
+    out = run_cli("sessions", "diff", "--config", a, "--against", b, "--json", check=False)
+    assert out.returncode in (0, 1), out.stderr[-3000:]
+    return out.returncode, json.loads(out.stdout)
+
+
+def test_a_backfill_bounded_by_until_time_is_exact_and_diffs_equal_to_the_live_tables(
+        env: Env) -> None:
     before = GeneratorSpec(seed=4801, events=6_000, sessions=600)
     after = GeneratorSpec(seed=4802, events=3_000, sessions=300)
     env.produce(before)
+    env.run("--until-idle", "3")  # the live tables, over the period the backfill reprocesses
     ends_before = log_ends(env)
     time.sleep(1.0)
     until_ms = int(time.time() * 1000)
@@ -54,3 +64,27 @@ def test_a_run_bounded_by_until_time_reads_exactly_the_records_before_it(env: En
     out = run_cli("verify", "--config", backfill, "--spec", before.as_arg(), "--until-time",
                   until, check=False)
     assert out.returncode == 0 and "EXACT MATCH" in out.stdout, out.stdout + out.stderr
+    # the copy against the live tables: no difference over the period
+    rc, same = diff(env, backfill, str(env.path))
+    assert rc == 0 and same["equal"], same
+    assert same["rows_a"] == same["rows_b"] == same["rows_equal"] == before.sessions
+    text = run_cli("sessions", "diff", "--config", backfill, "--against", str(env.path)).stdout
+    assert "family s only" in text and text.splitlines()[-1] == "EQUAL"
+    # a row changed by hand in the copy (above its cells' timestamps), another deleted
+    conn = env.hbase(f"{env.name}bf")
+    try:
+        table = conn.table("web_sessions")
+        (changed, cells), (gone, _) = list(table.scan(columns=[b"s"], limit=2,
+                                                      include_timestamp=True))
+        events, ts = cells[b"s:events"]
+        table.put(changed, {b"s:events": str(int(events) + 1).encode()}, timestamp=ts + 1)
+        table.delete(gone, timestamp=ts + 1_000_000)
+    finally:
+        conn.close()
+    rc, found = diff(env, backfill, str(env.path))
+    assert rc == 1 and not found["equal"]
+    assert (found["differ"], found["only_a"], found["only_b"]) == (1, 0, 1), found
+    assert found["cells"] == {"s:events": 1}
+    assert found["sample"]["differ"] == [{"row": changed.decode(), "cells": {
+        "s:events": [str(int(events) + 1), events.decode()]}}]
+    assert found["sample"]["only_b"] == [gone.decode()]
