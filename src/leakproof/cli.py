@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from leakproof import config as config_mod
+from leakproof.dead_letter import Selection
 from leakproof.errors import ConfigError, LeakproofError
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
 from leakproof.kafka.registry import resolve_schema
@@ -70,7 +71,8 @@ DESCRIPTION = ("leakproof: Kafka web-server events folded into per-session rows 
                "exactly once, by a Spark Streaming job; offsets in HBase. Each command "
                "takes --config config.yml.")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-NESTED = frozenset({"offsets", "sessions"})  # commands whose actions are sub-commands
+# commands whose actions are sub-commands
+NESTED = frozenset({"offsets", "sessions", "deadletters"})
 
 
 def _version() -> str:
@@ -174,6 +176,30 @@ def build_parser() -> argparse.ArgumentParser:
                       help="print up to N rows of each kind of difference (default 10)")
     diff.add_argument("--json", action="store_true", help="the report as one JSON object")
 
+    letters = _actions(cmd("deadletters", "the records set aside: list, show, redrive"))
+    listing = letters("list", "the dead letters of the topic, one a line, and their counts "
+                              "by kind and redrive state")
+    _letter_filters(listing)
+    listing.add_argument("--state", action="append", default=[],
+                         choices=["waiting", "pending", "sent"],
+                         help="only those never re-driven (waiting), being re-driven "
+                              "(pending) or re-driven (sent); repeat for more")
+    listing.add_argument("--limit", type=_count, default=100, metavar="N",
+                         help="print at most N of them (default 100; 0: all); the counts "
+                              "cover every one")
+    listing.add_argument("--json", action="store_true", help="one JSON object a line")
+    show = letters("show", "one dead letter: the record as Kafka had it (key and value as "
+                           "hex and text, headers), its error, its redrive")
+    show.add_argument("record", metavar="PARTITION:OFFSET", help="its partition and offset")
+    show.add_argument("--json", action="store_true", help="as one JSON object (bytes as hex)")
+    redrive = letters("redrive", "send the selected dead letters back to the topic, as they "
+                                 "were, each exactly once, in Kafka transactions")
+    _letter_filters(redrive)
+    redrive.add_argument("--rate", type=float, default=1000.0, metavar="N",
+                         help="at most N records a second (default 1000)")
+    redrive.add_argument("--dry-run", action="store_true",
+                         help="print what would go; send nothing, mark nothing")
+
     model = cmd("model", "check the event model (events:, aggregates:) against its schema and "
                          "the topic's newest records; writes nothing")
     model.add_argument("action", choices=["check"], help="check it; writes nothing")
@@ -191,6 +217,28 @@ def build_parser() -> argparse.ArgumentParser:
                         help="compare with the records a run bounded by this --until-time "
                              "read (a backfill), not the whole topic")
     return parser
+
+
+def _letter_filters(p: argparse.ArgumentParser) -> None:
+    """Which dead letters a ``deadletters`` action takes (``dead_letter.Selection``)."""
+    p.add_argument("--kind", action="append", default=[], metavar="KIND",
+                   help="only this kind, e.g. unknown_schema_id; repeat for more")
+    p.add_argument("--partition", type=_count, action="append", default=[], metavar="P",
+                   help="only this partition; repeat for more")
+    p.add_argument("--since", type=_iso_ms, metavar="ISO8601",
+                   help="only records whose Kafka timestamp is at or after this time (no "
+                        "zone = UTC; a row written before record times were kept: its "
+                        "batch's time)")
+    p.add_argument("--until", type=_iso_ms, metavar="ISO8601",
+                   help="only records whose Kafka timestamp is before this time")
+    p.add_argument("--from-offset", type=_count, default=0, metavar="O",
+                   help="only offsets at or above O")
+    p.add_argument("--until-offset", type=_count, metavar="O", help="only offsets below O")
+
+
+def _selection(args: argparse.Namespace) -> Selection:
+    return Selection(frozenset(args.kind), frozenset(args.partition), args.since, args.until,
+                     args.from_offset, args.until_offset, frozenset(getattr(args, "state", ())))
 
 
 def _actions(parent: argparse.ArgumentParser) -> Callable[[str, str], argparse.ArgumentParser]:
@@ -367,6 +415,56 @@ def sessions(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     return 0
 
 
+def deadletters_list(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from collections import Counter
+
+    from leakproof.commands.dead_letters import HEADER, as_json, letters, line, summary
+
+    kinds: Counter[str] = Counter()
+    states: Counter[str] = Counter()
+    if not args.json:
+        print(HEADER)
+    for letter in letters(cfg, _selection(args)):
+        if not args.limit or sum(kinds.values()) < args.limit:
+            print(json.dumps(as_json(letter), sort_keys=True) if args.json else line(letter))
+        kinds[letter.kind] += 1
+        states[letter.state] += 1
+    print(json.dumps({"dead_letters": sum(kinds.values()), "kinds": kinds, "states": states},
+                     sort_keys=True) if args.json else summary(kinds, states))
+    return 0
+
+
+def deadletters_show(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.commands.dead_letters import as_json, describe, one
+
+    letter = one(cfg, args.record)
+    print(json.dumps(as_json(letter, raw=True), sort_keys=True) if args.json else
+          "\n".join(describe(letter)))
+    return 0
+
+
+def deadletters_redrive(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from dataclasses import replace
+    from itertools import islice
+
+    from leakproof.commands.dead_letters import HEADER, letters, line
+    from leakproof.commands.redrive import redrive
+
+    selection = _selection(args)
+    report = redrive(cfg, selection, args.rate, lambda text: print(text, file=sys.stderr),
+                     dry_run=args.dry_run)
+    if args.dry_run:
+        print(f"would re-drive {report.selected} dead letters of {cfg.kafka.topic} to it at "
+              f"most {args.rate:g} a second: " + ", ".join(
+                  f"partition {p} {n}" for p, n in sorted(report.by_partition.items())))
+        print(HEADER)
+        going = replace(selection, states=frozenset({"waiting", "pending"}))
+        for letter in islice(letters(cfg, going), 20):
+            print(line(letter))
+    print(json.dumps({**report.as_json(), "dry_run": args.dry_run}, sort_keys=True))
+    return 0
+
+
 def model(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     """The config loaded: the model is valid (a bad one stopped at ``load``). Then a sample."""
     from collections import Counter
@@ -396,7 +494,8 @@ def verify(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
     v = check(cfg, args.spec, args.until_time)
     print(f"oracle: {v.events} events in the topic, {v.bad_records} bad records, "
-          f"{v.sessions} session rows, {v.dead_letters} dead letters: "
+          f"{v.sessions} session rows, {v.dead_letters} dead letters"
+          f"{f' ({v.redriven} re-driven)' if v.redriven else ''}: "
           f"{'EXACT MATCH' if v.ok else 'MISMATCH'}")
     for problem in v.problems:
         print(f"  {problem}")
@@ -408,6 +507,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, config_mod.Config], int]] = {
     "run": run, "stop": stop, "produce": produce, "topic": topic, "tables": tables,
     "offsets show": offsets_history, "offsets history": offsets_history,
     "offsets lag": offsets_lag, "offsets rewind": offsets_rewind,
+    "deadletters list": deadletters_list, "deadletters show": deadletters_show,
+    "deadletters redrive": deadletters_redrive,
     "sessions get": sessions, "sessions diff": sessions_diff, "verify": verify,
     "model": model,
 }

@@ -13,11 +13,12 @@ Both tables are scanned in row-key order, a batch of rows per call, and merged a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from leakproof.config import Config
-from leakproof.hbase.row_scan import scan_family
+from leakproof.hbase.row_scan import scan
 from leakproof.row_diff import RowDiff, diff_rows
 
 FAMILY = b"s"
@@ -74,8 +75,11 @@ def diff_sessions(a: Config, b: Config, sample: int = 10, batch_size: int = 1000
     """Scan both sessions tables side by side and compare their family ``s``."""
     if sample < 0:
         raise ValueError("'sample' must be >= 0")
-    rows = diff_rows(scan_family(a.hbase, a.hbase.sessions_table, FAMILY, batch_size),
-                     scan_family(b.hbase, b.hbase.sessions_table, FAMILY, batch_size), sample)
+    def rows_of(cfg: Config) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
+        return scan(cfg.hbase, cfg.hbase.sessions_table, columns=[FAMILY],
+                    batch_size=batch_size)
+
+    rows = diff_rows(rows_of(a), rows_of(b), sample)
     return SessionsDiff(_where(a), _where(b), rows)
 
 

@@ -141,6 +141,7 @@ def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode) -> _Range
                                      offset=rec.offset, timestamp=rec.timestamp,
                                      headers=rec.headers)))
         except DecodeError as err:
+            err.timestamp, err.headers = rec.timestamp, rec.headers  # its dead letter keeps them
             dead.append(err)
             report.dead_letter_kinds[err.kind] = report.dead_letter_kinds.get(err.kind, 0) + 1
     report.records = len(events) + len(dead)
