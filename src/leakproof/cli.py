@@ -30,14 +30,22 @@ def _spec(text: str) -> GeneratorSpec:
                          span_s=rest[1] if len(rest) > 1 else None)
 
 
-def _iso_ms(text: str) -> int:
+def _iso_ms(text: str, zone_needed: bool = False) -> int:
+    """An ISO 8601 time as epoch ms; without a zone UTC, or refused (``zone_needed``)."""
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from None
     if when.tzinfo is None:
+        if zone_needed:
+            raise argparse.ArgumentTypeError(f"{text!r} has no zone: add one (Z, +01:00, ...)")
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)
+
+
+def _zoned_ms(text: str) -> int:
+    """An ISO 8601 time that says its zone: a backfill's end is no place to guess one."""
+    return _iso_ms(text, zone_needed=True)
 
 
 def _count(text: str) -> int:
@@ -45,17 +53,6 @@ def _count(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
     return int(text)
-
-
-def _zoned_ms(text: str) -> int:
-    """An ISO 8601 time that says its zone: a backfill's end is no place to guess one."""
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from None
-    if when.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"{text!r} has no zone: add one (Z, +01:00, ...)")
-    return int(when.timestamp() * 1000)
 
 
 def _offsets(text: str) -> dict[int, int]:
@@ -416,53 +413,22 @@ def sessions(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 
 def deadletters_list(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    from collections import Counter
+    from leakproof.commands.dead_letters import print_list
 
-    from leakproof.commands.dead_letters import HEADER, as_json, letters, line, summary
-
-    kinds: Counter[str] = Counter()
-    states: Counter[str] = Counter()
-    if not args.json:
-        print(HEADER)
-    for letter in letters(cfg, _selection(args)):
-        if not args.limit or sum(kinds.values()) < args.limit:
-            print(json.dumps(as_json(letter), sort_keys=True) if args.json else line(letter))
-        kinds[letter.kind] += 1
-        states[letter.state] += 1
-    print(json.dumps({"dead_letters": sum(kinds.values()), "kinds": kinds, "states": states},
-                     sort_keys=True) if args.json else summary(kinds, states))
-    return 0
+    return print_list(cfg, _selection(args), args.limit, args.json)
 
 
 def deadletters_show(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    from leakproof.commands.dead_letters import as_json, describe, one
+    from leakproof.commands.dead_letters import print_one
 
-    letter = one(cfg, args.record)
-    print(json.dumps(as_json(letter, raw=True), sort_keys=True) if args.json else
-          "\n".join(describe(letter)))
-    return 0
+    return print_one(cfg, args.record, args.json)
 
 
 def deadletters_redrive(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    from dataclasses import replace
-    from itertools import islice
+    from leakproof.commands.redrive import print_redrive
 
-    from leakproof.commands.dead_letters import HEADER, letters, line
-    from leakproof.commands.redrive import redrive
-
-    selection = _selection(args)
-    report = redrive(cfg, selection, args.rate, lambda text: print(text, file=sys.stderr),
-                     dry_run=args.dry_run)
-    if args.dry_run:
-        print(f"would re-drive {report.selected} dead letters of {cfg.kafka.topic} to it at "
-              f"most {args.rate:g} a second: " + ", ".join(
-                  f"partition {p} {n}" for p, n in sorted(report.by_partition.items())))
-        print(HEADER)
-        going = replace(selection, states=frozenset({"waiting", "pending"}))
-        for letter in islice(letters(cfg, going), 20):
-            print(line(letter))
-    print(json.dumps({**report.as_json(), "dry_run": args.dry_run}, sort_keys=True))
-    return 0
+    return print_redrive(cfg, _selection(args), args.rate, args.dry_run,
+                         progress=lambda text: print(text, file=sys.stderr))
 
 
 def model(args: argparse.Namespace, cfg: config_mod.Config) -> int:

@@ -220,7 +220,6 @@ def test_an_older_redrive_fenced_by_a_newer_one_commits_nothing(
     rows, broker = FakeDeadLetterRows(LETTERS[:4]), FakeBroker()
     monkeypatch.setattr(redrive_mod, "crash_point", lambda _: None)
     older = FakeRedriveTarget(broker, 0, TXN)
-    report = RedriveReport(4)
     end = older.fence()
     chunk = list(rows.letters("t"))[:2]
     for d in chunk:
@@ -228,7 +227,6 @@ def test_an_older_redrive_fenced_by_a_newer_one_commits_nothing(
     assert attempt(rows, broker, crasher(None), monkeypatch).sent == 4  # B
     with pytest.raises(PublishError, match="fenced"):
         older.send([(d.key, d.value, d.copy_headers()) for d in chunk])
-    assert report.sent == 0
     every_letter_once(rows, broker)
 
 
@@ -245,7 +243,7 @@ def test_a_row_another_redrive_moved_is_left_to_it(monkeypatch: pytest.MonkeyPat
     assert copies(broker) == Counter({"t:0:4": 1})
 
 
-def test_progress_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_progress_lines() -> None:
     said: list[str] = []
     report = RedriveReport(10, sent=4, found=1)
     Progress("t", report, said.append).tick(final=True)

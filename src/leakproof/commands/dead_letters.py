@@ -4,9 +4,10 @@ reads them -- which, why, when, and whether a redrive took them back (``redrive`
 
 from __future__ import annotations
 
+import json
 import string
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,6 +45,32 @@ def one(cfg: Config, coordinates: str) -> DeadLetter:
         raise LeakproofError(f"no dead letter {cfg.kafka.topic}:{partition}:{offset} in "
                              f"{cfg.hbase.full_name(cfg.hbase.dead_letter_table)}")
     return found
+
+
+def print_list(cfg: Config, selection: Selection, limit: int, as_json_lines: bool,
+               say: Callable[[str], None] = print) -> int:
+    """``list``: a line each (at most ``limit``; 0: all), then the counts of every one."""
+    kinds: Counter[str] = Counter()
+    states: Counter[str] = Counter()
+    if not as_json_lines:
+        say(HEADER)
+    for letter in letters(cfg, selection):
+        if not limit or kinds.total() < limit:
+            say(json.dumps(as_json(letter), sort_keys=True) if as_json_lines else line(letter))
+        kinds[letter.kind] += 1
+        states[letter.state] += 1
+    say(json.dumps({"dead_letters": kinds.total(), "kinds": kinds, "states": states},
+                   sort_keys=True) if as_json_lines else summary(kinds, states))
+    return 0
+
+
+def print_one(cfg: Config, coordinates: str, as_json_object: bool,
+              say: Callable[[str], None] = print) -> int:
+    """``show``: every cell of one dead letter (JSON: the bytes as hex)."""
+    letter = one(cfg, coordinates)
+    say(json.dumps(as_json(letter, raw=True), sort_keys=True) if as_json_object else
+        "\n".join(describe(letter)))
+    return 0
 
 
 def when(ms: int) -> str:
@@ -85,7 +112,7 @@ def as_json(letter: DeadLetter, raw: bool = False) -> dict[str, Any]:
 
 
 def summary(kinds: Counter[str], states: Counter[str]) -> str:
-    return (f"{sum(kinds.values())} dead letters: "
+    return (f"{kinds.total()} dead letters: "
             + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
             + ("; " + ", ".join(f"{s} {n}" for s, n in sorted(states.items())) if states else ""))
 

@@ -24,11 +24,13 @@ committed or not: step 2 of the next redrive tells which) or ``sent``.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from itertools import islice
 
 from leakproof.config import Config
 from leakproof.crashpoints import crash_point
@@ -213,3 +215,23 @@ def redrive(cfg: Config, selection: Selection, rate: float | None,
         return progress.report
     finally:
         rows.close()
+
+
+def print_redrive(cfg: Config, selection: Selection, rate: float | None, dry_run: bool,
+                  say: Callable[[str], None] = print,
+                  progress: Callable[[str], None] = print) -> int:
+    """``redrive``: the progress through ``progress``, the report through ``say`` (a dry
+    run: what would go, and the first 20 of them)."""
+    from leakproof.commands.dead_letters import HEADER, letters, line
+
+    report = redrive(cfg, selection, rate, progress, dry_run=dry_run)
+    if dry_run:
+        say(f"would re-drive {report.selected} dead letters of {cfg.kafka.topic} to it"
+            + (f", at most {rate:g} a second" if rate else "") + ": "
+            + ", ".join(f"partition {p} {n}" for p, n in sorted(report.by_partition.items())))
+        say(HEADER)
+        going = replace(selection, states=frozenset({"waiting", PENDING}))
+        for letter in islice(letters(cfg, going), 20):
+            say(line(letter))
+    say(json.dumps({**report.as_json(), "dry_run": dry_run}, sort_keys=True))
+    return 0
