@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -66,6 +67,10 @@ def register_at(env: Env, want: int) -> None:
     late = {**schema_json(), "doc": f"registered late ({uuid.uuid4().hex})"}
     got = client.register(f"{env.name}-late-value", json.dumps(late))
     assert got == want, f"the late schema got id {got}, not {want}: a registration raced"
+    for permanent in ("", "?permanent=true"):  # the throwaways go (their ids are not reused)
+        urllib.request.urlopen(urllib.request.Request(
+            f"{REGISTRY}/subjects/{env.name}-pad-value{permanent}", method="DELETE"),
+            timeout=30).close()
 
 
 def config(env: Env) -> str:

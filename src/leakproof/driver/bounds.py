@@ -32,8 +32,8 @@ def bound_offsets(topic: str, bounds: Mapping[int, LogBounds],
     ``by_time`` (None where no record is that new); raises OffsetError naming what is
     wrong with an ``--until-offsets``."""
     if by_time is not None:
-        return {p: bounds[p].log_end if by_time.get(p) is None else int(by_time[p] or 0)
-                for p in sorted(bounds)}
+        found = {p: by_time.get(p) for p in sorted(bounds)}
+        return {p: bounds[p].log_end if o is None else o for p, o in found.items()}
     assert until_offsets is not None
     unknown = sorted(set(until_offsets) - set(bounds))
     if unknown:
