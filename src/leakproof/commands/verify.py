@@ -22,7 +22,7 @@ from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import connect
 from leakproof.hbase.dead_letters import REDRIVE, DeadLetterStore
 from leakproof.hbase.session_store import scan_readable
-from leakproof.kafka.admin import KafkaMetadata, topic_bounds
+from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.reader import read_range
 from leakproof.kafka.records import KafkaRecord
 from leakproof.kafka.registry import decoder_for
@@ -66,14 +66,15 @@ def read_topic(cfg: Config, until_ms: int | None = None
 
 def read_records(cfg: Config, until_ms: int | None = None) -> TopicRead:
     """``read_topic``, with each event's offset and the re-driven copies."""
-    bounds = topic_bounds(cfg.kafka)
+    meta = KafkaMetadata(cfg.kafka)
+    try:
+        bounds = meta.log_bounds(cfg.kafka.topic, meta.partitions(cfg.kafka.topic))
+        by_time = (None if until_ms is None else
+                   meta.offsets_for_time(cfg.kafka.topic, bounds, until_ms))
+    finally:
+        meta.close()
     ends = {p: b.readable_end for p, b in bounds.items()}
-    if until_ms is not None:
-        meta = KafkaMetadata(cfg.kafka)
-        try:
-            by_time = meta.offsets_for_time(cfg.kafka.topic, bounds, until_ms)
-        finally:
-            meta.close()
+    if by_time is not None:
         ends = clamp(ends, bound_offsets(cfg.kafka.topic, bounds, by_time=by_time))
     got = TopicRead({p: [] for p in bounds}, [], {})
     decoder = decoder_for(cfg.model, cfg.input)
