@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class LeakproofError(Exception):
     """Root of every error leakproof raises on purpose."""
@@ -12,13 +14,16 @@ class ConfigError(LeakproofError):
 
 
 class DecodeError(LeakproofError):
-    """A Kafka record could not become a WebEvent; carries its coordinates and raw bytes.
+    """A Kafka record could not become a WebEvent; carries its coordinates and raw bytes
+    (and, once the reader has added them, its timestamp and headers: all a redrive needs to
+    send it back as it was).
 
     Decode errors never stop a partition: the task dead-letters the record and goes on.
     """
 
     def __init__(self, reason: str, *, kind: str, topic: str, partition: int, offset: int,
-                 key: bytes | None, value: bytes | None) -> None:
+                 key: bytes | None, value: bytes | None, timestamp: int | None = None,
+                 headers: Sequence[tuple[str, bytes | None]] = ()) -> None:
         super().__init__(f"{topic}:{partition}:{offset}: {reason}")
         self.reason = reason
         self.kind = kind  # short rule name (codec.py lists them), counted per batch
@@ -27,6 +32,8 @@ class DecodeError(LeakproofError):
         self.offset = offset
         self.key = key
         self.value = value
+        self.timestamp = timestamp  # the record's Kafka timestamp, ms
+        self.headers = headers
 
 
 class KeyDecodeError(DecodeError):

@@ -26,7 +26,9 @@ class BatchPlan:
     ``owners_in``: the partition count once partitions were ever added -- a session is then
     closed only by the partition its key belongs to, and index entries are checked against
     their rows (``task.process``);
-    ``cell_ts`` the HBase timestamp its writes start at (``cell_clock``; 0 until stamped).
+    ``cell_ts`` the HBase timestamp its writes start at (``cell_clock``; 0 until stamped);
+    ``last``: a bounded run's last batch, its ranges reaching every partition's bound
+    (``driver/bounds.py``).
     """
 
     batch_ms: int
@@ -39,6 +41,7 @@ class BatchPlan:
     check_keys_in: int | None = None
     owners_in: int | None = None
     cell_ts: int = 0
+    last: bool = False
 
     @property
     def spread(self) -> bool:

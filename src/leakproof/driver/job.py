@@ -63,6 +63,7 @@ from leakproof.hbase.connection import (
 )
 from leakproof.hbase.state_store import HBaseLeaseStore, HBaseRunRecord
 from leakproof.kafka.admin import KafkaMetadata
+from leakproof.logs import FIELDS
 from leakproof.offsets import OffsetRange
 from leakproof.reports import TaskReport
 from leakproof.runs import heartbeat_period_s
@@ -141,6 +142,8 @@ class Job:
             log.info("%s was recreated since this job first read it: its fences carry the "
                      "tag %s, apart from the old topic's", self.topic, started.incarnation)
         latest, start = started.latest, started.start
+        limits = self.control.limits  # a backfill's end (--until-offsets / --until-time)
+        self.planner.bound(limits.until_offsets, limits.until_time_ms)
         # its own connection: from here on only the planning thread uses it
         self._moves_store = self._closes(HBaseLeaseStore(cfg.hbase, self.topic, self.group))
         self._guard = KeyMoveGuard(self._moves_store, self.topic,
@@ -410,7 +413,9 @@ class Job:
             rc, how = 0, f"stopped ({self.control.stop_reason}); batch in flight abandoned"
         else:
             log.info("stopped after %d batches (%s); %s; committed offsets %s", self._outputs,
-                     self.control.stop_reason, where, committed)
+                     self.control.stop_reason, where, committed, extra={FIELDS: {
+                         "stop_reason": self.control.stop_reason, "last_batch_ms": last,
+                         "offsets": committed}})
             rc, how = 0, f"stopped ({self.control.stop_reason})"
         return rc, json.dumps({"exit": rc, "how": how, "last_batch_ms": last,
                                "offsets": committed})

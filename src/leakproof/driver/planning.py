@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from leakproof.backpressure import split_budgets
 from leakproof.config import KafkaConfig
 from leakproof.driver.batch import BatchPlan
+from leakproof.driver.bounds import bound_offsets, clamp, reached
 from leakproof.errors import KafkaReadError, OffsetError
 from leakproof.offsets import (
     CommittedBatch,
@@ -42,6 +43,9 @@ class Planner:
         self._next: dict[int, int] = {}  # next offset to plan, per partition
         # the open transaction last seen holding each partition: looked up once per hold
         self._held: dict[int, HeldTransaction] = {}
+        # a bounded run's first offset not to read, per partition (driver/bounds.py)
+        self._until: dict[int, int] | None = None
+        self._until_time_ms: int | None = None
 
     def assigned(self) -> list[int]:
         """The partitions to read, read fresh (partitions may be added while running).
@@ -109,6 +113,23 @@ class Planner:
                 f"topic with cleanup.policy=delete, or set kafka.on_compacted_topic: accept "
                 f"to accept that loss.")
 
+    def bound(self, until_offsets: Mapping[int, int] | None = None,
+              until_time_ms: int | None = None) -> dict[int, int] | None:
+        """Bound the run (``--until-offsets`` / ``--until-time``), after ``start``: from now
+        on no range passes a partition's bound. Returns the bounds (None: unbounded)."""
+        if until_offsets is None and until_time_ms is None:
+            return None
+        partitions = sorted(self._next)
+        bounds = self._metadata.log_bounds(self.topic, partitions)
+        by_time = (None if until_time_ms is None else
+                   self._metadata.offsets_for_time(self.topic, partitions, until_time_ms))
+        self._until = bound_offsets(self.topic, bounds, until_offsets, by_time)
+        self._until_time_ms = until_time_ms
+        log.info("bounded run of %s: stops once it has read %s", self.topic, ", ".join(
+            f"p{p} to {o}" + (" (starts past it: none of it)" if self._next[p] > o else "")
+            for p, o in self._until.items()))
+        return dict(self._until)
+
     def plan(self, batch_ms: int, rate: float | None = None) -> BatchPlan:
         """This batch's ranges: from the last planned position up to the rate caps.
 
@@ -129,13 +150,31 @@ class Planner:
                                                self._cfg.on_data_loss)
             if gap is not None:
                 gaps.append(gap)
-        ranges = plan_ranges(self.topic, positions,
-                             {p: b.readable_end for p, b in bounds.items()},
-                             self._budget(positions, bounds, rate))
+        ends = {p: b.readable_end for p, b in bounds.items()}
+        if self._until is not None:
+            self._bound_appeared(appeared, bounds)
+            ends = clamp(ends, self._until)
+        ranges = plan_ranges(self.topic, positions, ends, self._budget(positions, ends, rate))
         for r in ranges:
             self._next[r.partition] = r.until_offset
         return BatchPlan(batch_ms, tuple(ranges), bounds, tuple(gaps), appeared,
-                         self._holds(bounds))
+                         self._holds(bounds),
+                         last=self._until is not None and reached(ranges, self._until))
+
+    def _bound_appeared(self, appeared: Mapping[int, int], bounds: Mapping[int, LogBounds]
+                        ) -> None:
+        """A partition that appeared under a bounded run gets its bound as the others did
+        (``--until-offsets`` named none for it: nothing of it is read)."""
+        assert self._until is not None
+        if not appeared:
+            return
+        by_time = (self._metadata.offsets_for_time(self.topic, appeared, self._until_time_ms)
+                   if self._until_time_ms is not None else {})
+        for p, at in appeared.items():
+            found = by_time.get(p, at)
+            self._until[p] = bounds[p].log_end if found is None else max(at, found)
+            log.info("partition %d appeared under a bounded run: read to %d", p,
+                     self._until[p])
 
     def _holds(self, bounds: Mapping[int, LogBounds]) -> dict[int, HeldTransaction]:
         """The partitions an open transaction holds back, each looked up once per hold (a
@@ -152,13 +191,14 @@ class Planner:
         self._held = {p: h for p, h in self._held.items() if p in held}
         return dict(self._held)
 
-    def _budget(self, positions: Mapping[int, int], bounds: Mapping[int, LogBounds],
+    def _budget(self, positions: Mapping[int, int], ends: Mapping[int, int],
                 rate: float | None) -> int | Mapping[int, int | None] | None:
-        """Offsets each partition may advance: the rate caps, or backpressure's share."""
+        """Offsets each partition may advance: the rate caps, or backpressure's share of
+        what is left before each one's end (``ends``: readable, and bounded)."""
         k = self._cfg
         if not k.backpressure.enabled:
             return per_partition_budget(self._interval_s, k.max_rate_per_partition,
                                         k.min_rate_per_partition)
-        lags = {p: max(0, bounds[p].readable_end - at) for p, at in positions.items()}
+        lags = {p: max(0, ends[p] - at) for p, at in positions.items()}
         return split_budgets(rate, lags, self._interval_s, k.max_rate_per_partition,
                              k.min_rate_per_partition, k.backpressure.initial_rate)

@@ -67,6 +67,12 @@ class Metadata(Protocol):
         """The open transaction at each held partition's stable end, and when it began."""
         ...
 
+    def offsets_for_time(self, topic: str, partitions: Iterable[int],
+                         timestamp_ms: int) -> dict[int, int | None]:
+        """Per partition, the first offset whose record timestamp is at or after
+        ``timestamp_ms`` (None: no record is that new)."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -158,6 +158,7 @@ def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode,
             keep((rec.offset, event, None if lead_ms is None else lead_of(rec.timestamp,
                                                                           lead_ms)))
         except DecodeError as err:
+            err.timestamp, err.headers = rec.timestamp, rec.headers  # its dead letter keeps them
             dead.append(err)
             report.dead_letter_kinds[err.kind] = report.dead_letter_kinds.get(err.kind, 0) + 1
     report.records = len(events) + len(dead)
