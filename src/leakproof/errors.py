@@ -52,6 +52,10 @@ class DataLossError(OffsetError):
     """A stored offset is below the log start: retention deleted records never processed."""
 
 
+class TablesOwned(LeakproofError):
+    """Another job writes this table set: two jobs on one set of session rows lose updates."""
+
+
 class CommitRefused(LeakproofError):
     """The offsets commit would break the chain: another driver, or a batch that did not finish."""
 

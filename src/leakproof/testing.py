@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from leakproof.dead_letter import ALL, DeadLetter, RedriveMark, Selection, origin_of
-from leakproof.errors import DecodeError, KafkaReadError, PublishError
+from leakproof.errors import DecodeError, KafkaReadError, PublishError, TablesOwned
 from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.partition_store import PartitionStore
 from leakproof.hbase.session_store import SessionStore
@@ -133,6 +133,8 @@ class FakeLeaseStore:
     lose_reply: bool = False
     recorded_topic_id: str | None = None
     first_id: str | None = None
+    tables_owner: str | None = None  # topic:group of the job that writes the tables
+    tables_owner_running: bool = False
     moves: KeyMoves = NO_MOVES
     cell_ts_until: int = 0
 
@@ -169,6 +171,12 @@ class FakeLeaseStore:
 
     def record_topic_id(self, topic_id: str) -> None:
         self.recorded_topic_id = topic_id
+
+    def claim_tables(self, now_ms: int) -> str | None:
+        if self.tables_owner_running:
+            raise TablesOwned(f"the tables are written by {self.tables_owner}, which runs")
+        previous, self.tables_owner = self.tables_owner, "t:g"
+        return previous if previous != "t:g" else None
 
     def first_topic_id(self, candidate: str | None) -> str | None:
         if self.first_id is None:

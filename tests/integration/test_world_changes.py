@@ -4,6 +4,8 @@ either exact against the oracle or refused at start with a message that names th
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions
@@ -13,9 +15,10 @@ from leakproof.commands.produce import create_topic, send_events
 from leakproof.driver.job import Job
 from leakproof.errors import OffsetError
 from leakproof.events import WebEvent
+from leakproof.generator import GeneratorSpec
 from leakproof.moved_keys import home, placed
 
-from .helpers import KAFKA, Env
+from .helpers import KAFKA, Env, offsets_rows, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -106,3 +109,23 @@ def test_a_session_active_across_added_partitions_is_exact(env: Env) -> None:
     assert (rows[x]["events"], rows[x]["late_events"], rows[x]["state"]) == ("42", "0", "open")
     assert rows[y]["events"] == "1"
     env.verify(config=grown)
+
+
+def test_a_second_job_on_the_same_tables_is_refused_while_the_first_runs(env: Env) -> None:
+    """Two groups (a blue/green deploy, a copied config) on one table set: the second is
+    refused naming the first while it runs; once it stopped, the second takes the tables
+    over and goes on exactly."""
+    spec = GeneratorSpec(seed=5040, events=2_000, sessions=200)
+    env.produce(spec)
+    green = env.variant("green", kafka={"group_id": "green"})
+    with env.background("--until-idle", "60", name="blue") as blue:
+        wait_for("blue's first commit", lambda: bool(offsets_rows(env)))
+        refused = env.run(config=green, check=False)
+        assert refused.returncode != 0
+        assert f"written by the job of topic {env.name}, group it, which runs" in \
+            refused.stderr, refused.stderr[-3000:]
+        blue.send_signal(signal.SIGTERM)
+        assert blue.wait(timeout=120) == 0
+    out = env.run("--until-idle", "3", config=green)
+    assert f"took the tables over from the job of {env.name}:it" in out.stderr, out.stderr[-3000:]
+    env.verify(spec, config=green)

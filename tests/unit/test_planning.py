@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leakproof.commands.rewind import RewindTarget, write_rewind
-from leakproof.errors import KafkaReadError, OffsetError
+from leakproof.errors import KafkaReadError, OffsetError, TablesOwned
 from leakproof.offsets import LogBounds
 from leakproof.sessions import fence_key, fence_source, incarnation_of
 from leakproof.testing import FakeCommitStore, FakeLeaseStore
@@ -98,3 +98,13 @@ def test_stored_offset_beyond_the_log_end_is_refused() -> None:
     with pytest.raises(OffsetError, match="beyond the log end 10"):
         rig({0: (0, 10)}, stored={0: 12})
     assert LogBounds(0, 1).log_end == 1
+
+
+def test_a_second_job_on_the_tables_is_refused_while_the_first_runs() -> None:
+    leases = FakeLeaseStore(tables_owner="other:g2", tables_owner_running=True)
+    with pytest.raises(TablesOwned, match="other:g2"):
+        rig({0: (0, 10)}, leases=leases)
+    assert leases.cell is None  # refused before it took any lease
+    leases.tables_owner_running = False  # stopped: its tables are taken over
+    rig({0: (0, 10)}, leases=leases)
+    assert leases.tables_owner == "t:g"

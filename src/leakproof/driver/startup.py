@@ -1,6 +1,8 @@
 """A driver's start, in the order that makes it safe, shared by the job and the unit tests'
 driver rig so both start the same way.
 
+0. claim the table set: one job writes it (another one running is refused, one that is
+   not is fenced and its tables taken over);
 1. take the lease (a new epoch: an older driver's commits are refused from here on);
 2. read how far earlier holders' cell timestamps may go -- after the take, so a reservation
    of the old holder that lands later is refused -- and start the cell clock above it;
@@ -13,6 +15,7 @@ driver rig so both start the same way.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from leakproof.cell_clock import CellClock
@@ -22,6 +25,8 @@ from leakproof.lease import Lease
 from leakproof.offsets import CommittedBatch, StartPlan
 from leakproof.ports.driver import CommitStore, GroupMirror, LeaseStore
 from leakproof.sessions import incarnation_of
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,10 @@ def start_driver(topic: str, group: str, *, leases: LeaseStore, store: CommitSto
                  planner: Planner, mirror: GroupMirror | None, holder: str, now_ms: int
                  ) -> Started:
     """The steps of the module docstring; any of them may refuse (a LeakproofError)."""
+    taken_from = leases.claim_tables(now_ms)  # 0
+    if taken_from:
+        log.warning("took the tables over from the job of %s (not running): it is fenced "
+                    "and may no longer write them", taken_from)
     lease = leases.take(holder)  # 1
     clock = CellClock.start(now_ms, leases.cell_ts_bound())  # 2
     latest = store.latest()  # 3

@@ -132,6 +132,11 @@ class LeaseStore(Protocol):
 
     def record_topic_id(self, topic_id: str) -> None: ...
 
+    def claim_tables(self, now_ms: int) -> str | None:
+        """Make this topic and group the one job that writes its table set; returns the job
+        it took them over from (None: none), raises TablesOwned while another one runs."""
+        ...
+
     def first_topic_id(self, candidate: str | None) -> str | None:
         """The id of the topic whose session fences carry no incarnation tag (the first the
         job read): ``candidate`` when none is recorded yet, then that for good."""
