@@ -199,7 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     model = cmd("model", "check the event model (events:, aggregates:) against its schema and "
                          "the topic's newest records; writes nothing")
-    model.add_argument("action", choices=["check"], help="check it; writes nothing")
+    model.add_argument("action", choices=["check", "accept"],
+                       help="check: check it, writing nothing; accept: record it as the model "
+                            "the session rows are written under (added aggregates only, "
+                            "unless --force)")
+    model.add_argument("--force", action="store_true",
+                       help="accept: record any change, not only added aggregates")
     model.add_argument("--sample", type=int, default=20, metavar="N",
                        help="fold the newest N records and print the rows they would give "
                             "(0: check the schema only)")
@@ -432,8 +437,17 @@ def deadletters_redrive(args: argparse.Namespace, cfg: config_mod.Config) -> int
 
 
 def model(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    """The config loaded: the model is valid (a bad one stopped at ``load``). Then a sample."""
+    """The config loaded: the model is valid (a bad one stopped at ``load``). Then a sample,
+    or (``accept``) the model recorded beside the rows."""
     from collections import Counter
+
+    if args.action == "accept":
+        from leakproof.commands.model_accept import accept
+
+        found = accept(cfg, args.force)
+        print(f"recorded the model of {cfg.hbase.sessions_table}"
+              + (f": {'; '.join(map(str, found))}" if found else " (unchanged)"))
+        return 0
 
     from leakproof.commands.model_check import sample
 

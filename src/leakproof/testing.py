@@ -135,6 +135,7 @@ class FakeLeaseStore:
     first_id: str | None = None
     tables_owner: str | None = None  # topic:group of the job that writes the tables
     tables_owner_running: bool = False
+    model_meaning: str | None = None
     moves: KeyMoves = NO_MOVES
     cell_ts_until: int = 0
 
@@ -171,6 +172,12 @@ class FakeLeaseStore:
 
     def record_topic_id(self, topic_id: str) -> None:
         self.recorded_topic_id = topic_id
+
+    def recorded_model(self) -> str | None:
+        return self.model_meaning
+
+    def record_model(self, meaning: str) -> None:
+        self.model_meaning = meaning
 
     def claim_tables(self, now_ms: int) -> str | None:
         if self.tables_owner_running:

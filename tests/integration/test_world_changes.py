@@ -5,8 +5,10 @@ either exact against the oracle or refused at start with a message that names th
 from __future__ import annotations
 
 import signal
+from importlib import resources
 
 import pytest
+import yaml
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions
 
@@ -18,7 +20,7 @@ from leakproof.events import WebEvent
 from leakproof.generator import GeneratorSpec
 from leakproof.moved_keys import home, placed
 
-from .helpers import KAFKA, Env, offsets_rows, wait_for
+from .helpers import KAFKA, Env, offsets_rows, run_cli, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -129,3 +131,39 @@ def test_a_second_job_on_the_same_tables_is_refused_while_the_first_runs(env: En
     out = env.run("--until-idle", "3", config=green)
     assert f"took the tables over from the job of {env.name}:it" in out.stderr, out.stderr[-3000:]
     env.verify(spec, config=green)
+
+
+WEB_SCHEMA = str(resources.files("leakproof").joinpath("schemas/web_event.avsc"))
+EVENTS = {"schema": WEB_SCHEMA, "session_key": "session_id", "event_time": "ts",
+          "sequence": "seq"}
+
+
+def test_a_model_changed_over_existing_rows_is_refused_naming_the_change(env: Env) -> None:
+    spec = GeneratorSpec(seed=5070, events=1_000, sessions=100)
+    env.produce(spec)
+    first = {"events": {"fn": "count"}, "bytes": {"fn": "sum", "field": "bytes"}}
+    env.run("--until-idle", "3", config=model_config(env, "m1", first))
+    changed = model_config(env, "m2", {**first, "bytes": {"fn": "max", "field": "bytes"}})
+    refused = env.run(config=changed, check=False)
+    assert refused.returncode != 0
+    assert "aggregate bytes changed from fn: sum, field: bytes to fn: max, field: bytes" in \
+        refused.stderr, refused.stderr[-3000:]
+    added = model_config(env, "m3", {**first, "clicks": {"fn": "count",
+                                                           "where": "event_type == 'click'"}})
+    refused = env.run(config=added, check=False)
+    assert refused.returncode != 0 and "leakproof model accept" in refused.stderr
+    accepted = run_cli("model", "accept", "--config", added)
+    assert "aggregate clicks added" in accepted.stdout
+    env.produce(GeneratorSpec(seed=5071, events=500, sessions=50,
+                              start_ts=T0 + 7_200_000))
+    env.run("--until-idle", "3", config=added)  # the new cell counts from here on
+
+
+def model_config(env: Env, label: str, aggregates: dict[str, object]) -> str:
+    """The test's config with the event model declared in full (``events:`` and
+    ``aggregates:``) instead of the shipped web model."""
+    path = env.tmp / f"{label}.yml"
+    data = yaml.safe_load(env.path.read_text())
+    data.update(events=EVENTS, aggregates=aggregates)
+    path.write_text(yaml.safe_dump(data))
+    return str(path)

@@ -64,6 +64,7 @@ from leakproof.hbase.connection import (
 from leakproof.hbase.state_store import HBaseLeaseStore, HBaseRunRecord
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.logs import FIELDS
+from leakproof.model.fingerprint import meaning
 from leakproof.offsets import OffsetRange
 from leakproof.reports import TaskReport
 from leakproof.runs import heartbeat_period_s
@@ -133,7 +134,7 @@ class Job:
         started = start_driver(self.topic, self.group, leases=leases,
                                store=self._closes(open_store(cfg)), planner=self.planner,
                                mirror=mirror, holder=f"start:{uuid.uuid4().hex[:8]}",
-                               now_ms=int(time.time() * 1000))
+                               now_ms=int(time.time() * 1000), model=meaning(cfg.model))
         log.info("driver lease epoch %d for %s:%s", started.lease.epoch, self.topic,
                  self.group)
         self.committer, self._clock = started.committer, started.clock

@@ -3,6 +3,7 @@ driver rig so both start the same way.
 
 0. claim the table set: one job writes it (another one running is refused, one that is
    not is fenced and its tables taken over);
+   and check the model: rows written under another model are refused (``fingerprint``);
 1. take the lease (a new epoch: an older driver's commits are refused from here on);
 2. read how far earlier holders' cell timestamps may go -- after the take, so a reservation
    of the old holder that lands later is refused -- and start the cell clock above it;
@@ -21,12 +22,34 @@ from dataclasses import dataclass
 from leakproof.cell_clock import CellClock
 from leakproof.driver.committing import Committer
 from leakproof.driver.planning import Planner
+from leakproof.errors import ConfigError
 from leakproof.lease import Lease
+from leakproof.model.fingerprint import changes, only_added
 from leakproof.offsets import CommittedBatch, StartPlan
 from leakproof.ports.driver import CommitStore, GroupMirror, LeaseStore
 from leakproof.sessions import incarnation_of
 
 log = logging.getLogger(__name__)
+
+
+def check_model(leases: LeaseStore, model: str) -> None:
+    """Record the model the first time; refuse one whose meaning differs from the rows'."""
+    recorded = leases.recorded_model()
+    if recorded is None:
+        leases.record_model(model)
+        return
+    found = changes(recorded, model)
+    if found:
+        raise ConfigError(
+            f"the event model changed over existing session rows: {'; '.join(map(str, found))}. "
+            f"Folded on, every open session would mix both meanings. Either give the job new "
+            f"tables (a new hbase.table_prefix) and reprocess from the start (leakproof "
+            f"sessions diff compares the two), or"
+            + (" record the added aggregates with `leakproof model accept --config <this "
+               "config>` (their cells count the events applied from then on)"
+               if only_added(found) else
+               " restore the model; `leakproof model accept --force` records it anyway")
+            + ".")
 
 
 @dataclass(frozen=True)
@@ -42,13 +65,16 @@ class Started:
 
 
 def start_driver(topic: str, group: str, *, leases: LeaseStore, store: CommitStore,
-                 planner: Planner, mirror: GroupMirror | None, holder: str, now_ms: int
-                 ) -> Started:
-    """The steps of the module docstring; any of them may refuse (a LeakproofError)."""
+                 planner: Planner, mirror: GroupMirror | None, holder: str, now_ms: int,
+                 model: str | None = None) -> Started:
+    """The steps of the module docstring; any of them may refuse (a LeakproofError).
+    ``model``: the configured model's ``fingerprint.meaning`` (None: not checked)."""
     taken_from = leases.claim_tables(now_ms)  # 0
     if taken_from:
         log.warning("took the tables over from the job of %s (not running): it is fenced "
                     "and may no longer write them", taken_from)
+    if model is not None:
+        check_model(leases, model)
     lease = leases.take(holder)  # 1
     clock = CellClock.start(now_ms, leases.cell_ts_bound())  # 2
     latest = store.latest()  # 3

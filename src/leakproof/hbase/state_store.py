@@ -8,6 +8,8 @@ Rows (the partitions' ``wm:`` and ``op:`` rows of the same table are ``partition
   where a first run checks where keys sit).
 - ``owner`` family ``l``, cell ``job`` = ``<topic>:<group>``: the one job that writes this
   table set (``claim_tables``); a second job is refused while the owner runs.
+- ``model`` family ``l``, cell ``meaning``: the event model the session rows were written
+  under (``model.fingerprint``).
 - ``topic:<topic>`` family ``l``, cell ``first_id``: the Kafka id of the topic the session
   fences without an incarnation tag belong to (``sessions.incarnation_of``), set once.
 - ``gap:<topic>:<group>:<partition>:<stored offset>`` family ``g``: data lost to retention.
@@ -157,6 +159,13 @@ class StateStore:
         raise TablesOwned(f"could not claim the tables of {topic}:{group}: the owner cell "
                           f"keeps changing (another job starting at the same time?)")
 
+    def read_model(self) -> str | None:
+        raw = self._table.row(b"model", columns=[b"l:meaning"]).get(b"l:meaning")
+        return raw.decode() if raw else None
+
+    def write_model(self, meaning: str) -> None:
+        self._table.put(b"model", {b"l:meaning": meaning.encode()})
+
     def pin_first_topic_id(self, topic: str, candidate: str | None) -> str | None:
         """The id of the topic whose fences carry no incarnation tag: ``candidate`` if none
         was recorded yet (set once, by check-and-put: two racing starts agree)."""
@@ -234,6 +243,12 @@ class HBaseLeaseStore:
     def record_topic_id(self, topic_id: str) -> None:
         self._conns.call("topic id", lambda c: self._state(c).write_topic_id(
             self._topic, self._group, topic_id))
+
+    def recorded_model(self) -> str | None:
+        return self._conns.call("model", lambda c: self._state(c).read_model())
+
+    def record_model(self, meaning: str) -> None:
+        self._conns.call("model", lambda c: self._state(c).write_model(meaning))
 
     def claim_tables(self, now_ms: int) -> str | None:
         return self._conns.call("table owner", lambda c: self._state(c).claim_tables(

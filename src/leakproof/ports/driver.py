@@ -132,6 +132,12 @@ class LeaseStore(Protocol):
 
     def record_topic_id(self, topic_id: str) -> None: ...
 
+    def recorded_model(self) -> str | None:
+        """The meaning of the model the session rows were written under (None: unknown)."""
+        ...
+
+    def record_model(self, meaning: str) -> None: ...
+
     def claim_tables(self, now_ms: int) -> str | None:
         """Make this topic and group the one job that writes its table set; returns the job
         it took them over from (None: none), raises TablesOwned while another one runs."""
