@@ -32,6 +32,8 @@ HBaseAuth = Literal["none", "kerberos"]
 SaslQop = Literal["auth", "auth-int", "auth-conf"]
 OffsetsStore = Literal["hbase", "kafka", "zookeeper"]
 SummaryFormat = Literal["json", "avro"]
+SessionsBy = Literal["id"]  # gap: a visitor's events split by the gap (not built)
+LatePolicy = Literal["count"]  # fold: folded in and published again (not built)
 RegistryAuth = Literal["none", "basic", "kerberos"]
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -198,6 +200,14 @@ class SessionsConfig:
 
     inactivity_gap_s: float = 1800.0
     grace_s: float = 60.0
+    # a partition silent this long (wall clock) has its watermark move on with the wall clock
+    # from its newest event time, so its sessions close too; None: never
+    idle_after_s: float | None = None
+    # the contract's other keys, at the one value built: sessions by their id, late events
+    # counted (``by: gap``, ``late: fold`` and ``max_duration_s`` are refused, named)
+    by: SessionsBy = "id"
+    late: LatePolicy = "count"
+    max_duration_s: float | None = None
 
     @property
     def close_after_ms(self) -> int:
@@ -524,7 +534,20 @@ def _sessions(data: dict[str, Any]) -> SessionsConfig:
     return SessionsConfig(
         inactivity_gap_s=s.number("inactivity_gap_s", minimum=0, exclusive=True),
         grace_s=s.number("grace_s", minimum=0),
+        idle_after_s=None if data.get("idle_after_s") is None
+        else s.number("idle_after_s", minimum=0, exclusive=True),
+        by=s.choice("by", SessionsBy),
+        late=s.choice("late", LatePolicy),
+        max_duration_s=_max_duration(data.get("max_duration_s")),
     )
+
+
+def _max_duration(value: Any) -> float | None:
+    if value is not None:
+        raise ConfigError(f"'sessions.max_duration_s' cuts sessions split by an inactivity "
+                          f"gap (sessions.by: gap), which this version does not build; it "
+                          f"must be null, got {value!r}")
+    return value
 
 
 def _input(data: dict[str, Any], base: Path) -> InputConfig:

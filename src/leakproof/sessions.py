@@ -320,6 +320,11 @@ class PartitionFolder:
     def watermark(self) -> int:
         return self._watermark
 
+    def advance(self, watermark: int) -> None:
+        """Move the watermark on without an event (an idle partition: the wall clock)."""
+        if watermark > self._watermark:
+            self._watermark = watermark
+
     def feed(self, offset: int, event: Event, lead: int | None = None) -> Outcome:
         """Fold one event; events must come in increasing offset order.
 

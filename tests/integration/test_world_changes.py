@@ -5,6 +5,8 @@ either exact against the oracle or refused at start with a message that names th
 from __future__ import annotations
 
 import signal
+import time
+from collections.abc import Mapping
 from importlib import resources
 
 import pytest
@@ -159,7 +161,7 @@ def test_a_model_changed_over_existing_rows_is_refused_naming_the_change(env: En
     env.run("--until-idle", "3", config=added)  # the new cell counts from here on
 
 
-def model_config(env: Env, label: str, aggregates: dict[str, object]) -> str:
+def model_config(env: Env, label: str, aggregates: Mapping[str, object]) -> str:
     """The test's config with the event model declared in full (``events:`` and
     ``aggregates:``) instead of the shipped web model."""
     path = env.tmp / f"{label}.yml"
@@ -167,3 +169,21 @@ def model_config(env: Env, label: str, aggregates: dict[str, object]) -> str:
     data.update(events=EVENTS, aggregates=aggregates)
     path.write_text(yaml.safe_dump(data))
     return str(path)
+
+
+def test_quiet_partitions_close_their_sessions_with_the_wall_clock(env: Env) -> None:
+    """``sessions.idle_after_s``: once no record comes, each partition's watermark moves on
+    with the wall clock from its newest event, and every session closes gap + grace after
+    its last event, its summary published; the aggregates stay exact."""
+    now = int(time.time() * 1000)
+    events = [event(f"q{i}", seq, now - 3_000 + seq * 1_000) for i in range(40)
+              for seq in range(3)]
+    env.produce_events(events)
+    quick = env.variant("quick", sessions={"inactivity_gap_s": 4, "grace_s": 1,
+                                           "idle_after_s": 2})
+    env.run("--until-idle", "15", config=quick, timeout=120)
+    rows = session_rows(env)
+    assert {sid: row["state"] for sid, row in rows.items()} == {
+        f"q{i}": "closed" for i in range(40)}
+    assert {sid: row["events"] for sid, row in rows.items()} == {
+        f"q{i}": "3" for i in range(40)}

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from leakproof.commands.rewind import RewindTarget, write_rewind
+from leakproof.config import KafkaConfig
+from leakproof.driver.planning import Planner
 from leakproof.errors import KafkaReadError, OffsetError, TablesOwned
 from leakproof.offsets import LogBounds
 from leakproof.sessions import fence_key, fence_source, incarnation_of
-from leakproof.testing import FakeCommitStore, FakeLeaseStore
+from leakproof.testing import FakeCommitStore, FakeLeaseStore, FakeMetadata
 
 from .drivers import rig
 
@@ -108,3 +112,17 @@ def test_a_second_job_on_the_tables_is_refused_while_the_first_runs() -> None:
     leases.tables_owner_running = False  # stopped: its tables are taken over
     rig({0: (0, 10)}, leases=leases)
     assert leases.tables_owner == "t:g"
+
+
+def test_a_partition_silent_for_idle_after_gets_an_empty_range_as_a_task() -> None:
+    meta = FakeMetadata("t", {0: LogBounds(0, 10), 1: LogBounds(0, 0)})
+    planner = Planner(KafkaConfig("127.0.0.1:9092", "t", "g"), 0.01, meta, idle_after_s=0.05)
+    planner.start(None)
+    first = planner.plan(1_000)
+    assert first.idle == () and [str(r) for r in first.work] == ["t:0[0,10)"]
+    time.sleep(0.06)
+    meta.bounds[0] = LogBounds(0, 12)  # p0 still gets records: never idle
+    later = planner.plan(2_000)
+    assert later.idle == (1,) and [str(r) for r in later.work] == ["t:0[10,12)", "t:1[0,0)"]
+    assert planner.plan(3_000).idle == ()  # at most once per idle_after_s
+    assert Planner(KafkaConfig("127.0.0.1:9092", "t", "g"), 0.01, meta).plan(4_000).idle == ()

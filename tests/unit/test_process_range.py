@@ -3,7 +3,7 @@ zombie tasks, the closed summaries. Literal events, literal expectations."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -398,3 +398,29 @@ def test_without_partitions_added_the_old_partition_closes_it_early() -> None:
     reports = rig.run_many([(0, records(ev(y, 0, 5 * MIN), start=2)), (2, later)],
                            batch_ms=2_000)
     assert [(r.partition, r.closed, r.late) for r in reports] == [(0, 1, 0), (2, 0, 20)]
+
+
+def test_an_idle_partitions_watermark_moves_on_with_the_clock_from_its_newest_record() -> None:
+    """An empty range is an idle tick (``sessions.idle_after_s``): the watermark the newest
+    record left moves on by the time since that record's Kafka timestamp, so a quiet
+    partition's sessions close ``inactivity_gap + grace`` after their last event."""
+    rig = Rig(with_output=True)
+    stores = Stores(rig.sessions, rig.partitions, rig.dead, rig.lease, lambda p: rig.sink)
+    t0 = 1_767_225_600_000
+    recs = [replace(r, timestamp=t0 + 5) for r in records(ev("a", 0, t0), ev("a", 1, t0 + 5))]
+
+    def run(work: list[Rec], batch_ms: int, start: int = 0) -> TaskReport:
+        rng = OffsetRange("t", 0, start, start + len(work))
+        return process_ranges([(rng, work)], decode, stores, compile_model(web_model()),
+                              batch_ms=batch_ms, epoch=1, close_after_ms=CLOSE_MS,
+                              cell_ts={0: batch_ms})[0]
+
+    run(recs, t0 + 100)
+    assert rig.partitions.state[("t", 0)][b"w:record_ts"] == str(t0 + 5).encode()
+    assert run([], t0 + 30_000, start=2).closed == 0  # 30 s quiet: the watermark at t0 + 30 s
+    assert rig.sessions.readable()["a"]["state"] == "open"
+    assert run([], t0 + 61_000, start=2).closed == 1  # past last_ts + gap + grace
+    assert rig.sessions.readable()["a"]["state"] == "closed"
+    assert [key for _, recs_ in rig.sink.committed for key, _ in recs_] == [b"a"]
+    # the record's anchor stays: a later tick moves on from the same newest record
+    assert rig.partitions.state[("t", 0)][b"w:record_wm"] == str(t0 + 5).encode()

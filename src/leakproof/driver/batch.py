@@ -28,7 +28,8 @@ class BatchPlan:
     their rows (``task.process``);
     ``cell_ts`` the HBase timestamp its writes start at (``cell_clock``; 0 until stamped);
     ``last``: a bounded run's last batch, its ranges reaching every partition's bound
-    (``driver/bounds.py``).
+    (``driver/bounds.py``); ``idle``: partitions silent for ``sessions.idle_after_s``, whose
+    empty ranges run as tasks so their watermarks move on with the wall clock.
     """
 
     batch_ms: int
@@ -42,6 +43,7 @@ class BatchPlan:
     owners_in: int | None = None
     cell_ts: int = 0
     last: bool = False
+    idle: tuple[int, ...] = ()
 
     @property
     def spread(self) -> bool:
@@ -60,8 +62,9 @@ class BatchPlan:
 
     @property
     def work(self) -> list[OffsetRange]:
-        """The ranges with records to read: one Spark task each."""
-        return [r for r in self.ranges if r.count]
+        """The ranges with records to read, and the idle partitions' empty ones: one Spark
+        task each."""
+        return [r for r in self.ranges if r.count or r.partition in self.idle]
 
     @property
     def records(self) -> int:

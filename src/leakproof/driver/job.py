@@ -126,7 +126,8 @@ class Job:
                         "session row read go to disk; in the HBase shell: %s", command)
         leases = self._closes(HBaseLeaseStore(cfg.hbase, self.topic, self.group))
         self.planner = Planner(cfg.kafka, cfg.job.batch_interval_s,
-                               self._closes(KafkaMetadata(cfg.kafka)))
+                               self._closes(KafkaMetadata(cfg.kafka)),
+                               cfg.sessions.idle_after_s)
         mirror = None
         if cfg.kafka.mirror_group_offsets and cfg.offsets.store != "kafka":
             # its own client: the planner's belongs to the generator thread

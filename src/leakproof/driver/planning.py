@@ -9,7 +9,8 @@ chain needs (a partition that appeared, a gap skipped) travels with the plan.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 
 from leakproof.backpressure import split_budgets
 from leakproof.config import KafkaConfig
@@ -20,6 +21,7 @@ from leakproof.offsets import (
     CommittedBatch,
     HeldTransaction,
     LogBounds,
+    OffsetRange,
     StartPlan,
     check_position,
     per_partition_budget,
@@ -34,8 +36,12 @@ log = logging.getLogger(__name__)
 class Planner:
     """Start positions, then one plan per batch time, for one topic."""
 
-    def __init__(self, kafka: KafkaConfig, interval_s: float, metadata: Metadata) -> None:
+    def __init__(self, kafka: KafkaConfig, interval_s: float, metadata: Metadata,
+                 idle_after_s: float | None = None) -> None:
         self._cfg = kafka
+        self._idle_after_s = idle_after_s  # sessions.idle_after_s
+        self._quiet_since: dict[int, float] = {}  # monotonic: when a partition last had records
+        self._ticked: dict[int, float] = {}  # monotonic: its last idle tick
         self._interval_s = interval_s
         self._metadata = metadata
         self.topic = kafka.topic
@@ -159,7 +165,28 @@ class Planner:
             self._next[r.partition] = r.until_offset
         return BatchPlan(batch_ms, tuple(ranges), bounds, tuple(gaps), appeared,
                          self._holds(bounds),
-                         last=self._until is not None and reached(ranges, self._until))
+                         last=self._until is not None and reached(ranges, self._until),
+                         idle=self._idle(ranges))
+
+    def _idle(self, ranges: Sequence[OffsetRange]) -> tuple[int, ...]:
+        """The partitions silent for ``sessions.idle_after_s`` whose watermark is due to
+        move on with the wall clock (an empty range each: ``task.index``), each at most once
+        per ``idle_after_s`` (and per batch interval)."""
+        if self._idle_after_s is None:
+            return ()
+        now = time.monotonic()
+        every = max(self._idle_after_s, self._interval_s)
+        due = []
+        for r in ranges:
+            if r.count:
+                self._quiet_since[r.partition] = now
+                continue
+            quiet = self._quiet_since.setdefault(r.partition, now)
+            if now - quiet >= self._idle_after_s and \
+                    now - self._ticked.get(r.partition, quiet) >= every:
+                self._ticked[r.partition] = now
+                due.append(r.partition)
+        return tuple(due)
 
     def _bound_appeared(self, appeared: Mapping[int, int], bounds: Mapping[int, LogBounds]
                         ) -> None:

@@ -56,7 +56,9 @@ def stored_partition(cells: Mapping[bytes, bytes]) -> StoredPartition:
                                int(cells.get(b"w:pending", b"0"))),
                            Outbox.parse(cells),
                            writer_token(cells),
-                           int(cells.get(b"w:width", b"0")))
+                           int(cells.get(b"w:width", b"0")),
+                           int(cells.get(b"w:record_ts", b"-1")),
+                           int(cells.get(b"w:record_wm", b"%d" % NO_WATERMARK)))
 
 
 def writer_token(cells: Mapping[bytes, bytes]) -> bytes:
@@ -73,6 +75,9 @@ def watermark_cells(save: PartitionSave) -> dict[bytes, bytes]:
              b"w:check_below": str(save.check_below).encode()}
     if save.width:
         cells[b"w:width"] = str(save.width).encode()
+    if save.record_ts >= 0:
+        cells[b"w:record_ts"] = str(save.record_ts).encode()
+        cells[b"w:record_wm"] = str(save.record_wm).encode()
     return cells
 
 

@@ -15,7 +15,7 @@ from leakproof.errors import DecodeError
 from leakproof.events import Event
 from leakproof.open_index import Entry, IndexChanges
 from leakproof.outbox import Outbox
-from leakproof.sessions import PartitionState, SessionState
+from leakproof.sessions import NO_WATERMARK, PartitionState, SessionState
 from leakproof.summaries import Encode
 
 __all__ = [
@@ -66,8 +66,10 @@ class StoredPartition(NamedTuple):
     """A partition's state row: its watermark; the cutoff its last range closed below (the
     index holds no entry under it); below what an index entry may be stale, so must be
     checked against its session row (0: none may be); its outbox; its writer token
-    (``kept_rows``: whose kept rows still hold); and the width of its index's buckets (0:
-    not recorded -- a row written before the width was kept)."""
+    (``kept_rows``: whose kept rows still hold); the width of its index's buckets (0:
+    not recorded -- a row written before the width was kept); and the Kafka timestamp of
+    the newest record it read with the watermark then (-1: none), from which an idle
+    partition's watermark moves on with the wall clock (``sessions.idle_after_s``)."""
 
     state: PartitionState
     cutoff: int
@@ -75,6 +77,8 @@ class StoredPartition(NamedTuple):
     outbox: Outbox = Outbox()
     writer: bytes = b""
     width: int = 0
+    record_ts: int = -1
+    record_wm: int = NO_WATERMARK
 
 
 def rewritten(read: bytes, writer: bytes) -> bytes:
@@ -157,6 +161,8 @@ class PartitionSave(NamedTuple):
     cutoff: int
     check_below: int
     width: int = 0
+    record_ts: int = -1  # the newest record's Kafka timestamp, and the watermark then
+    record_wm: int = NO_WATERMARK
 
 
 class PartitionRows(Protocol):

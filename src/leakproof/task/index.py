@@ -52,6 +52,7 @@ class Loaded:
     # the stored watermarks of the partitions that own sessions found or touched here whose
     # keys moved away (partitions added), read before any of their rows
     owner_watermarks: dict[int, int] = field(default_factory=dict)
+    idle_watermark: int = NO_WATERMARK  # an idle tick moves the watermark on to this
 
     def sessions(self) -> set[str]:
         """Every session whose row this range reads or may write: touched or found (all in
@@ -67,6 +68,7 @@ class Wanted:
     partition: int
     touched: frozenset[str]
     newest_ts: int
+    idle_at: int | None = None  # an idle tick's batch time: the watermark follows the clock
 
 
 def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_after_ms: int,
@@ -87,7 +89,8 @@ def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_aft
     scanned = []  # per range: its cutoff, the entries that may expire, the stale ones
     for w in wanted:
         s = stored[w.partition]
-        cutoff = open_index.cutoff(max(s.state.watermark, w.newest_ts), close_after_ms)
+        cutoff = open_index.cutoff(max(s.state.watermark, w.newest_ts, _idle(s, w)),
+                                   close_after_ms)
         found = open_index.expiring(partitions.scan_open(topic, w.partition, s.cutoff, cutoff),
                                     cutoff)
         stale = ({e.session_id for e in found} if owner_of is not None
@@ -118,18 +121,31 @@ def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_aft
         before = open_index.known_rows(found, stale, own_checked, own_rows)
         s.state.open_sessions = OpenSessions(open_index.open_set(found, before))
         loaded.append(Loaded(s, s.state, own_rows, s.width or width, cutoff, found, before,
-                             kept[fence_key(topic, w.partition, incarnation)], mine))
+                             kept[fence_key(topic, w.partition, incarnation)], mine,
+                             _idle(s, w)))
     return loaded
 
 
+def _idle(stored: StoredPartition, wanted: Wanted) -> int:
+    """An idle tick's watermark: the one the partition's newest record left, moved on by
+    the wall-clock time since that record's timestamp (NO_WATERMARK: not an idle tick)."""
+    if wanted.idle_at is None or stored.record_ts < 0 or wanted.idle_at <= stored.record_ts:
+        return NO_WATERMARK
+    return stored.record_wm + (wanted.idle_at - stored.record_ts)
+
+
 def save(partitions: PartitionRows, topic: str,
-         done: Sequence[tuple[int, Loaded, FoldResult]], *, ts: int) -> None:
+         done: Sequence[tuple[int, Loaded, FoldResult, int]], *, ts: int) -> None:
     """Each partition's index changes, then its watermark (``PartitionRows.write_partitions``),
-    at cell timestamp ``ts``."""
+    at cell timestamp ``ts``. Each of ``done`` carries its range's newest record timestamp
+    (-1: it read none, an idle tick: the partition's record keeps the one it had)."""
     partitions.write_partitions(topic, [
         PartitionSave(partition, result.partition,
                       open_index.changes(loaded.width, loaded.found, loaded.before, result),
                       # no entry below the saved cutoff: a deferred one keeps it down
                       min([loaded.cutoff, *result.deferred.values()]),
-                      loaded.stored.check_below, loaded.width)
-        for partition, loaded, result in done], ts=ts)
+                      loaded.stored.check_below, loaded.width,
+                      *((max(newest, loaded.stored.record_ts), result.partition.watermark)
+                        if newest >= 0 else
+                        (loaded.stored.record_ts, loaded.stored.record_wm)))
+        for partition, loaded, result, newest in done], ts=ts)

@@ -90,6 +90,7 @@ class _Range:
     events: list[tuple[int, Event, int | None]]  # offset, event, lead (``_read``)
     dead: list[DecodeError]
     touched: frozenset[str]
+    newest_record_ts: int = -1  # the newest Kafka timestamp among its records
 
 
 def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, stores: Stores,
@@ -151,7 +152,10 @@ def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode,
     events: list[tuple[int, Event, int | None]] = []
     dead: list[DecodeError] = []
     keep, topic, partition = events.append, rng.topic, rng.partition
+    newest = -1
     for rec in records:  # once per record: locals only
+        if rec.timestamp > newest:
+            newest = rec.timestamp
         try:
             event = decode(rec.key, rec.value, topic=topic, partition=partition,
                            offset=rec.offset, timestamp=rec.timestamp, headers=rec.headers)
@@ -163,7 +167,8 @@ def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode,
             report.dead_letter_kinds[err.kind] = report.dead_letter_kinds.get(err.kind, 0) + 1
     report.records = len(events) + len(dead)
     report.read_s = time.monotonic() - t0
-    return _Range(rng, report, events, dead, frozenset(e.session_id for _, e, _ in events))
+    return _Range(rng, report, events, dead, frozenset(e.session_id for _, e, _ in events),
+                  newest)
 
 
 def _apart(ranges: Sequence[_Range]) -> list[list[_Range]]:
@@ -198,7 +203,8 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     t0 = time.monotonic()
     wanted = [index.Wanted(r.rng.partition, r.touched,
                            max((e.ts if lead is None else min(e.ts, lead)
-                                for _, e, lead in r.events), default=NO_WATERMARK))
+                                for _, e, lead in r.events), default=NO_WATERMARK),
+                           None if r.rng.count else batch_ms)  # an empty range: idle tick
               for r in step]
     loaded = index.load(stores.partitions, stores.sessions, topic, close_after_ms, wanted,
                         ts=first_ts, incarnation=incarnation,
@@ -227,6 +233,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
                                             close_after_ms))
         for offset, event, lead in r.events:
             folder.feed(offset, event, lead)
+        folder.advance(ld.idle_watermark)
         results.append(folder.finish())
         r.report.expiring = len(ld.found)
         r.report.rows_kept = ld.kept
@@ -264,7 +271,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     # watermarks
     _hand_over(stores.partitions, topic, results, owners_in, close_after_ms, ts)
     index.save(stores.partitions, topic,
-               [(r.rng.partition, ld, result)
+               [(r.rng.partition, ld, result, r.newest_record_ts)
                 for r, ld, result in zip(step, loaded, results, strict=True)], ts=ts)
     stores.sessions.keep([_kept(fence_key(topic, r.rng.partition, incarnation),
                                 ld.stored.writer, token, result)
