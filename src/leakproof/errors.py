@@ -48,6 +48,10 @@ class OffsetError(LeakproofError):
     """Stored offsets cannot be used as they are: data loss, a recreated topic, a policy of none."""
 
 
+class ForeignOffsets(OffsetError):
+    """The commit store holds offsets leakproof did not write, or lost the ones it did."""
+
+
 class DataLossError(OffsetError):
     """A stored offset is below the log start: retention deleted records never processed."""
 

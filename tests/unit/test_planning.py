@@ -48,7 +48,7 @@ def test_a_recreated_topic_accepted_by_a_rewind_gets_fences_of_its_own() -> None
     leases = FakeLeaseStore(recorded_topic_id="id-0")
     assert rig({0: (0, 10)}, topic_id="id-0", leases=leases).incarnation == ""
     write_rewind(RewindTarget(to_offsets={0: 0}), {0: 0}, FakeCommitStore(), leases,
-                 "7f3e9a2c-1b4d-4e5f-8a6b-0c1d2e3f4a5b", now_ms=2_000)
+                 "7f3e9a2c-1b4d-4e5f-8a6b-0c1d2e3f4a5b", now_ms=2_000, settle_s=0)
     again = rig({0: (0, 10)}, topic_id="7f3e9a2c-1b4d-4e5f-8a6b-0c1d2e3f4a5b", leases=leases)
     assert again.incarnation == "7f3e9a2c1b4d"
     assert fence_key("t", 0, again.incarnation) == "t~7f3e9a2c1b4d:0"

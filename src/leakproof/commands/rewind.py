@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from leakproof.config import Config
-from leakproof.errors import OffsetError, StoreError, TableMissing
+from leakproof.errors import ForeignOffsets, OffsetError, StoreError, TableMissing
 from leakproof.offsets import CommittedBatch, LogBounds
 from leakproof.ports.driver import CommitStore, LeaseStore
 
@@ -81,7 +81,7 @@ def rewound_offsets(target: RewindTarget, store: CommitStore, bounds: Mapping[in
         # nothing that new: the readable end (an open transaction's records may commit)
         offsets = {p: bounds[p].readable_end if o is None else o for p, o in by_time.items()}
     else:
-        latest = store.latest()
+        latest = _own_latest(store)
         offsets = {**(latest.offsets if latest else {}), **(target.to_offsets or {})}
     for p, o in sorted(offsets.items()):
         if p not in bounds:
@@ -94,13 +94,18 @@ def rewound_offsets(target: RewindTarget, store: CommitStore, bounds: Mapping[in
 
 
 def write_rewind(target: RewindTarget, offsets: Mapping[int, int], store: CommitStore,
-                 leases: LeaseStore, topic_id: str | None, now_ms: int) -> int:
+                 leases: LeaseStore, topic_id: str | None, now_ms: int,
+                 settle_s: float = 2.0) -> int:
     """Fence any running driver, then commit ``offsets`` as a new batch; returns its time.
 
     The epoch is bumped before the commit, so a driver still running fails its next lease
-    check and commits nothing after the rewind.
+    check and commits nothing after the rewind -- but a commit that passed its lease check
+    just before may still land after the rewind's. A store with history keeps both rows
+    and resumes from the rewind's (a later batch time); one without keeps only the newest
+    write, so the rewind reads its commit back after ``settle_s`` and writes it again if a
+    driver's landed over it, saying so.
     """
-    latest = store.latest()
+    latest = _own_latest(store)
     epoch = leases.take("rewind").epoch
     if topic_id:  # a rewind accepts the topic as it is now (a recreated one, say)
         # the first topic's id pinned before it is replaced: its fences carry no tag, and a
@@ -108,14 +113,33 @@ def write_rewind(target: RewindTarget, offsets: Mapping[int, int], store: Commit
         leases.first_topic_id(leases.topic_id() or topic_id)
         leases.record_topic_id(topic_id)
     batch_ms = max(now_ms, (latest.batch_ms + 1) if latest else now_ms)
-    store.put(batch_ms, offsets, {
+    audit = {
         "rewind": target.describe(),
         "rewound_from": str(latest.batch_ms) if latest else "none",
         "epoch": str(epoch),
         "committed_ms": str(now_ms),
         **({"topic_id": topic_id} if topic_id else {}),
-    })
+    }
+    store.put(batch_ms, offsets, audit)
+    if not store.keeps_history and settle_s > 0:
+        time.sleep(settle_s)
+        back = _own_latest(store)
+        if back is None or back.batch_ms != batch_ms or dict(back.offsets) != dict(offsets):
+            log.warning("a running driver's commit (batch %s) landed after this rewind; the "
+                        "rewind is written again, and that driver is fenced now",
+                        back.batch_ms if back else "none")
+            store.put(batch_ms, offsets, audit)
     return batch_ms
+
+
+def _own_latest(store: CommitStore) -> CommittedBatch | None:
+    """The store's newest commit, or None where it holds none of the job's own: a rewind is
+    the way out of offsets someone else wrote, or that vanished."""
+    try:
+        return store.latest()
+    except ForeignOffsets as exc:
+        log.warning("rewinding over offsets that are not the job's own: %s", exc)
+        return None
 
 
 @dataclass(frozen=True)
@@ -240,7 +264,7 @@ def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None,
 def _latest(store: CommitStore, dry_run: bool) -> CommittedBatch | None:
     """The newest commit; a dry run before the job's first run finds no table: nothing."""
     try:
-        return store.latest()
+        return _own_latest(store)
     except TableMissing:
         if not dry_run:
             raise
