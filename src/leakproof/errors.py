@@ -105,6 +105,11 @@ class KerberosError(LeakproofError):
         self.transient = transient
 
 
+class SchemaMismatch(LeakproofError):
+    """A writer schema the reader schema cannot read: every record of it would be set aside,
+    so the range stops instead (the batch is not committed)."""
+
+
 class RegistryUnavailable(LeakproofError):
     """The schema registry cannot be reached: an outage, never a bad record."""
 
