@@ -25,7 +25,7 @@ def each(module: str, check: str, where: str, *paths: str) -> list[Name]:
     return [(module, path, check, where) for path in paths]
 
 
-HBASE, ROW_PUTS, ROW_GETS = "hbase/connection.py", "hbase/row_puts.py", "hbase/row_gets.py"
+HBASE, ROW_PUTS, ROW_GETS = "hbase/connection.py", "hbase/wire/puts.py", "hbase/wire/gets.py"
 SCAN, SECURE = "hbase/partition_store.py: short_scan", "hbase/secure.py"
 LEAN, READER, KAFKA = "kafka/lean_fetch.py", "kafka/reader.py", "kafka/__init__.py"
 NAMES: list[Name] = [

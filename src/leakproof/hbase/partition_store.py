@@ -19,8 +19,8 @@ from typing import Any
 import happybase
 from happybase.table import TScan  # the Thrift struct happybase itself scans with
 
-from leakproof.hbase.row_puts import row_puts
 from leakproof.hbase.state_store import read_lease_epoch
+from leakproof.hbase.wire.puts import row_puts
 from leakproof.kept_rows import new_token
 from leakproof.open_index import MAX_BUCKET, MAX_WIDTH, Entry, IndexChanges, bucket_of
 from leakproof.outbox import PUBLISHED, Outbox
