@@ -21,7 +21,6 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -34,6 +33,7 @@ from leakproof.crashpoints import crash_point
 from leakproof.driver.batch import BatchOutcome, BatchPlan, batch_millis
 from leakproof.driver.committing import Committer
 from leakproof.driver.control import RunControl, RunLimits
+from leakproof.driver.dispatch import run_tasks
 from leakproof.driver.grouping import group
 from leakproof.driver.key_guard import KeyMoveGuard
 from leakproof.driver.placement import place
@@ -45,27 +45,18 @@ from leakproof.driver.spark_session import (
     rdd_with_locations,
     warm_up_workers,
 )
-from leakproof.driver.startup import start_driver
+from leakproof.driver.startup import prepare_tables, start_driver
 from leakproof.driver.stopping import StopRequests
 from leakproof.errors import (
     BatchFailed,
     CommitRefused,
     KafkaReadError,
     LeakproofError,
-    StoreError,
-)
-from leakproof.hbase.connection import (
-    ConnectionSlot,
-    ensure_tables,
-    family_advice,
-    judge_families,
-    ttl_refusal,
 )
 from leakproof.hbase.state_store import HBaseLeaseStore, HBaseRunRecord
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.logs import FIELDS
 from leakproof.model.fingerprint import meaning
-from leakproof.offsets import OffsetRange
 from leakproof.reports import TaskReport
 from leakproof.runs import heartbeat_period_s
 
@@ -112,18 +103,7 @@ class Job:
         Returns each assigned partition's start offset.
         """
         cfg = self.cfg
-        conns = ConnectionSlot(cfg.hbase)
-        created = conns.call("create tables", lambda c: ensure_tables(c, cfg.hbase))
-        advice, refusals = conns.call("read table settings", lambda c: judge_families(
-            c, cfg.hbase, family_advice, ttl_refusal))
-        conns.reset()
-        if refusals:
-            raise StoreError("; ".join(refusals))
-        if created:
-            log.info("created HBase tables %s", ", ".join(created))
-        for command in advice:
-            log.warning("an HBase table without a Bloom filter or block cache makes every "
-                        "session row read go to disk; in the HBase shell: %s", command)
+        prepare_tables(cfg.hbase)
         leases = self._closes(HBaseLeaseStore(cfg.hbase, self.topic, self.group))
         self.planner = Planner(cfg.kafka, cfg.job.batch_interval_s,
                                self._closes(KafkaMetadata(cfg.kafka)),
@@ -269,49 +249,10 @@ class Job:
         self.progress.batch(BatchOutcome(plan, committed, took, self.control.rate))
 
     def _run_tasks(self, plan: BatchPlan, rdd: Any) -> list[TaskReport]:
-        if not plan.work:
-            return []
         assert self.committer is not None
-        cfg, batch_ms, epoch = self.cfg, plan.batch_ms, self.committer.lease.epoch
-        incarnation = self._incarnation
-
-        owners_in = plan.owners_in
-
-        def tasks(check: int | None, cell_ts: dict[int, int]
-                  ) -> Callable[[Iterator[tuple[OffsetRange, ...]]], Iterator[TaskReport]]:
-            def task(runs: Iterator[tuple[OffsetRange, ...]]) -> Iterator[TaskReport]:
-                from leakproof.task.worker import run_ranges
-
-                for ranges in runs:  # in partition order, each its own fence and report
-                    yield from run_ranges(cfg, batch_ms, ranges, epoch, check,
-                                          cell_ts=cell_ts, incarnation=incarnation,
-                                          owners_in=owners_in)
-            return task
-
-        try:  # the Spark UI's job list then says which ranges each batch read
-            rdd.context.setJobDescription(f"leakproof batch {batch_ms}: {plan.describe()}")
-        except Exception:
-            log.debug("could not set the job description", exc_info=True)
         self._dispatched.set()
-        reports: list[TaskReport] = rdd.mapPartitions(
-            tasks(plan.check_keys_in, plan.stamps())).collect()
-        held = [r for r in reports if r.moved_keys]
-        if not held:
-            return reports
-        # Ranges holding keys written under another partition count wrote nothing; now that
-        # the others are written they run alone, and later batches run as one task.
-        self.control.keys_moved(int(time.time() * 1000))
-        log.warning("batch %d: %d keys sit in partitions Kafka's default partitioner does "
-                    "not give them (partitions added under the backlog, or another "
-                    "partitioner): partitions %s run again in one task, and batches run "
-                    "as one task for a while", batch_ms, sum(r.moved_keys for r in held),
-                    ",".join(str(r.partition) for r in held))
-        again = {r.partition for r in held}
-        rerun = tuple(r for r in plan.work if r.partition in again)
-        # above every timestamp of the first pass: a late write of it cannot hide these
-        redone: list[TaskReport] = rdd.context.parallelize([rerun], 1).mapPartitions(
-            tasks(None, plan.stamps(again=True))).collect()
-        return [r for r in reports if not r.moved_keys] + redone
+        return run_tasks(self.cfg, plan, rdd, self.committer.lease.epoch, self._incarnation,
+                         self.control.keys_moved)
 
     # ------------------------------------------------------------------ the run
 

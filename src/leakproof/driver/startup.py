@@ -20,9 +20,17 @@ import logging
 from dataclasses import dataclass
 
 from leakproof.cell_clock import CellClock
+from leakproof.config import HBaseConfig
 from leakproof.driver.committing import Committer
 from leakproof.driver.planning import Planner
-from leakproof.errors import ConfigError
+from leakproof.errors import ConfigError, StoreError
+from leakproof.hbase.connection import (
+    ConnectionSlot,
+    ensure_tables,
+    family_advice,
+    judge_families,
+    ttl_refusal,
+)
 from leakproof.lease import Lease
 from leakproof.model.fingerprint import changes, only_added
 from leakproof.offsets import CommittedBatch, StartPlan
@@ -30,6 +38,24 @@ from leakproof.ports.driver import CommitStore, GroupMirror, LeaseStore
 from leakproof.sessions import incarnation_of
 
 log = logging.getLogger(__name__)
+
+
+def prepare_tables(cfg: HBaseConfig) -> None:
+    """The job's tables made if missing, and refused if a family carries a TTL (cells
+    written once would expire under live sessions); missing Bloom filters or block cache
+    are told with the shell command that adds them."""
+    conns = ConnectionSlot(cfg)
+    created = conns.call("create tables", lambda c: ensure_tables(c, cfg))
+    advice, refusals = conns.call("read table settings", lambda c: judge_families(
+        c, cfg, family_advice, ttl_refusal))
+    conns.reset()
+    if refusals:
+        raise StoreError("; ".join(refusals))
+    if created:
+        log.info("created HBase tables %s", ", ".join(created))
+    for command in advice:
+        log.warning("an HBase table without a Bloom filter or block cache makes every "
+                    "session row read go to disk; in the HBase shell: %s", command)
 
 
 def check_model(leases: LeaseStore, model: str) -> None:
