@@ -23,7 +23,7 @@ from pathlib import Path
 
 from leakproof import config
 from leakproof.hbase.connection import connect, families
-from leakproof.hbase.row_gets import get_rows
+from leakproof.hbase.wire.gets import get_rows
 from proctools import CpuByRole
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from leakproof import config as config_mod
+from leakproof.dead_letter import Selection
 from leakproof.errors import ConfigError, LeakproofError
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
 from leakproof.kafka.registry import resolve_schema
@@ -29,14 +30,29 @@ def _spec(text: str) -> GeneratorSpec:
                          span_s=rest[1] if len(rest) > 1 else None)
 
 
-def _iso_ms(text: str) -> int:
+def _iso_ms(text: str, zone_needed: bool = False) -> int:
+    """An ISO 8601 time as epoch ms; without a zone UTC, or refused (``zone_needed``)."""
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from None
     if when.tzinfo is None:
+        if zone_needed:
+            raise argparse.ArgumentTypeError(f"{text!r} has no zone: add one (Z, +01:00, ...)")
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)
+
+
+def _zoned_ms(text: str) -> int:
+    """An ISO 8601 time that says its zone: a backfill's end is no place to guess one."""
+    return _iso_ms(text, zone_needed=True)
+
+
+def _count(text: str) -> int:
+    """A whole number, 0 or more."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return int(text)
 
 
 def _offsets(text: str) -> dict[int, int]:
@@ -52,6 +68,8 @@ DESCRIPTION = ("leakproof: Kafka web-server events folded into per-session rows 
                "exactly once, by a Spark Streaming job; offsets in HBase. Each command "
                "takes --config config.yml.")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# commands whose actions are sub-commands
+NESTED = frozenset({"offsets", "sessions", "deadletters"})
 
 
 def _version() -> str:
@@ -73,14 +91,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     def cmd(name: str, help_: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_)
-        p.add_argument("--config", required=name != "offsets", help="path to config.yml",
-                       **({"default": argparse.SUPPRESS} if name == "offsets" else {}))
+        nested = name in NESTED  # --config before or after the action: each parser takes it
+        p.add_argument("--config", required=not nested, help="path to config.yml",
+                       **({"default": argparse.SUPPRESS} if nested else {}))
         return p
 
     run = cmd("run", "run the streaming job")
     run.add_argument("--until-idle", type=float, metavar="S",
                      help="stop gracefully after S seconds without new records")
     run.add_argument("--max-batches", type=int, metavar="N", help="stop after N batches")
+    bound = run.add_mutually_exclusive_group()
+    bound.add_argument("--until-offsets", type=_offsets, metavar="P=O[,P=O...]",
+                       help="a backfill: read every partition up to (not including) its "
+                            "offset here, then stop (exit 0); name every partition")
+    bound.add_argument("--until-time", type=_zoned_ms, metavar="ISO8601",
+                       help="a backfill: records whose Kafka timestamp is at or after this "
+                            "time (with its zone, e.g. 2026-01-01T00:00:00Z) are not read; "
+                            "stop once every partition got there (exit 0)")
     run.add_argument("--log-format", choices=["text", "json"], default="text",
                      help="every log record as a text line, or as one JSON object (the "
                           "per-batch progress record's figures as its fields)")
@@ -114,15 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     tables = cmd("tables", "create the HBase tables (idempotent)")
     tables.add_argument("action", choices=["create"], help="create the missing ones")
 
-    offsets = cmd("offsets", "committed offsets: show, history, lag, rewind")
-    actions = offsets.add_subparsers(dest="action", required=True)
-
-    def action(name: str, help_: str) -> argparse.ArgumentParser:
-        p = actions.add_parser(name, help=help_)
-        # --config before or after the action; SUPPRESS keeps the sub-parser from resetting it
-        p.add_argument("--config", default=argparse.SUPPRESS, help="path to config.yml")
-        return p
-
+    action = _actions(cmd("offsets", "committed offsets: show, history, lag, rewind"))
     old_limit = "accepted for scripts written for earlier versions; no effect"
     action("show", "the newest commit").add_argument("--limit", type=int, metavar="N",
                                                      help=old_limit)
@@ -142,14 +161,53 @@ def build_parser() -> argparse.ArgumentParser:
                             "(no zone = UTC)")
     where.add_argument("--to-offsets", type=_offsets, metavar="P=O[,P=O...]",
                        help="these partitions to these offsets, the rest as they are")
+    rewind.add_argument("--dry-run", action="store_true",
+                        help="print the plan (per partition: from, to, offsets read again) "
+                             "and change nothing")
 
-    sessions = cmd("sessions", "read a session row")
-    sessions.add_argument("action", choices=["get"], help="print one session row")
-    sessions.add_argument("session_id", help="the row key: the session's id")
+    session = _actions(cmd("sessions", "session rows: read one, compare two table sets"))
+    session("get", "print one session row").add_argument(
+        "session_id", help="the row key: the session's id")
+    diff = session("diff", "compare the session rows (family s) of two table sets, e.g. the "
+                           "live tables and a reprocessed copy: exit 1 on any difference")
+    diff.add_argument("--against", required=True, metavar="CONFIG",
+                      help="the config.yml of the other table set (B; --config is A)")
+    diff.add_argument("--sample", type=_count, default=10, metavar="N",
+                      help="print up to N rows of each kind of difference (default 10)")
+    diff.add_argument("--json", action="store_true", help="the report as one JSON object")
+
+    letters = _actions(cmd("deadletters", "the records set aside: list, show, redrive"))
+    listing = letters("list", "the dead letters of the topic, one a line, and their counts "
+                              "by kind and redrive state")
+    _letter_filters(listing)
+    listing.add_argument("--state", action="append", default=[],
+                         choices=["waiting", "pending", "sent"],
+                         help="only those never re-driven (waiting), being re-driven "
+                              "(pending) or re-driven (sent); repeat for more")
+    listing.add_argument("--limit", type=_count, default=100, metavar="N",
+                         help="print at most N of them (default 100; 0: all); the counts "
+                              "cover every one")
+    listing.add_argument("--json", action="store_true", help="one JSON object a line")
+    show = letters("show", "one dead letter: the record as Kafka had it (key and value as "
+                           "hex and text, headers), its error, its redrive")
+    show.add_argument("record", metavar="PARTITION:OFFSET", help="its partition and offset")
+    show.add_argument("--json", action="store_true", help="as one JSON object (bytes as hex)")
+    redrive = letters("redrive", "send the selected dead letters back to the topic, as they "
+                                 "were, each exactly once, in Kafka transactions")
+    _letter_filters(redrive)
+    redrive.add_argument("--rate", type=float, default=1000.0, metavar="N",
+                         help="at most N records a second (default 1000)")
+    redrive.add_argument("--dry-run", action="store_true",
+                         help="print what would go; send nothing, mark nothing")
 
     model = cmd("model", "check the event model (events:, aggregates:) against its schema and "
                          "the topic's newest records; writes nothing")
-    model.add_argument("action", choices=["check"], help="check it; writes nothing")
+    model.add_argument("action", choices=["check", "accept"],
+                       help="check: check it, writing nothing; accept: record it as the model "
+                            "the session rows are written under (added aggregates only, "
+                            "unless --force)")
+    model.add_argument("--force", action="store_true",
+                       help="accept: record any change, not only added aggregates")
     model.add_argument("--sample", type=int, default=20, metavar="N",
                        help="fold the newest N records and print the rows they would give "
                             "(0: check the schema only)")
@@ -160,7 +218,44 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--spec", type=_spec, action="append", default=[],
                         metavar="SEED:EVENTS:SESSIONS[:START_TS[:SPAN_S]]",
                         help="one per `produce` run")
+    verify.add_argument("--until-time", type=_zoned_ms, metavar="ISO8601",
+                        help="compare with the records a run bounded by this --until-time "
+                             "read (a backfill), not the whole topic")
     return parser
+
+
+def _letter_filters(p: argparse.ArgumentParser) -> None:
+    """Which dead letters a ``deadletters`` action takes (``dead_letter.Selection``)."""
+    p.add_argument("--kind", action="append", default=[], metavar="KIND",
+                   help="only this kind, e.g. unknown_schema_id; repeat for more")
+    p.add_argument("--partition", type=_count, action="append", default=[], metavar="P",
+                   help="only this partition; repeat for more")
+    p.add_argument("--since", type=_iso_ms, metavar="ISO8601",
+                   help="only records whose Kafka timestamp is at or after this time (no "
+                        "zone = UTC; a row written before record times were kept: its "
+                        "batch's time)")
+    p.add_argument("--until", type=_iso_ms, metavar="ISO8601",
+                   help="only records whose Kafka timestamp is before this time")
+    p.add_argument("--from-offset", type=_count, default=0, metavar="O",
+                   help="only offsets at or above O")
+    p.add_argument("--until-offset", type=_count, metavar="O", help="only offsets below O")
+
+
+def _selection(args: argparse.Namespace) -> Selection:
+    return Selection(frozenset(args.kind), frozenset(args.partition), args.since, args.until,
+                     args.from_offset, args.until_offset, frozenset(getattr(args, "state", ())))
+
+
+def _actions(parent: argparse.ArgumentParser) -> Callable[[str, str], argparse.ArgumentParser]:
+    """The actions of a command (``offsets show``): a maker of one sub-parser each."""
+    actions = parent.add_subparsers(dest="action", required=True)
+
+    def action(name: str, help_: str) -> argparse.ArgumentParser:
+        p = actions.add_parser(name, help=help_)
+        # --config before or after the action; SUPPRESS keeps the sub-parser from resetting it
+        p.add_argument("--config", default=argparse.SUPPRESS, help="path to config.yml")
+        return p
+    return action
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -170,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("the following arguments are required: --config")
     log_format = getattr(args, "log_format", "text")
     configure(args.log_level, log_format)
-    command = COMMANDS[args.cmd if args.cmd != "offsets" else f"offsets {args.action}"]
+    command = COMMANDS[f"{args.cmd} {args.action}" if args.cmd in NESTED else args.cmd]
     try:
         cfg = config_mod.load(args.config)
         if args.cmd in READS_EVENTS:  # the reader schema may live in the registry
@@ -208,7 +303,8 @@ def run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
         client(cfg.input.registry).check_at_start()
     spark_context(cfg)
-    return Job(cfg, RunLimits(args.until_idle, args.max_batches, args.log_format)).run()
+    return Job(cfg, RunLimits(args.until_idle, args.max_batches, args.log_format,
+                              args.until_offsets, args.until_time)).run()
 
 
 def stop(args: argparse.Namespace, cfg: config_mod.Config) -> int:
@@ -297,10 +393,21 @@ def offsets_lag(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 def offsets_rewind(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.commands.rewind import RewindTarget, rewind
 
-    batch_ms, new = rewind(cfg, RewindTarget(args.to_batch, args.to_time, args.to_offsets))
-    print(json.dumps({"batch_ms": batch_ms, "offsets": new, "store": cfg.offsets.store},
-                     sort_keys=True))
+    batch_ms, plan = rewind(cfg, RewindTarget(args.to_batch, args.to_time, args.to_offsets),
+                            dry_run=args.dry_run)
+    if args.dry_run:
+        print("\n".join([*plan.table(), "dry run: nothing written"]))
+    print(json.dumps(plan.summary(batch_ms), sort_keys=True))
     return 0
+
+
+def sessions_diff(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.commands.sessions_diff import diff_sessions
+
+    found = diff_sessions(cfg, config_mod.load(args.against), args.sample)
+    print(json.dumps(found.as_json(), sort_keys=True) if args.json else
+          "\n".join(found.lines()))
+    return 0 if found.rows.same else 1
 
 
 def sessions(args: argparse.Namespace, cfg: config_mod.Config) -> int:
@@ -319,9 +426,37 @@ def sessions(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     return 0
 
 
+def deadletters_list(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.commands.dead_letters import print_list
+
+    return print_list(cfg, _selection(args), args.limit, args.json)
+
+
+def deadletters_show(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.commands.dead_letters import print_one
+
+    return print_one(cfg, args.record, args.json)
+
+
+def deadletters_redrive(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.commands.redrive import print_redrive
+
+    return print_redrive(cfg, _selection(args), args.rate, args.dry_run,
+                         progress=lambda text: print(text, file=sys.stderr))
+
+
 def model(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    """The config loaded: the model is valid (a bad one stopped at ``load``). Then a sample."""
+    """The config loaded: the model is valid (a bad one stopped at ``load``). Then a sample,
+    or (``accept``) the model recorded beside the rows."""
     from collections import Counter
+
+    if args.action == "accept":
+        from leakproof.commands.model_accept import accept
+
+        found = accept(cfg, args.force)
+        print(f"recorded the model of {cfg.hbase.sessions_table}"
+              + (f": {'; '.join(map(str, found))}" if found else " (unchanged)"))
+        return 0
 
     from leakproof.commands.model_check import sample
 
@@ -346,10 +481,11 @@ def model(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 def verify(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.commands.verify import verify as check
 
-    v = check(cfg, args.spec,
+    v = check(cfg, args.spec, args.until_time,
               lambda text: print(f"verify: {text}", file=sys.stderr, flush=True))
     print(f"oracle: {v.events} events in the topic, {v.bad_records} bad records, "
-          f"{v.sessions} session rows, {v.dead_letters} dead letters: "
+          f"{v.sessions} session rows, {v.dead_letters} dead letters"
+          f"{f' ({v.redriven} re-driven)' if v.redriven else ''}: "
           f"{'EXACT MATCH' if v.ok else 'MISMATCH'}")
     for problem in v.problems:
         print(f"  {problem}")
@@ -361,7 +497,10 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, config_mod.Config], int]] = {
     "run": run, "stop": stop, "produce": produce, "topic": topic, "tables": tables,
     "offsets show": offsets_history, "offsets history": offsets_history,
     "offsets lag": offsets_lag, "offsets rewind": offsets_rewind,
-    "sessions": sessions, "verify": verify, "model": model,
+    "deadletters list": deadletters_list, "deadletters show": deadletters_show,
+    "deadletters redrive": deadletters_redrive,
+    "sessions get": sessions, "sessions diff": sessions_diff, "verify": verify,
+    "model": model,
 }
 
 

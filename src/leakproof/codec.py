@@ -49,7 +49,7 @@ import fastavro
 import orjson
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from leakproof.errors import DecodeError, KeyDecodeError, ValueDecodeError
+from leakproof.errors import DecodeError, KeyDecodeError, SchemaMismatch, ValueDecodeError
 from leakproof.events import Event, WebEvent, schema_json
 from leakproof.frames import FRAME_LENGTHS, FrameError, confluent_frame, describe, frame_of
 from leakproof.model.schema import NO_DEFAULT, Field, without_logical_types
@@ -107,6 +107,19 @@ def encode_key(event: WebEvent) -> bytes:
 
 Fault = tuple[type[DecodeError], str, str]
 _MISSING = object()
+
+
+def unreadable(writer: Any, reader: Any) -> list[str]:
+    """The reader's top-level fields a record of ``writer`` lacks (by name or alias) and the
+    reader gives no default for: Avro's resolution fails on each such record. (A producer
+    that removed a field passes the registry's default BACKWARD check, which asks the
+    reverse: whether the new schema reads the old records.)"""
+    if not isinstance(writer, dict) or not isinstance(reader, dict):
+        return []
+    written = {f["name"] for f in writer.get("fields", [])}
+    return [f["name"] for f in reader.get("fields", [])
+            if f["name"] not in written and "default" not in f
+            and not written.intersection(f.get("aliases", []))]
 
 
 class Decoder:
@@ -252,6 +265,14 @@ class Decoder:
                                    **where) from exc
         if to_parsing_canonical_form(writer) == self._reader_form:
             writer = self._reader  # the same schema: read without resolution
+        elif missing := unreadable(writer, self._reader):
+            subject = f"{where['topic']}-value" if self._api == "confluent" else where["topic"]
+            raise SchemaMismatch(
+                f"{name} (subject {subject}) has no field {', '.join(missing)}, which the "
+                f"reader schema needs and gives no default: none of its records can be read, "
+                f"so the range stops instead of setting every one aside. Give the reader a "
+                f"default for {missing[0]} (events.schema, or a newer registry version when the "
+                f"reader comes from the registry) and restart; the records are read then.")
         self._by_frame[frame] = writer
         return writer
 

@@ -24,6 +24,7 @@ from leakproof.model.spec import Model, read_model, web_model
 
 OffsetReset = Literal["earliest", "latest", "none"]
 DataLossPolicy = Literal["fail", "skip"]
+CompactedPolicy = Literal["refuse", "accept"]
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
 ThriftTransport = Literal["buffered", "framed", "http"]
 ThriftProtocol = Literal["binary", "compact"]
@@ -31,6 +32,8 @@ HBaseAuth = Literal["none", "kerberos"]
 SaslQop = Literal["auth", "auth-int", "auth-conf"]
 OffsetsStore = Literal["hbase", "kafka", "zookeeper"]
 SummaryFormat = Literal["json", "avro"]
+SessionsBy = Literal["id"]  # gap: a visitor's events split by the gap (not built)
+LatePolicy = Literal["count"]  # fold: folded in and published again (not built)
 RegistryAuth = Literal["none", "basic", "kerberos"]
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -101,6 +104,10 @@ class KafkaConfig:
     partitions: tuple[int, ...] | None = None  # None = all, re-read every batch
     auto_offset_reset: OffsetReset = "earliest"
     on_data_loss: DataLossPolicy = "fail"
+    # refuse: a source topic with cleanup.policy compact stops the start (its cleaner deletes
+    # records before they are read, and the reader cannot tell such holes from a compacted
+    # backlog); accept: the operator knows and accepts that loss
+    on_compacted_topic: CompactedPolicy = "refuse"
     # read_committed: records of aborted transactions are never read, and ranges stop at the
     # last stable offset. read_uncommitted reads every record a producer sent, aborted ones
     # too: only for topics that no transactional producer writes.
@@ -196,6 +203,14 @@ class SessionsConfig:
 
     inactivity_gap_s: float = 1800.0
     grace_s: float = 60.0
+    # a partition silent this long (wall clock) has its watermark move on with the wall clock
+    # from its newest event time, so its sessions close too; None: never
+    idle_after_s: float | None = None
+    # the contract's other keys, at the one value built: sessions by their id, late events
+    # counted (``by: gap``, ``late: fold`` and ``max_duration_s`` are refused, named)
+    by: SessionsBy = "id"
+    late: LatePolicy = "count"
+    max_duration_s: float | None = None
 
     @property
     def close_after_ms(self) -> int:
@@ -437,6 +452,7 @@ def _kafka(data: dict[str, Any]) -> KafkaConfig:
         # docs/DESIGN.md calls the skipping policy `earliest`; both names are accepted.
         on_data_loss="skip" if s.choice("on_data_loss", DataLossPolicy, ("earliest",))
         != "fail" else "fail",
+        on_compacted_topic=s.choice("on_compacted_topic", CompactedPolicy),
         isolation_level=s.choice("isolation_level", IsolationLevel),
         max_rate_per_partition=max_rate,
         min_rate_per_partition=min_rate,
@@ -526,7 +542,20 @@ def _sessions(data: dict[str, Any]) -> SessionsConfig:
     return SessionsConfig(
         inactivity_gap_s=s.number("inactivity_gap_s", minimum=0, exclusive=True),
         grace_s=s.number("grace_s", minimum=0),
+        idle_after_s=None if data.get("idle_after_s") is None
+        else s.number("idle_after_s", minimum=0, exclusive=True),
+        by=s.choice("by", SessionsBy),
+        late=s.choice("late", LatePolicy),
+        max_duration_s=_max_duration(data.get("max_duration_s")),
     )
+
+
+def _max_duration(value: Any) -> float | None:
+    if value is not None:
+        raise ConfigError(f"'sessions.max_duration_s' cuts sessions split by an inactivity "
+                          f"gap (sessions.by: gap), which this version does not build; it "
+                          f"must be null, got {value!r}")
+    return value
 
 
 def _input(data: dict[str, Any], base: Path) -> InputConfig:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class LeakproofError(Exception):
     """Root of every error leakproof raises on purpose."""
@@ -12,13 +14,16 @@ class ConfigError(LeakproofError):
 
 
 class DecodeError(LeakproofError):
-    """A Kafka record could not become a WebEvent; carries its coordinates and raw bytes.
+    """A Kafka record could not become a WebEvent; carries its coordinates and raw bytes
+    (and, once the reader has added them, its timestamp and headers: all a redrive needs to
+    send it back as it was).
 
     Decode errors never stop a partition: the task dead-letters the record and goes on.
     """
 
     def __init__(self, reason: str, *, kind: str, topic: str, partition: int, offset: int,
-                 key: bytes | None, value: bytes | None) -> None:
+                 key: bytes | None, value: bytes | None, timestamp: int | None = None,
+                 headers: Sequence[tuple[str, bytes | None]] = ()) -> None:
         super().__init__(f"{topic}:{partition}:{offset}: {reason}")
         self.reason = reason
         self.kind = kind  # short rule name (codec.py lists them), counted per batch
@@ -27,6 +32,8 @@ class DecodeError(LeakproofError):
         self.offset = offset
         self.key = key
         self.value = value
+        self.timestamp = timestamp  # the record's Kafka timestamp, ms
+        self.headers = headers
 
 
 class KeyDecodeError(DecodeError):
@@ -41,8 +48,16 @@ class OffsetError(LeakproofError):
     """Stored offsets cannot be used as they are: data loss, a recreated topic, a policy of none."""
 
 
+class ForeignOffsets(OffsetError):
+    """The commit store holds offsets leakproof did not write, or lost the ones it did."""
+
+
 class DataLossError(OffsetError):
     """A stored offset is below the log start: retention deleted records never processed."""
+
+
+class TablesOwned(LeakproofError):
+    """Another job writes this table set: two jobs on one set of session rows lose updates."""
 
 
 class CommitRefused(LeakproofError):
@@ -94,6 +109,11 @@ class KerberosError(LeakproofError):
     def __init__(self, message: str, *, transient: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+class SchemaMismatch(LeakproofError):
+    """A writer schema the reader schema cannot read: every record of it would be set aside,
+    so the range stops instead (the batch is not committed)."""
 
 
 class RegistryUnavailable(LeakproofError):

@@ -62,6 +62,12 @@ class KeyMoves:
             out = replace(out, check_since_ms=None, checked=_raised(self.checked, log_ends))
         return out
 
+    @property
+    def grown(self) -> bool:
+        """Whether partitions were ever seen added: a session's index entry may then sit in
+        a partition its key has left (``sessions.PartitionFolder``'s ``may_close``)."""
+        return self.since_ms is not None or bool(self.until)
+
     def mixing(self, starts: Mapping[int, int]) -> bool:
         """Whether a batch whose ranges start at ``starts`` may hold one session's records
         in two partitions: it must run as one task."""
@@ -88,7 +94,12 @@ class KeyMoves:
 def placed(key: bytes, partition: int, partitions: int) -> bool:
     """Whether Kafka's default partitioner puts a record keyed ``key`` in ``partition`` of
     ``partitions`` (murmur2, made positive, modulo the count)."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions == partition
+    return home(key, partitions) == partition
+
+
+def home(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives a record keyed ``key``."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 _M = 0x5BD1E995

@@ -10,11 +10,13 @@ aggregates are shared: they say what the model is, not how it folds.
 
 from __future__ import annotations
 
+import heapq
 import operator
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from leakproof import moved_keys
 from leakproof.events import Event
 from leakproof.model import where
 from leakproof.model.schema import Field
@@ -65,48 +67,84 @@ def _text(kind: str, v: Any) -> str:
 def expected_rows(partitions: Mapping[int, Iterable[Event]], close_after_ms: int,
                   model: Model) -> dict[str, dict[str, str]]:
     """session -> {column: text value} for events given per partition in offset order."""
+    return _rows(((p, e) for p, events in partitions.items() for e in events),
+                 close_after_ms, model)
+
+
+def expected_rows_merged(partitions: Mapping[int, Sequence[tuple[int, Event]]],
+                         close_after_ms: int, model: Model, owners_in: int | None = None
+                         ) -> dict[str, dict[str, str]]:
+    """As ``expected_rows`` for (record timestamp, event) pairs per partition, where a
+    session may have records in several partitions (its key moved when partitions were
+    added): the partitions are merged by record timestamp (each keeps its offset order),
+    every event is judged late or not by its own partition's watermark, and a session is
+    closed by the watermark of the partition of its newest record -- or, once the topic
+    grew (``owners_in``: its partition count), once the partition Kafka's default
+    partitioner gives its key has passed it, and that partition had events of it or one
+    that had has passed it too (the job closes it there, or hands it over from there)."""
+    merged = heapq.merge(*([(ts, p, e) for ts, e in seq] for p, seq in sorted(partitions.items())),
+                         key=lambda x: (x[0], x[1]))
+    owner = None if owners_in is None else (
+        lambda sid: moved_keys.home(sid.encode(), owners_in))
+    return _rows(((p, e) for _, p, e in merged), close_after_ms, model, owner)
+
+
+def _rows(events: Iterable[tuple[int, Event]], close_after_ms: int, model: Model,
+          owner: Callable[[str], int] | None = None) -> dict[str, dict[str, str]]:
+    """The fold, independently of ``sessions``: (partition, event) in the order the job
+    meets them within each partition; a watermark per partition."""
     fields = model.fields()
     sequenced = model.sequence is not None
     conditions = {a.name: where.parse(a.where) if a.where else None for a in model.aggregates}
     python = {a.name: load_python(a) for a in model.aggregates if a.python}
+    applied: dict[str, list[Event]] = defaultdict(list)
+    newest: dict[str, int] = {}  # highest time among a session's applied events
+    late: dict[str, int] = defaultdict(int)
+    dups: dict[str, int] = defaultdict(int)
+    applied_keys: set[tuple[str, int | None]] = set()
+    watermark: dict[int, int] = defaultdict(lambda: -1)
+    last_in: dict[str, int] = {}  # the partition of a session's newest record
+    seen_in: dict[str, set[int]] = defaultdict(set)  # the partitions with records of it
+    for p, e in events:
+        if e.session_id in newest and watermark[p] > newest[e.session_id] + close_after_ms:
+            late[e.session_id] += 1
+        elif sequenced and (e.session_id, e.seq) in applied_keys:
+            dups[e.session_id] += 1
+        else:
+            applied_keys.add((e.session_id, e.seq))
+            applied[e.session_id].append(e)
+            newest[e.session_id] = max(newest.get(e.session_id, e.ts), e.ts)
+        watermark[p] = max(watermark[p], e.ts)
+        last_in[e.session_id] = p
+        seen_in[e.session_id].add(p)
     rows: dict[str, dict[str, str]] = {}
-    for events in partitions.values():
-        applied: dict[str, list[Event]] = defaultdict(list)
-        newest: dict[str, int] = {}  # highest time among a session's applied events
-        late: dict[str, int] = defaultdict(int)
-        dups: dict[str, int] = defaultdict(int)
-        applied_keys: set[tuple[str, int | None]] = set()
-        watermark = -1
-        for e in events:
-            if e.session_id in newest and watermark > newest[e.session_id] + close_after_ms:
-                late[e.session_id] += 1
-            elif sequenced and (e.session_id, e.seq) in applied_keys:
-                dups[e.session_id] += 1
-            else:
-                applied_keys.add((e.session_id, e.seq))
-                applied[e.session_id].append(e)
-                newest[e.session_id] = max(newest.get(e.session_id, e.ts), e.ts)
-            watermark = max(watermark, e.ts)
-        for sid, evs in applied.items():
-            last_ts = max(e.ts for e in evs)
-            row = {"first_ts": str(min(e.ts for e in evs)), "last_ts": str(last_ts),
-                   "state": "closed" if watermark > last_ts + close_after_ms else "open",
-                   "late_events": str(late[sid])}
-            if sequenced:
-                ooo, highest = 0, None
-                for e in evs:
-                    seq = e.seq or 0
-                    if highest is not None and seq <= highest:
-                        ooo += 1
-                    highest = seq if highest is None else max(highest, seq)
-                row["duplicates"], row["out_of_order"] = str(dups[sid]), str(ooo)
-            for agg in model.aggregates:
-                cond = conditions[agg.name]
-                chosen = [e for e in evs if cond is None or holds(cond, e.record)]
-                text = _aggregate(agg, chosen, fields, sequenced, python.get(agg.name))
-                if text is not None:
-                    row[agg.name] = text
-            rows[sid] = row
+    for sid, evs in applied.items():
+        last_ts = max(e.ts for e in evs)
+        deadline = last_ts + close_after_ms
+        if owner is None:
+            closed = watermark[last_in[sid]] > deadline
+        else:
+            home = owner(sid)
+            closed = watermark[home] > deadline and (
+                home in seen_in[sid] or any(watermark[p] > deadline for p in seen_in[sid]))
+        row = {"first_ts": str(min(e.ts for e in evs)), "last_ts": str(last_ts),
+               "state": "closed" if closed else "open",
+               "late_events": str(late[sid])}
+        if sequenced:
+            ooo, highest = 0, None
+            for e in evs:
+                seq = e.seq or 0
+                if highest is not None and seq <= highest:
+                    ooo += 1
+                highest = seq if highest is None else max(highest, seq)
+            row["duplicates"], row["out_of_order"] = str(dups[sid]), str(ooo)
+        for agg in model.aggregates:
+            cond = conditions[agg.name]
+            chosen = [e for e in evs if cond is None or holds(cond, e.record)]
+            text = _aggregate(agg, chosen, fields, sequenced, python.get(agg.name))
+            if text is not None:
+                row[agg.name] = text
+        rows[sid] = row
     return rows
 
 

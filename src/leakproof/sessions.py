@@ -24,8 +24,9 @@ batch boundaries fall (a replay gives the same answer as the first run):
 from __future__ import annotations
 
 import heapq
+import re
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Literal
@@ -41,18 +42,31 @@ CLOSED: SessionStatus = "closed"
 
 
 def fence_source(key: str) -> tuple[str, int]:
-    """The (topic, partition) a ``fence_key`` names (a topic name has no colon)."""
+    """The (topic, partition) a ``fence_key`` names, whatever its incarnation (a topic name
+    has neither a colon nor a tilde)."""
     topic, _, partition = key.rpartition(":")
-    return topic, int(partition)
+    return topic.partition("~")[0], int(partition)
 
 
-def fence_key(topic: str, partition: int) -> str:
-    """Names a session row's fence for one Kafka partition: ``<topic>:<partition>``.
+def fence_key(topic: str, partition: int, incarnation: str = "") -> str:
+    """Names a session row's fence for one Kafka partition: ``<topic>:<partition>``, or
+    ``<topic>~<incarnation>:<partition>`` for a topic recreated under the same name.
 
     A session lives in one partition, but a repartitioned topic (or a second topic) may bring
-    its events from another: each source partition keeps its own fence.
+    its events from another: each source partition keeps its own fence. A recreated topic's
+    offsets start again at 0, so its fences are kept apart from the old topic's: an old
+    fence must never take the new topic's records for replays.
     """
-    return f"{topic}:{partition}"
+    return f"{topic}~{incarnation}:{partition}" if incarnation else f"{topic}:{partition}"
+
+
+def incarnation_of(topic_id: str | None, first_id: str | None) -> str:
+    """The fence tag of the topic with Kafka id ``topic_id`` (``fence_key``): none for the
+    topic the job first read (``first_id``: fences written before tags existed are its),
+    else a short form of its own id. Unknown ids (a broker without topic ids) tag nothing."""
+    if not topic_id or not first_id or topic_id == first_id:
+        return ""
+    return re.sub(r"[^A-Za-z0-9]", "", topic_id)[:12]
 
 
 class Outcome(Enum):
@@ -166,6 +180,9 @@ class SessionState:
         return watermark > self.last_ts + close_after_ms
 
 
+MayClose = Callable[[str, int], bool]  # (session, last_ts): may it close here now?
+
+
 class OpenSessions:
     """A partition's open sessions -> their last_ts, kept in expiry order too, so closing
     what expired costs what closes, not how many sessions are open.
@@ -192,15 +209,27 @@ class OpenSessions:
     def discard(self, session_id: str) -> None:
         self._last.pop(session_id, None)
 
-    def pop_expired(self, watermark: int, close_after_ms: int) -> list[str]:
-        """Remove and return every session with ``watermark > last_ts + close_after_ms``."""
+    def pop_expired(self, watermark: int, close_after_ms: int,
+                    may_close: MayClose | None = None,
+                    deferred: dict[str, int] | None = None) -> list[str]:
+        """Remove and return every session with ``watermark > last_ts + close_after_ms``;
+        with ``may_close``, those it refuses stay open and go to ``deferred`` (with their
+        last_ts)."""
         gone: list[str] = []
+        kept: list[tuple[str, int]] = []
         heap, last = self._heap, self._last
         while heap and watermark > heap[0][0] + close_after_ms:
             ts, sid = heapq.heappop(heap)
             if last.get(sid) == ts:
                 del last[sid]
-                gone.append(sid)
+                if may_close is None or may_close(sid, ts):
+                    gone.append(sid)
+                else:
+                    kept.append((sid, ts))
+        for sid, ts in kept:
+            self.put(sid, ts)
+            if deferred is not None:
+                deferred[sid] = ts
         return gone
 
     def as_dict(self) -> dict[str, int]:
@@ -250,6 +279,9 @@ class FoldResult:
     replayed: int = 0
     late: int = 0
     duplicates: int = 0
+    # expired by this partition's watermark, but left open for the partition its key now
+    # belongs to (partitions added): session -> last_ts
+    deferred: dict[str, int] = field(default_factory=dict)
 
 
 class PartitionFolder:
@@ -258,10 +290,17 @@ class PartitionFolder:
     The folder takes ``state`` over: ``finish`` updates it in place into the state after the
     range (``FoldResult.partition``), so a partition with many open sessions is never
     copied. A caller that may retry must not reuse ``state`` after a failed range.
+
+    ``may_close`` says whether a session expired here may close (None: every one may).
+    Once partitions were added, a session's key may have moved to another partition while
+    this one still lists it open: this partition's watermark says nothing of the events the
+    new one has for it, so such a session closes only once its owner's watermark has passed
+    it too; until then it stays open here (``FoldResult.deferred``).
     """
 
     def __init__(self, model: CompiledModel, fence_key: str, close_after_ms: int,
-                 state: PartitionState, sessions: Mapping[str, SessionState]) -> None:
+                 state: PartitionState, sessions: Mapping[str, SessionState],
+                 may_close: MayClose | None = None) -> None:
         self._model = model
         self._apply = model.apply
         self._fence_key = fence_key
@@ -275,17 +314,28 @@ class PartitionFolder:
         self._touched: dict[str, SessionState] = {}  # changed: rows to write
         self._seen: dict[str, SessionState] = {}  # every session the range has events for
         self._counts = {o: 0 for o in Outcome}
+        self._may_close = may_close
 
     @property
     def watermark(self) -> int:
         return self._watermark
 
-    def feed(self, offset: int, event: Event) -> Outcome:
-        """Fold one event; events must come in increasing offset order."""
+    def advance(self, watermark: int) -> None:
+        """Move the watermark on without an event (an idle partition: the wall clock)."""
+        if watermark > self._watermark:
+            self._watermark = watermark
+
+    def feed(self, offset: int, event: Event, lead: int | None = None) -> Outcome:
+        """Fold one event; events must come in increasing offset order.
+
+        ``lead``: the most this event may move the watermark to (its record's Kafka
+        timestamp + grace, ``lead_of``); None: its event time.
+        """
         sid, ts, seq, record = event
         watermark_before = self._watermark
-        if ts > self._watermark:
-            self._watermark = ts
+        moved = ts if lead is None or ts <= lead else lead
+        if moved > self._watermark:
+            self._watermark = moved
         if offset > self._last_offset:
             self._last_offset = offset
         s = self._sessions.get(sid)
@@ -334,12 +384,18 @@ class PartitionFolder:
 
     def finish(self) -> FoldResult:
         """Close what expired and say what to write; the folder is not fed after this."""
-        w, after = self._watermark, self._close_after_ms
+        w, after, may_close = self._watermark, self._close_after_ms, self._may_close
         open_sessions = self._state.open_sessions
         closed_now: list[str] = []
         open_changed: dict[str, int] = {}
+        deferred: dict[str, int] = {}
         for sid, s in self._seen.items():
             if not s.closed and s.expired(w, after):
+                if may_close is not None and not may_close(sid, s.last_ts):
+                    deferred[sid] = s.last_ts
+                    open_sessions.put(sid, s.last_ts)
+                    open_changed[sid] = s.last_ts
+                    continue
                 s.state = CLOSED
                 closed_now.append(sid)
                 self._touched[sid] = s
@@ -349,7 +405,7 @@ class PartitionFolder:
                 open_sessions.put(sid, s.last_ts)
                 open_changed[sid] = s.last_ts
         # every seen session still open has not expired: what expires now was not seen
-        closed_untouched = open_sessions.pop_expired(w, after)
+        closed_untouched = open_sessions.pop_expired(w, after, may_close, deferred)
         self._state.watermark, self._state.watermark_offset = w, self._last_offset
         return FoldResult(
             touched=self._touched,
@@ -361,7 +417,22 @@ class PartitionFolder:
             replayed=self._counts[Outcome.REPLAYED],
             late=self._counts[Outcome.LATE],
             duplicates=self._counts[Outcome.DUPLICATE],
+            deferred=deferred,
         )
+
+
+def lead_of(record_ts: int, grace_ms: int) -> int | None:
+    """How far an event whose Kafka record has timestamp ``record_ts`` may move its
+    partition's watermark: that timestamp + the grace (None: the record has none).
+
+    An event time ahead of the record's own timestamp is a clock running fast (a web server,
+    a producer stamping events): taken at its word it would close every session quiet for
+    less than the gap. Bounded by the grace, such an event closes only sessions that have
+    been quiet for at least their inactivity gap in the record's time. The event still
+    counts in its session with its own time; a replay reads the same timestamp, so it
+    decides the same way.
+    """
+    return record_ts + grace_ms if record_ts >= 0 else None
 
 
 def fold_range(model: CompiledModel, fence_key: str, close_after_ms: int,

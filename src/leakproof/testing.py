@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from leakproof.errors import DecodeError, KafkaReadError
+from leakproof.dead_letter import ALL, DeadLetter, RedriveMark, Selection, origin_of
+from leakproof.errors import DecodeError, KafkaReadError, PublishError, TablesOwned
 from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.partition_store import PartitionStore
 from leakproof.hbase.session_store import SessionStore
@@ -25,6 +26,7 @@ from leakproof.model.spec import web_model
 from leakproof.moved_keys import NONE as NO_MOVES
 from leakproof.moved_keys import KeyMoves
 from leakproof.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
+from leakproof.open_index import IndexChanges
 from leakproof.outbox import covers
 from leakproof.ports.task import Mark, PartitionSave
 from leakproof.runs import RUNNING, STOPPED, RunState
@@ -38,8 +40,8 @@ class FakeMetadata:
     """A topic: its id, and [log_start, log_end) per partition (with a stable end where a
     transaction is open); ``down`` makes calls fail; ``opened_ms`` says when the transaction
     at each held partition's stable end began, and ``peeks`` counts the look-ups;
-    ``record_ms`` holds the timestamp of the record at (partition, offset) and
-    ``timestamp_reads`` counts its look-ups."""
+    ``record_ms`` the timestamps of a partition's records, from its log start on, and
+    ``timestamp_reads`` counts the look-ups of record timestamps."""
 
     topic: str
     bounds: dict[int, LogBounds]
@@ -49,7 +51,8 @@ class FakeMetadata:
     peeks: int = 0
     mirrored: list[tuple[str, dict[int, int], str]] = field(default_factory=list)
     mirror_failures: int = 0  # the next N mirror calls fail
-    record_ms: dict[tuple[int, int], int] = field(default_factory=dict)
+    settings: dict[str, str] = field(default_factory=dict)  # the topic's own settings
+    record_ms: dict[int, list[int]] = field(default_factory=dict)
     timestamp_reads: int = 0
 
     def describe(self, topic: str) -> tuple[str | None, list[int]]:
@@ -59,6 +62,10 @@ class FakeMetadata:
     def log_bounds(self, topic: str, partitions: Iterable[int]) -> dict[int, LogBounds]:
         self._check(topic)
         return {p: self.bounds[p] for p in partitions}
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        self._check(topic)
+        return dict(self.settings)
 
     def open_transactions(self, topic: str, held: Mapping[int, int]
                           ) -> dict[int, HeldTransaction]:
@@ -70,7 +77,18 @@ class FakeMetadata:
                           ) -> dict[int, int | None]:
         self._check(topic)
         self.timestamp_reads += 1
-        return {p: self.record_ms.get((p, at)) for p, at in offsets.items()}
+        found: dict[int, int | None] = {}
+        for p, at in offsets.items():
+            times, i = self.record_ms.get(p, []), at - self.bounds[p].log_start
+            found[p] = times[i] if 0 <= i < len(times) else None
+        return found
+
+    def offsets_for_time(self, topic: str, partitions: Iterable[int],
+                         timestamp_ms: int) -> dict[int, int | None]:
+        self._check(topic)
+        return {p: next((self.bounds[p].log_start + i for i, ms in
+                         enumerate(self.record_ms.get(p, [])) if ms >= timestamp_ms), None)
+                for p in partitions}
 
     def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int],
                              note: str) -> None:
@@ -126,6 +144,10 @@ class FakeLeaseStore:
     gaps: list[Gap] = field(default_factory=list)
     lose_reply: bool = False
     recorded_topic_id: str | None = None
+    first_id: str | None = None
+    tables_owner: str | None = None  # topic:group of the job that writes the tables
+    tables_owner_running: bool = False
+    model_meaning: str | None = None
     moves: KeyMoves = NO_MOVES
     cell_ts_until: int = 0
 
@@ -162,6 +184,23 @@ class FakeLeaseStore:
 
     def record_topic_id(self, topic_id: str) -> None:
         self.recorded_topic_id = topic_id
+
+    def recorded_model(self) -> str | None:
+        return self.model_meaning
+
+    def record_model(self, meaning: str) -> None:
+        self.model_meaning = meaning
+
+    def claim_tables(self, now_ms: int) -> str | None:
+        if self.tables_owner_running:
+            raise TablesOwned(f"the tables are written by {self.tables_owner}, which runs")
+        previous, self.tables_owner = self.tables_owner, "t:g"
+        return previous if previous != "t:g" else None
+
+    def first_topic_id(self, candidate: str | None) -> str | None:
+        if self.first_id is None:
+            self.first_id = candidate
+        return self.first_id
 
     def key_moves(self) -> KeyMoves:
         return self.moves
@@ -481,6 +520,11 @@ class FakePartitionRows(PartitionStore):
         self.journal.step("outbox published")
         super().outbox_published(topic, partition, outbox_id, ts=ts)
 
+    def hand_over(self, topic: str, changes: Sequence[tuple[int, IndexChanges]], *, ts: int
+                  ) -> None:
+        self.journal.step("hand over")
+        super().hand_over(topic, changes, ts=ts)
+
     @property
     def state(self) -> dict[tuple[str, int], dict[bytes, bytes]]:
         """Each partition's ``wm:`` row as HBase now shows it."""
@@ -560,3 +604,96 @@ class FakeSummarySink:
         if self.published(outbox_id):
             return
         self.committed.append((outbox_id, list(records)))
+
+
+# --------------------------------------------------------------------------- redrive
+
+
+class FakeDeadLetterRows:
+    """``ports.redrive.DeadLetterRows``: the dead-letter rows as values, in row-key order;
+    ``mark`` is a compare-and-set on the row's mark, as the checkAndPut is."""
+
+    def __init__(self, letters: Iterable[DeadLetter]) -> None:
+        self.rows = {(d.topic, d.partition, d.offset): d for d in letters}
+
+    def letters(self, topic: str, selection: Selection = ALL, brief: bool = False
+                ) -> Iterator[DeadLetter]:
+        keys = sorted((k for k in self.rows if k[0] == topic), key=lambda k: (str(k[1]), k[2]))
+        return selection.pick(self.rows[k] for k in keys)
+
+    def mark(self, letter: DeadLetter, new: RedriveMark) -> bool:
+        key = (letter.topic, letter.partition, letter.offset)
+        if self.rows[key].mark != letter.mark:
+            return False
+        self.rows[key] = replace(self.rows[key], mark=new)
+        return True
+
+
+@dataclass
+class FakeLogRecord:
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    txn: str
+    state: str  # open | committed | aborted
+
+
+@dataclass
+class FakeBroker:
+    """Partitions of one topic written in transactions, the broker's way: a producer's init
+    bumps its id's epoch, fencing older producers, and aborts what the id left open; a
+    read_committed reader sees committed records only."""
+
+    logs: dict[int, list[FakeLogRecord]] = field(default_factory=dict)
+    epochs: dict[str, int] = field(default_factory=dict)
+
+    def committed(self, partition: int) -> list[tuple[int, FakeLogRecord]]:
+        return [(o, r) for o, r in enumerate(self.logs.get(partition, []))
+                if r.state == "committed"]
+
+
+class FakeRedriveTarget:
+    """``ports.redrive.RedriveTarget`` on a FakeBroker. ``crash``, called with
+    "redrive_before_commit" between the sends and the commit, may raise to play a process
+    killed there: its transaction then stays open until the next fence of its id."""
+
+    def __init__(self, broker: FakeBroker, partition: int, txn_id: str,
+                 crash: Callable[[str], None] = lambda _: None) -> None:
+        self.broker, self.partition, self.txn_id = broker, partition, txn_id
+        self._crash = crash
+        self._epoch: int | None = None
+
+    def fence(self) -> int:
+        self._epoch = self.broker.epochs.get(self.txn_id, 0) + 1
+        self.broker.epochs[self.txn_id] = self._epoch
+        log = self.broker.logs.setdefault(self.partition, [])
+        for rec in log:
+            if rec.txn == self.txn_id and rec.state == "open":
+                rec.state = "aborted"
+        return len(log)
+
+    def copies(self, from_offset: int, until_offset: int) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for offset, rec in self.broker.committed(self.partition):
+            name = origin_of(rec.headers)
+            if from_offset <= offset < until_offset and name is not None:
+                found.setdefault(name, offset)
+        return found
+
+    def send(self, records: Sequence[tuple[bytes | None, bytes | None,
+                                           Sequence[tuple[str, bytes | None]]]]) -> list[int]:
+        if self.broker.epochs.get(self.txn_id) != self._epoch:
+            raise PublishError(f"{self.txn_id}: fenced by a newer producer")
+        log = self.broker.logs.setdefault(self.partition, [])
+        sent = [FakeLogRecord(k, v, tuple(h), self.txn_id, "open") for k, v, h in records]
+        first = len(log)
+        log.extend(sent)
+        self._crash("redrive_before_commit")
+        if self.broker.epochs.get(self.txn_id) != self._epoch:  # fenced while sending
+            raise PublishError(f"{self.txn_id}: fenced by a newer producer")
+        for rec in sent:
+            rec.state = "committed"
+        return list(range(first, first + len(sent)))
+
+    def close(self) -> None:
+        pass

@@ -217,3 +217,33 @@ def test_two_creators_racing_make_each_table_once_and_both_go_on(env: Env) -> No
         assert ensure_tables(again, cfg) == []
     finally:
         again.close()
+
+
+def test_group_offsets_written_by_someone_else_or_gone_are_refused(env: Env) -> None:
+    """offsets.store kafka: offsets another consumer committed under the job's group id, and
+    offsets the broker expired (deleted here), are refused naming the way out, never taken
+    for the job's own; the rewind the refusal names resumes it exactly."""
+    spec = GeneratorSpec(seed=1930, events=2_000, sessions=200)
+    env.produce(spec)
+    path, cfg = with_store(env, "kafka", mirror_group_offsets=False)
+    env.run("--until-idle", "3", config=path)
+    meta = KafkaMetadata(cfg.kafka)
+    try:
+        meta.commit_group_offsets("it", env.name, {0: 0, 1: 0, 2: 0, 3: 0}, "")  # not ours
+    finally:
+        meta.close()
+    refused = env.run(config=path, check=False)
+    assert refused.returncode != 0
+    assert "were not written by leakproof" in refused.stderr, refused.stderr[-3000:]
+    run_cli("offsets", "rewind", "--config", path, "--to-offsets", "0=0,1=0,2=0,3=0")
+    env.run("--until-idle", "3", config=path)
+    env.verify(spec)
+    admin = KafkaAdminClient(bootstrap_servers="127.0.0.1:9092")
+    try:
+        admin.delete_groups(["it"])
+    finally:
+        admin.close()
+    gone = env.run(config=path, check=False)
+    assert gone.returncode != 0
+    assert "holds no offsets for topic" in gone.stderr and "leakproof offsets rewind " \
+        "--to-offsets" in gone.stderr, gone.stderr[-3000:]

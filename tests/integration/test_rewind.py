@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -14,6 +15,7 @@ from leakproof.hbase.state_store import StateStore
 from .helpers import (
     ROOT,
     Env,
+    assert_offsets_chain,
     audit_total,
     offsets_rows,
     progress_lines,
@@ -65,6 +67,52 @@ def test_rewinds_append_rows_and_never_double_count(env: Env) -> None:
     assert bad.returncode == 1 and "outside the log" in bad.stderr
     missing = rewind(env, "--to-batch", "123", check=False)
     assert missing.returncode == 1 and "no offsets row" in missing.stderr
+
+
+def stored_state(env: Env) -> dict[bytes, dict[bytes, tuple[bytes, int]]]:
+    """Every cell a rewind writes, with its timestamp: the offsets rows, the lease row and
+    the copy of the newest commit."""
+    conn = env.hbase()
+    try:
+        rows = dict(conn.table("stream_kafka_offsets").scan(
+            row_prefix=f"{env.name}:it:".encode(), include_timestamp=True))
+        state = conn.table("leakproof_state")
+        for key in (f"lease:{env.name}:it", f"last:{env.name}:it"):
+            rows[key.encode()] = state.row(key.encode(), include_timestamp=True)
+        return rows
+    finally:
+        conn.close()
+
+
+def test_a_dry_run_prints_the_plan_and_changes_nothing(env: Env) -> None:
+    spec = GeneratorSpec(seed=1550, events=4_000, sessions=400)
+    env.produce(spec)
+    env.run("--until-idle", "3")
+    before = stored_state(env)
+    assert before[f"lease:{env.name}:it".encode()]  # the lease row is there to be compared
+    committed = assert_offsets_chain(env)[-1]
+    out = rewind(env, "--to-offsets", "0=0", "--dry-run")
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith(f"rewind of {env.name}:it (offsets.store hbase, newest commit")
+    assert lines[2].split() == ["0", str(committed[0]), "0", str(committed[0]), "0"]
+    assert lines[3].split() == ["1", str(committed[1]), str(committed[1]), "0", "0"]
+    assert lines[-2] == "dry run: nothing written"
+    summary = json.loads(lines[-1])
+    assert summary["dry_run"] and summary["batch_ms"] is None
+    assert summary["read_again"] == {"0": committed[0], "1": 0, "2": 0, "3": 0}
+    everything = json.loads(rewind(env, "--to-time", "2000-01-01T00:00:00",
+                                   "--dry-run").stdout.splitlines()[-1])
+    assert sum(everything["read_again"].values()) == sum(committed.values()) == records(spec)
+    assert stored_state(env) == before  # offsets rows, lease and its copy: cell for cell
+    # a prefix no job has run on: nothing committed, and no table is made for the asking
+    fresh = env.variant("fresh", hbase={"table_prefix": f"{env.name}dry"})
+    out = rewind(env, "--to-time", "2000-01-01T00:00:00", "--dry-run", config=fresh)
+    assert "nothing committed yet" in out.stdout.splitlines()[0]
+    conn = env.hbase(f"{env.name}dry")
+    try:
+        assert conn.tables() == []
+    finally:
+        conn.close()
 
 
 def test_rewind_fences_a_running_job(env: Env) -> None:

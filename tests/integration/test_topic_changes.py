@@ -12,13 +12,14 @@ from kafka import KafkaAdminClient, TopicPartition
 
 from leakproof.commands.produce import create_topic
 from leakproof.commands.verify import read_topic
-from leakproof.generator import GeneratorSpec
+from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import connect
 from leakproof.hbase.session_store import scan_readable
 from leakproof.hbase.state_store import StateStore
+from leakproof.moved_keys import placed
 from leakproof.oracle import compare, expected_rows
 
-from .helpers import Env, assert_offsets_chain, log_ends, offsets_rows, wait_for
+from .helpers import Env, assert_offsets_chain, log_ends, offsets_rows, run_cli, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -108,3 +109,37 @@ def test_topic_recreated_under_a_running_job_is_refused(env: Env) -> None:
     again = env.run(check=False)
     assert again.returncode != 0
     assert "was deleted and recreated" in again.stderr, again.stderr[-3000:]
+
+
+def test_a_recreated_topic_rewound_as_the_refusal_says_is_exact(env: Env) -> None:
+    """Sessions with events on both sides of a delete and recreate: the job refuses the
+    recreated topic, the operator rewinds it to its start as the refusal says, and no record
+    of the new topic is taken for a replay of the old one's (fences of their own)."""
+    events = generate(GeneratorSpec(seed=1630, events=8_000, sessions=2_000))
+    half = len(events) // 2
+    env.produce_events(events[:half])
+    env.run("--until-idle", "4")
+    client = admin()
+    try:
+        client.delete_topics([env.name])
+    finally:
+        client.close()
+    time.sleep(2)
+    create_topic(env.cfg.kafka, env.name, 4)
+    env.produce_events(events[half:])
+    refused = env.run(check=False)
+    assert refused.returncode != 0 and "leakproof offsets rewind" in refused.stderr, \
+        refused.stderr[-3000:]
+    run_cli("offsets", "rewind", "--config", str(env.path), "--to-offsets",
+            "0=0,1=0,2=0,3=0")
+    env.run("--until-idle", "4")
+    conn = connect(env.cfg.hbase)
+    try:
+        actual = scan_readable(conn.table(env.cfg.hbase.sessions_table))
+    finally:
+        conn.close()
+    per_partition = {p: [e.as_event() for e in events if placed(e.session_id.encode(), p, 4)]
+                     for p in range(4)}
+    expected = expected_rows(per_partition, env.cfg.sessions.close_after_ms, env.cfg.model)
+    problems = compare(expected, actual)
+    assert problems == [], (len(problems), problems[:5])

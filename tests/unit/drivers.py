@@ -22,6 +22,7 @@ class Rig:
     leases: FakeLeaseStore
     planner: Planner
     committer: Committer
+    incarnation: str = ""  # the fence tag start_driver gave the topic
     clock: int = 1_000
 
     def plan(self) -> BatchPlan:
@@ -45,15 +46,16 @@ def reports(plan: BatchPlan) -> list[TaskReport]:
 def rig(bounds: dict[int, tuple[int, int] | tuple[int, int, int]],
         stored: dict[int, int] | None = None,
         stored_audit: dict[str, str] | None = None, mirror: bool = True,
-        recorded_topic_id: str | None = None, **kafka: Any) -> Rig:
+        recorded_topic_id: str | None = None, leases: FakeLeaseStore | None = None,
+        topic_id: str = "id-1", **kafka: Any) -> Rig:
     """A started driver over a topic ``t`` with these [log_start, log_end) per partition
     (and a third number, the stable end, where a transaction is open)."""
-    meta = FakeMetadata("t", {p: LogBounds(*b) for p, b in bounds.items()})
+    meta = FakeMetadata("t", {p: LogBounds(*b) for p, b in bounds.items()}, topic_id)
     store = FakeCommitStore()
     if stored is not None:
         store.rows.append(CommittedBatch(500, stored, stored_audit or {}))
-    leases = FakeLeaseStore(recorded_topic_id=recorded_topic_id)
+    leases = leases or FakeLeaseStore(recorded_topic_id=recorded_topic_id)
     planner = Planner(KafkaConfig("127.0.0.1:9092", "t", "g", **kafka), 1.0, meta)
     started = start_driver("t", "g", leases=leases, store=store, planner=planner,
                            mirror=meta if mirror else None, holder="start:a", now_ms=1_000)
-    return Rig(meta, store, leases, planner, started.committer)
+    return Rig(meta, store, leases, planner, started.committer, started.incarnation)

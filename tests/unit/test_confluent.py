@@ -19,7 +19,7 @@ import pytest
 from leakproof import config
 from leakproof.codec import Decoder, encode_framed
 from leakproof.config import Registry
-from leakproof.errors import ConfigError, DecodeError, RegistryUnavailable
+from leakproof.errors import ConfigError, DecodeError, RegistryUnavailable, SchemaMismatch
 from leakproof.events import WebEvent, schema_json
 from leakproof.frames import describe
 from leakproof.model.spec import FROM_REGISTRY, read_model, web_model, with_schema
@@ -217,3 +217,20 @@ def test_without_a_schema_file_the_reader_is_the_registrys_and_is_checked_when_g
     assert "session_id" in done.fields()
     with pytest.raises(ConfigError, match=r"events\.event_time"):
         with_schema(replace(model, event_time="when"), json.dumps(schema_json()), "t-value")
+
+
+def test_a_writer_without_a_field_the_reader_needs_stops_the_range_naming_it() -> None:
+    """A producer removed a field (the registry's BACKWARD rule allows it): no record of its
+    schema can be read, so decoding stops with the writer's id, the subject and the field,
+    instead of dead-lettering every later record."""
+    fewer = copy.deepcopy(schema_json())
+    fewer["fields"] = [f for f in fewer["fields"] if f["name"] != "status"]
+    registry = FakeRegistry()
+    registry.schemas[cid(9)] = json.dumps(fewer)
+    decoder = Decoder(confluent_model(), lookup=registry)
+    record = {k: v for k, v in EVENT.to_record().items() if k != "status"}
+    with pytest.raises(SchemaMismatch, match=r"schema id 9 \(subject t-value\) has no field "
+                                             r"status.*default"):
+        decoder.decode(b"s1", framed(9, record, fewer), **WHERE)
+    assert decoder.decode(b"s1", framed(7, EVENT.to_record(), schema_json()),
+                          **WHERE) == EVENT.as_event()  # the others still read

@@ -22,9 +22,12 @@ def test_tasks_follow_records_and_cores_not_partitions() -> None:
 
 def test_runs_keep_partition_order_and_even_out_the_records() -> None:
     ranges = [r(3, 10), r(0, 10), r(1, 10), r(2, 10), r(5, 40), r(4, 0)]
-    assert [[x.partition for x in run] for run in split(ranges, 2)] == [[0, 1, 2, 3], [5]]
-    assert [[x.partition for x in run] for run in split(ranges, 5)] == [[0], [1], [2], [3], [5]]
-    assert split([r(0, 0), r(1, 0)], 3) == []  # empty ranges are no work
+    assert [[x.partition for x in run] for run in split(ranges, 2)] == [[0, 1, 2, 3], [4, 5]]
+    # an empty range given is an idle partition's tick (BatchPlan.work): it runs too
+    assert [[x.partition for x in run] for run in split(ranges, 5)] == [
+        [0, 1], [2], [3], [4], [5]]
+    assert [[x.partition for x in run] for run in split([r(0, 0), r(1, 0)], 3)] == [[0], [1]]
+    assert split([], 3) == []
 
 
 def test_every_later_run_gets_a_range() -> None:

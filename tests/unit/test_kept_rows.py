@@ -12,13 +12,14 @@ import pytest
 
 from leakproof.events import Event, WebEvent
 from leakproof.generator import GeneratorSpec, generate
+from leakproof.hbase.partition_store import writer_token
 from leakproof.kafka.records import KafkaRecord
 from leakproof.kept_rows import Delta, KeptRows, keepable
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
 from leakproof.offsets import OffsetRange
 from leakproof.oracle import compare, expected_rows
-from leakproof.ports.task import rewritten, writer_token
+from leakproof.ports.task import rewritten
 from leakproof.reports import TaskReport
 from leakproof.sessions import SessionState
 from leakproof.task.kept_trail import SharedKeptRows, Trail, trail_root

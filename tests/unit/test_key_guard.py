@@ -26,7 +26,7 @@ def test_a_topic_never_grown_runs_several_tasks_and_records_nothing() -> None:
     guard = KeyMoveGuard(store, "t", SETTLE_S)
     guard.start(T0, first_run=False, partitions_added=False)
     out = guard.plan(plan({0: 5, 1: 7}, {0: 9, 1: 9}), T0 + 1_000, None)
-    assert (out.one_task, out.check_keys_in) == (False, None)
+    assert (out.one_task, out.check_keys_in, out.owners_in) == (False, None, None)
     assert store.moves == KeyMoves(None)
 
 
@@ -42,6 +42,8 @@ def test_partitions_that_appear_run_one_task_until_every_range_passes_the_settle
     assert settled.one_task and store.moves.until == {0: 50, 1: 60, 2: 20}
     past = guard.plan(plan({0: 50, 1: 60, 2: 20}, {0: 70, 1: 70, 2: 30}), T0 + 301_000, None)
     assert (past.one_task, past.check_keys_in) == (False, None)
+    # a grown topic's sessions close only in their keys' partitions, for good
+    assert grown.owners_in == settled.owners_in == past.owners_in == 3
 
 
 def test_a_first_run_checks_keys_against_the_partition_count_until_it_settles() -> None:

@@ -15,7 +15,7 @@ from leakproof.kafka.records import KafkaRecord
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
 from leakproof.offsets import OffsetRange
-from leakproof.oracle import compare, expected_rows
+from leakproof.oracle import compare, expected_rows, expected_rows_merged
 from leakproof.session_cells import from_cells, readable, to_cells
 from leakproof.sessions import SeqSet, SessionState
 from leakproof.task.process import Stores, process_range
@@ -185,3 +185,22 @@ def test_verify_specs_take_an_optional_start_and_span() -> None:
         assert _spec(spec.as_arg()) == spec
     with pytest.raises(argparse.ArgumentTypeError, match="SPAN_S"):
         _spec("7:100:10:5:3600:1")
+
+
+def test_a_session_whose_key_moved_is_folded_across_its_partitions() -> None:
+    """x's first events in partition 0, the rest in 2 (partitions added): the oracle merges
+    the partitions by record timestamp, judges each event late or not by its own
+    partition's watermark (y closes by partition 0's), and lets x's owner close it."""
+    def web(sid: str, seq: int, ts: int) -> Event:
+        return WebEvent(sid, "u", seq, ts, "pageview", f"/{seq}", 200, 1).as_event()
+
+    stamped = {0: [(100, web("x", 0, 0)), (101, web("y", 0, 5)),
+                   (102, web("x", 1, 3_000))],
+               2: [(200, web("x", 2, 4_000)), (201, web("x", 3, 4_500))]}
+    rows = expected_rows_merged(stamped, 1_000, web_model())
+    assert (rows["x"]["events"], rows["x"]["late_events"], rows["x"]["state"]) == (
+        "4", "0", "open")
+    assert rows["y"]["state"] == "closed"  # partition 0's watermark reached 3 000
+    # without moves it is the per-partition fold
+    assert expected_rows_merged({0: stamped[0]}, 1_000, web_model()) == expected_rows(
+        {0: [e for _, e in stamped[0]]}, 1_000, web_model())

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from leakproof.errors import KafkaReadError, OffsetError
+from leakproof.commands.rewind import RewindTarget, write_rewind
+from leakproof.config import KafkaConfig
+from leakproof.driver.planning import Planner
+from leakproof.errors import KafkaReadError, OffsetError, TablesOwned
 from leakproof.offsets import LogBounds
+from leakproof.sessions import fence_key, fence_source, incarnation_of
+from leakproof.testing import FakeCommitStore, FakeLeaseStore, FakeMetadata
 
 from .drivers import rig
 
@@ -32,6 +39,27 @@ def test_a_recreated_topic_is_refused_even_when_the_store_lost_its_offsets() -> 
         rig({0: (0, 10)}, recorded_topic_id="id-0")
     assert [str(x) for x in rig({0: (0, 10)}, recorded_topic_id="id-1").plan().work] == [
         "t:0[0,10)"]
+
+
+def test_a_recreated_topic_accepted_by_a_rewind_gets_fences_of_its_own() -> None:
+    """The first topic's fences carry no tag; once a rewind accepts a recreated topic (it
+    records the new id and pins the first), that topic's fences carry its own tag, so an old
+    fence never takes its records for replays."""
+    leases = FakeLeaseStore(recorded_topic_id="id-0")
+    assert rig({0: (0, 10)}, topic_id="id-0", leases=leases).incarnation == ""
+    write_rewind(RewindTarget(to_offsets={0: 0}), {0: 0}, FakeCommitStore(), leases,
+                 "7f3e9a2c-1b4d-4e5f-8a6b-0c1d2e3f4a5b", now_ms=2_000, settle_s=0)
+    again = rig({0: (0, 10)}, topic_id="7f3e9a2c-1b4d-4e5f-8a6b-0c1d2e3f4a5b", leases=leases)
+    assert again.incarnation == "7f3e9a2c1b4d"
+    assert fence_key("t", 0, again.incarnation) == "t~7f3e9a2c1b4d:0"
+    assert fence_source("t~7f3e9a2c1b4d:0") == fence_source("t:0") == ("t", 0)
+
+
+def test_a_first_run_pins_the_topic_it_reads_as_the_untagged_one() -> None:
+    leases = FakeLeaseStore()
+    assert rig({0: (0, 10)}, leases=leases).incarnation == ""
+    assert leases.first_id == "id-1"
+    assert incarnation_of(None, "id-1") == incarnation_of("id-1", None) == ""
 
 
 def test_a_topic_recreated_while_running_stops_planning() -> None:
@@ -76,21 +104,50 @@ def test_stored_offset_beyond_the_log_end_is_refused() -> None:
     assert LogBounds(0, 1).log_end == 1
 
 
+def test_a_second_job_on_the_tables_is_refused_while_the_first_runs() -> None:
+    leases = FakeLeaseStore(tables_owner="other:g2", tables_owner_running=True)
+    with pytest.raises(TablesOwned, match="other:g2"):
+        rig({0: (0, 10)}, leases=leases)
+    assert leases.cell is None  # refused before it took any lease
+    leases.tables_owner_running = False  # stopped: its tables are taken over
+    rig({0: (0, 10)}, leases=leases)
+    assert leases.tables_owner == "t:g"
+
+
+def test_a_partition_silent_for_idle_after_gets_an_empty_range_as_a_task() -> None:
+    meta = FakeMetadata("t", {0: LogBounds(0, 10), 1: LogBounds(0, 0)})
+    planner = Planner(KafkaConfig("127.0.0.1:9092", "t", "g"), 0.01, meta, idle_after_s=0.05)
+    planner.start(None)
+    first = planner.plan(1_000)
+    assert first.idle == () and [str(r) for r in first.work] == ["t:0[0,10)"]
+    time.sleep(0.06)
+    meta.bounds[0] = LogBounds(0, 12)  # p0 still gets records: never idle
+    later = planner.plan(2_000)
+    assert later.idle == (1,) and [str(r) for r in later.work] == ["t:0[10,12)", "t:1[0,0)"]
+    assert planner.plan(3_000).idle == ()  # at most once per idle_after_s
+    assert Planner(KafkaConfig("127.0.0.1:9092", "t", "g"), 0.01, meta).plan(4_000).idle == ()
+
+
+def times(at: dict[int, int], length: int) -> list[int]:
+    """A partition's record timestamps (FakeMetadata.record_ms): those given, 0 elsewhere."""
+    return [at.get(i, 0) for i in range(length)]
+
+
 def test_lag_in_seconds_is_the_age_of_each_partitions_oldest_unread_record() -> None:
     """The record at each range's end is read once per offset; a partition caught up has
     none; one whose record cannot be read is unknown, not caught up."""
     r = rig({0: (0, 25), 1: (0, 3), 2: (0, 40)}, max_rate_per_partition=10)
-    r.meta.record_ms = {(0, 10): 1_000, (2, 10): 4_000}
+    r.meta.record_ms = {0: times({10: 1_000}, 25), 2: times({10: 4_000}, 40)}
     plan = r.plan()
     assert dict(plan.unread_ts) == {0: 1_000, 2: 4_000}
     assert plan.lag_s_by_partition(11_000) == {0: 10.0, 1: 0.0, 2: 7.0}
     assert plan.lag_s(11_000) == 10.0
     assert r.meta.timestamp_reads == 1
-    r.meta.record_ms = {(0, 20): 2_000}  # partition 2's record at 20 cannot be read
+    r.meta.record_ms = {0: times({20: 2_000}, 25)}  # partition 2's records cannot be read
     plan = r.plan()
     assert plan.lag_s_by_partition(11_000) == {0: 9.0, 1: 0.0, 2: None}
     assert plan.lag_s(11_000) == 9.0
-    r.meta.record_ms[(2, 30)] = 5_000
+    r.meta.record_ms[2] = times({30: 5_000}, 40)
     r.meta.bounds[0] = LogBounds(0, 30)  # partition 0 grows: read to its end next
     plan = r.plan()
     assert plan.lag_s_by_partition(11_000) == {0: 0.0, 1: 0.0, 2: 6.0}

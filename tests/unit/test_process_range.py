@@ -3,7 +3,7 @@ zombie tasks, the closed summaries. Literal events, literal expectations."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -11,6 +11,7 @@ from leakproof.errors import CommitRefused, DecodeError
 from leakproof.events import Event, WebEvent
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
+from leakproof.moved_keys import home
 from leakproof.offsets import OffsetRange
 from leakproof.outbox import with_digest
 from leakproof.reports import TaskReport
@@ -87,7 +88,8 @@ class Rig:
                              cell_ts=batch_ms)
 
     def run_many(self, work: list[tuple[int, list[Rec]]], *, batch_ms: int = 1_000,
-                 placed_in: int | None = None) -> list[TaskReport]:
+                 placed_in: int | None = None, owners_in: int | None = None
+                 ) -> list[TaskReport]:
         """Ranges of several partitions as one task runs them (``process_ranges``)."""
         stores = Stores(self.sessions, self.partitions, self.dead, self.lease,
                         (lambda p: self.sink) if self.with_output else None)
@@ -95,7 +97,7 @@ class Rig:
             [(OffsetRange("t", p, recs[0].offset, recs[-1].offset + 1), recs)
              for p, recs in work],
             decode, stores, compile_model(web_model()), batch_ms=batch_ms, epoch=1,
-            close_after_ms=CLOSE_MS, placed_in=placed_in,
+            close_after_ms=CLOSE_MS, placed_in=placed_in, owners_in=owners_in,
             cell_ts={p: batch_ms for p, _ in work})
 
     def state(self) -> tuple[object, ...]:
@@ -325,3 +327,100 @@ def test_each_partition_of_a_task_publishes_its_own_summaries_after_every_waterm
                                  "index puts", "index deletes", "watermark",
                                  "publish", "outbox published", "publish", "outbox published"]
     assert [[k for k, _ in recs] for _, recs in rig.sink.committed] == [[b"a"], [b"x"]]
+
+
+def test_a_changed_gap_never_closes_a_session_through_an_entry_of_the_old_width() -> None:
+    """The index keeps the bucket width it was cut with: under a wider gap, a session's
+    entry from before the change is still deleted when the session moves on, so it cannot
+    close the session early later."""
+    rig, t0 = Rig(), 1_767_225_600_000
+    stores = Stores(rig.sessions, rig.partitions, rig.dead, rig.lease, None)
+
+    def run(recs: list[Rec], close_after_ms: int, batch_ms: int) -> TaskReport:
+        rng = OffsetRange("t", 0, recs[0].offset, recs[-1].offset + 1)
+        return process_range(rng, recs, decode, stores, compile_model(web_model()),
+                             batch_ms=batch_ms, epoch=1, close_after_ms=close_after_ms,
+                             cell_ts=batch_ms)
+
+    run(records(ev("x", 0, t0)), 1_860_000, 1_000)  # gap 1 800 s + grace
+    run(records(ev("x", 1, t0 + 1_000_000), start=1), 3_660_000, 2_000)  # gap now 3 600 s
+    run(records(ev("y", 0, t0 + 3_700_000), start=2), 3_660_000, 3_000)
+    report = run(records(ev("x", 2, t0 + 1_500_000), start=3), 3_660_000, 4_000)
+    x = rig.sessions.readable()["x"]
+    assert (report.applied, report.late) == (1, 0)
+    assert (x["events"], x["state"]) == ("3", "open")
+    assert rig.partitions.state[("t", 0)][b"w:width"] == b"58125"  # 1 860 000 / 32
+
+
+def key_with_homes(*homes: tuple[int, int]) -> str:
+    """A session id Kafka's default partitioner puts in partition p of n, for each (p, n)."""
+    return next(sid for i in range(10_000) if all(
+        home((sid := f"k{i}").encode(), n) == p for p, n in homes))
+
+
+def test_a_session_whose_key_moved_closes_by_its_owners_watermark_not_its_old_partitions(
+        ) -> None:
+    """A topic grown from 2 to 4 partitions: x's first events sit in partition 0, its next
+    ones in partition 2. Partition 0's own traffic passes x's last event there by more than
+    the gap while x goes on in partition 2: partition 0 leaves x open (its owner's watermark
+    has not passed it), and every later event of x counts; partition 2 closes it in the
+    end, and partition 0 then drops its entry."""
+    x, y = key_with_homes((0, 2), (2, 4)), key_with_homes((0, 4))
+    rig = Rig(with_output=True)
+    rig.run_many([(0, records(ev(x, 0, 0), ev(x, 1, 10_000)))], owners_in=4)
+    later = records(*(ev(x, i, i * 20_000) for i in range(2, 22)), start=0)
+    reports = rig.run_many([(0, records(ev(y, 0, 5 * MIN), start=2)), (2, later)],
+                           batch_ms=2_000, owners_in=4)
+    assert [(r.partition, r.applied, r.late, r.closed) for r in reports] == [
+        (0, 1, 0, 0), (2, 20, 0, 0)]
+    row = rig.sessions.readable()[x]
+    assert (row["events"], row["late_events"], row["state"]) == ("22", "0", "open")
+    assert rig.sink.committed == []  # no early summary
+    assert any(x in cells for cells in rig.partitions.index[("t", 0)].values())  # deferred
+    assert int(rig.partitions.state[("t", 0)][b"w:cutoff"]) <= 10_000  # still scanned
+    # partition 2's own watermark closes x, exactly once; partition 0 then forgets it
+    z = key_with_homes((2, 4))
+    done = rig.run_many([(2, records(ev(z, 0, 30 * MIN), start=20))], batch_ms=3_000,
+                        owners_in=4)
+    assert done[0].closed == 1 and rig.sessions.readable()[x]["state"] == "closed"
+    rig.run_many([(0, records(ev(y, 1, 5 * MIN + 1), start=3))], batch_ms=4_000,
+                 owners_in=4)
+    assert not any(x in cells for cells in rig.partitions.index.get(("t", 0), {}).values())
+    assert sum(key == x.encode() for _, recs in rig.sink.committed for key, _ in recs) == 1
+
+
+def test_without_partitions_added_the_old_partition_closes_it_early() -> None:
+    """The same events on a topic never seen growing: the old rule, for contrast."""
+    x, y = key_with_homes((0, 2), (2, 4)), key_with_homes((0, 4))
+    rig = Rig()
+    rig.run_many([(0, records(ev(x, 0, 0), ev(x, 1, 10_000)))])
+    later = records(*(ev(x, i, i * 20_000) for i in range(2, 22)), start=0)
+    reports = rig.run_many([(0, records(ev(y, 0, 5 * MIN), start=2)), (2, later)],
+                           batch_ms=2_000)
+    assert [(r.partition, r.closed, r.late) for r in reports] == [(0, 1, 0), (2, 0, 20)]
+
+
+def test_an_idle_partitions_watermark_moves_on_with_the_clock_from_its_newest_record() -> None:
+    """An empty range is an idle tick (``sessions.idle_after_s``): the watermark the newest
+    record left moves on by the time since that record's Kafka timestamp, so a quiet
+    partition's sessions close ``inactivity_gap + grace`` after their last event."""
+    rig = Rig(with_output=True)
+    stores = Stores(rig.sessions, rig.partitions, rig.dead, rig.lease, lambda p: rig.sink)
+    t0 = 1_767_225_600_000
+    recs = [replace(r, timestamp=t0 + 5) for r in records(ev("a", 0, t0), ev("a", 1, t0 + 5))]
+
+    def run(work: list[Rec], batch_ms: int, start: int = 0) -> TaskReport:
+        rng = OffsetRange("t", 0, start, start + len(work))
+        return process_ranges([(rng, work)], decode, stores, compile_model(web_model()),
+                              batch_ms=batch_ms, epoch=1, close_after_ms=CLOSE_MS,
+                              cell_ts={0: batch_ms})[0]
+
+    run(recs, t0 + 100)
+    assert rig.partitions.state[("t", 0)][b"w:record_ts"] == str(t0 + 5).encode()
+    assert run([], t0 + 30_000, start=2).closed == 0  # 30 s quiet: the watermark at t0 + 30 s
+    assert rig.sessions.readable()["a"]["state"] == "open"
+    assert run([], t0 + 61_000, start=2).closed == 1  # past last_ts + gap + grace
+    assert rig.sessions.readable()["a"]["state"] == "closed"
+    assert [key for _, recs_ in rig.sink.committed for key, _ in recs_] == [b"a"]
+    # the record's anchor stays: a later tick moves on from the same newest record
+    assert rig.partitions.state[("t", 0)][b"w:record_wm"] == str(t0 + 5).encode()

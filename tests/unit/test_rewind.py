@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from leakproof.cli import build_parser
-from leakproof.commands.rewind import RewindTarget, parse_offsets, rewound_offsets, write_rewind
-from leakproof.errors import OffsetError
+from leakproof.commands.rewind import (
+    RewindPlan,
+    RewindTarget,
+    parse_offsets,
+    plan_moves,
+    rewound_offsets,
+    write_rewind,
+)
+from leakproof.errors import ForeignOffsets, OffsetError
 from leakproof.lease import Lease
 from leakproof.offsets import CommittedBatch, LogBounds
 from leakproof.testing import FakeCommitStore, FakeLeaseStore
@@ -85,7 +94,7 @@ def test_the_rewind_is_committed_through_the_store_after_the_epoch_moves() -> No
     commits = store(OLD, NEW, history=False)  # as the Kafka-group and ZooKeeper stores
     leases = FakeLeaseStore(cell=Lease(4, "driver"))
     batch_ms = write_rewind(RewindTarget(to_offsets={0: 0}), {0: 0, 1: 45}, commits, leases,
-                            "TOPIC-ID", now_ms=2_000)
+                            "TOPIC-ID", now_ms=2_000, settle_s=0)
     assert batch_ms == 3_001  # after the newest commit, though the clock says earlier
     row = commits.latest()
     assert row == CommittedBatch(3_001, {0: 0, 1: 45}, {
@@ -93,3 +102,58 @@ def test_the_rewind_is_committed_through_the_store_after_the_epoch_moves() -> No
         "committed_ms": "2000", "topic_id": "TOPIC-ID"})
     assert leases.cell is not None and leases.cell.epoch == 5  # the old driver is fenced
     assert leases.recorded_topic_id == "TOPIC-ID"
+
+
+def test_a_dry_run_is_asked_for_on_the_command_line() -> None:
+    args = build_parser().parse_args(["offsets", "rewind", "--config", "c", "--to-offsets",
+                                      "0=0", "--dry-run"])
+    assert args.dry_run
+    assert not build_parser().parse_args(["offsets", "rewind", "--config", "c",
+                                          "--to-batch", "1"]).dry_run
+
+
+def test_the_plan_says_per_partition_what_is_read_again_or_skipped() -> None:
+    moves = plan_moves({0: 30, 1: 50, 2: 0}, NEW)
+    assert [(m.partition, m.current, m.target, m.read_again, m.skipped) for m in moves] == [
+        (0, 90, 30, 60, 0), (1, 45, 50, 0, 5), (2, None, 0, 0, 0)]
+    plan = RewindPlan(RewindTarget(to_batch=1_000), "t:g", "hbase", 3_000, moves,
+                      running="a run is running (lease epoch 4, driver h:1, heard from 1s ago)")
+    lines = plan.table()
+    assert lines[0] == "rewind of t:g (offsets.store hbase, newest commit 3000) with to-batch 1000:"
+    assert lines[2].split() == ["0", "90", "30", "60", "0"]
+    assert lines[4].split() == ["2", "-", "0", "0", "0"]  # a partition never committed
+    assert lines[5].split() == ["total", "60", "5"]
+    assert "never read" in lines[6] and lines[7].startswith("a run is running")
+    assert plan.summary(None) == {
+        "batch_ms": None, "dry_run": True, "store": "hbase", "offsets": {0: 30, 1: 50, 2: 0},
+        "from": {0: 90, 1: 45, 2: None}, "read_again": {0: 60, 1: 0, 2: 0}}
+
+
+def test_a_rewind_that_lost_its_race_to_a_drivers_commit_writes_itself_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store without history keeps only the newest write: a driver's commit that passed
+    its lease check just before the rewind took the lease lands over the rewind; the rewind
+    reads its commit back, writes it again and says so."""
+    commits = store(OLD, NEW, history=False)
+    leases = FakeLeaseStore(cell=Lease(4, "driver"))
+    late = CommittedBatch(3_000 + 500, {0: 99, 1: 99}, {"epoch": "4"})
+    monkeypatch.setattr(time, "sleep", lambda s: commits.rows.append(late))
+    batch_ms = write_rewind(RewindTarget(to_offsets={0: 0}), {0: 0, 1: 45}, commits, leases,
+                            None, now_ms=2_000)
+    newest = commits.latest()
+    assert newest is not None and (newest.batch_ms, newest.offsets) == (batch_ms, {0: 0, 1: 45})
+
+
+def test_a_rewind_is_the_way_out_of_offsets_that_are_not_the_jobs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    commits = store(OLD, NEW, history=False)
+
+    def refuse() -> CommittedBatch:
+        raise ForeignOffsets("written by someone else")
+
+    monkeypatch.setattr(commits, "latest", refuse)
+    leases = FakeLeaseStore(cell=Lease(4, "driver"))
+    write_rewind(RewindTarget(to_offsets={0: 0}), {0: 0, 1: 45}, commits, leases, None,
+                 now_ms=2_000, settle_s=0)
+    assert commits.rows[-1].offsets == {0: 0, 1: 45}
+    assert commits.rows[-1].audit["rewound_from"] == "none"

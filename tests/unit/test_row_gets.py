@@ -12,7 +12,7 @@ from Hbase_thrift import Hbase, IOError, TCell, TColumn, TRowResult
 from thriftpy2 import protocol, transport
 from thriftpy2.thrift import TApplicationException, TClient
 
-from leakproof.hbase.row_gets import ReplyError, encode_get_rows, get_rows, read_reply
+from leakproof.hbase.wire.gets import ReplyError, encode_get_rows, get_rows, read_reply
 
 TBinaryProtocol: Any = protocol.TBinaryProtocol
 TCompactProtocol: Any = protocol.TCompactProtocol

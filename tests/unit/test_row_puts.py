@@ -11,7 +11,7 @@ from Hbase_thrift import BatchMutation, Hbase, IOError, Mutation
 from thriftpy2 import protocol, transport
 from thriftpy2.thrift import TClient
 
-from leakproof.hbase.row_puts import RowPuts, encode_mutate_rows, row_puts, speaks_strict_binary
+from leakproof.hbase.wire.puts import RowPuts, encode_mutate_rows, row_puts, speaks_strict_binary
 
 # thriftpy2 has no type hints
 TBinaryProtocol: Any = protocol.TBinaryProtocol

@@ -248,3 +248,28 @@ def test_finish_closes_untouched_sessions_in_place_without_copying_the_open_set(
     assert r.closed_untouched == ["old"] and r.closed_now == ["old"]
     assert state.open_sessions == {"recent": 500, "new": 100 + GAP}
     assert (state.watermark, state.watermark_offset) == (100 + GAP, 10)
+
+
+def test_an_event_ahead_of_its_record_moves_the_watermark_only_to_the_records_time_and_grace(
+        ) -> None:
+    """A clock running an hour fast: its event counts in its own session, but moves the
+    watermark only to its record's timestamp + grace, so ``a`` (quiet for less than the gap)
+    stays open and its next event is folded, not late."""
+    grace = 100
+    folder = PartitionFolder(WEB, K, GAP, PartitionState(), {})
+    folder.feed(0, ev("a", 0, 1_000).as_event(), sessions.lead_of(1_000, grace))
+    fast = ev("x", 0, 1_000 + 3_600_000).as_event()
+    assert folder.feed(1, fast, sessions.lead_of(1_050, grace)) == Outcome.APPLIED
+    assert folder.watermark == 1_150
+    assert folder.feed(2, ev("a", 1, 1_400).as_event(),
+                       sessions.lead_of(1_400, grace)) == Outcome.APPLIED
+    r = folder.finish()
+    assert r.closed_now == [] and r.touched["x"].last_ts == 3_601_000
+    # without a record timestamp (-1: an old message format) the event time is taken
+    assert sessions.lead_of(-1, grace) is None
+
+
+def test_an_event_behind_its_record_moves_the_watermark_to_its_own_time() -> None:
+    folder = PartitionFolder(WEB, K, GAP, PartitionState(), {})
+    folder.feed(0, ev("a", 0, 500).as_event(), sessions.lead_of(90_000, 100))
+    assert folder.watermark == 500

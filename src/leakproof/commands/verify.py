@@ -2,7 +2,8 @@
 
 The topic is read back in full (every partition, offset order) so the oracle sees the exact
 order the job saw; the events found there are first checked against the events regenerated
-from the producer's seeds, so a loss between producer and topic is caught too.
+from the producer's seeds, so a loss between producer and topic is caught too. Dead letters a
+redrive sent back count through their copies, each exactly once (``verify``).
 """
 
 from __future__ import annotations
@@ -14,14 +15,18 @@ from dataclasses import dataclass, field
 
 from leakproof import oracle
 from leakproof.config import Config
+from leakproof.dead_letter import SENT, RedriveMark, origin, origin_of, parse_origin
+from leakproof.driver.bounds import bound_offsets, clamp
 from leakproof.errors import DecodeError
 from leakproof.events import Event, schema_json
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import connect
-from leakproof.hbase.dead_letters import DeadLetterStore
+from leakproof.hbase.dead_letters import REDRIVE, DeadLetterStore
 from leakproof.hbase.session_store import scan_readable
-from leakproof.kafka.admin import topic_bounds
+from leakproof.hbase.state_store import HBaseLeaseStore
+from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.reader import read_range
+from leakproof.kafka.records import KafkaRecord
 from leakproof.kafka.registry import decoder_for
 from leakproof.offsets import OffsetRange
 
@@ -34,6 +39,7 @@ class Verdict:
     sessions: int = 0
     bad_records: int = 0
     dead_letters: int = 0
+    redriven: int = 0  # dead letters whose copy a redrive sent back to the topic
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -41,47 +47,96 @@ class Verdict:
         return not self.problems
 
 
+@dataclass
+class TopicRead:
+    """The topic as ``verify`` reads it: each partition's events with their offsets, the
+    records that are not events, and the re-driven copies (origin -> (partition, record) of
+    each copy that names it)."""
+
+    events: dict[int, list[tuple[int, Event]]]
+    bad: list[DecodeError]
+    copies: dict[str, list[tuple[int, KafkaRecord]]]
+    # each event's record timestamp, beside ``events`` (sessions whose keys moved are
+    # merged by it: ``oracle.expected_rows_merged``)
+    stamps: dict[int, list[int]] = field(default_factory=dict)
+
+
 PROGRESS_S = 5.0  # how often a long verify says how far it got
 
 Say = Callable[[str], None]
 
 
-def read_topic(cfg: Config, say: Say | None = None
+def read_topic(cfg: Config, until_ms: int | None = None
                ) -> tuple[dict[int, list[Event]], list[DecodeError]]:
-    """Every record of the topic, decoded, per partition in offset order; ``say`` hears how
+    """Every record of the topic, decoded, per partition in offset order; with ``until_ms``
+    only those a run bounded by ``--until-time`` reads (driver/bounds.py)."""
+    got = read_records(cfg, until_ms)
+    return {p: [e for _, e in evs] for p, evs in got.events.items()}, got.bad
+
+
+def read_records(cfg: Config, until_ms: int | None = None, say: Say | None = None
+                 ) -> TopicRead:
+    """``read_topic``, with each event's offset and the re-driven copies; ``say`` hears how
     far the reading got every ``PROGRESS_S`` seconds."""
-    bounds = topic_bounds(cfg.kafka)
-    events: dict[int, list[Event]] = {p: [] for p in bounds}
-    bad: list[DecodeError] = []
+    meta = KafkaMetadata(cfg.kafka)
+    try:
+        bounds = meta.log_bounds(cfg.kafka.topic, meta.partitions(cfg.kafka.topic))
+        by_time = (None if until_ms is None else
+                   meta.offsets_for_time(cfg.kafka.topic, bounds, until_ms))
+    finally:
+        meta.close()
+    ends = {p: b.readable_end for p, b in bounds.items()}
+    if by_time is not None:
+        ends = clamp(ends, bound_offsets(cfg.kafka.topic, bounds, by_time=by_time))
+    got = TopicRead({p: [] for p in bounds}, [], {}, {p: [] for p in bounds})
     decoder = decoder_for(cfg.model, cfg.input)
-    total = sum(b.readable_end - b.log_start for b in bounds.values())
+    total = sum(ends[p] - b.log_start for p, b in bounds.items())
     read, told = 0, time.monotonic()
     for p in bounds:
-        rng = OffsetRange(cfg.kafka.topic, p, bounds[p].log_start, bounds[p].readable_end)
+        rng = OffsetRange(cfg.kafka.topic, p, bounds[p].log_start, ends[p])
         for rec in read_range(cfg.kafka, rng):
             read += 1
             if say is not None and read % 1000 == 0 and time.monotonic() - told >= PROGRESS_S:
                 told = time.monotonic()
                 say(f"read {read} of {total} records of {cfg.kafka.topic} "
                     f"({100 * read / total:.0f}%, partition {p})")
+            came_from = origin_of(rec.headers) if rec.headers else None
+            if came_from is not None:
+                got.copies.setdefault(came_from, []).append((p, rec))
             try:
-                events[p].append(decoder.decode(rec.key, rec.value, topic=rng.topic,
-                                                partition=p, offset=rec.offset,
-                                                timestamp=rec.timestamp, headers=rec.headers))
+                got.events[p].append((rec.offset, decoder.decode(
+                    rec.key, rec.value, topic=rng.topic, partition=p, offset=rec.offset,
+                    timestamp=rec.timestamp, headers=rec.headers)))
+                got.stamps[p].append(rec.timestamp)
             except DecodeError as err:
-                bad.append(err)
-    return events, bad
+                got.bad.append(err)
+    return got
 
 
-def verify(cfg: Config, specs: Sequence[GeneratorSpec], say: Say | None = None) -> Verdict:
-    """Compare every session row and dead letter with what the topic and seeds imply;
-    ``say`` hears each step and, while the topic is read, how far it got."""
+def verify(cfg: Config, specs: Sequence[GeneratorSpec], until_ms: int | None = None,
+           say: Say | None = None) -> Verdict:
+    """Compare every session row and dead letter with what the topic and seeds imply (with
+    ``until_ms``: what a run bounded by ``--until-time`` read of it).
+
+    A record a redrive sent back (a copy naming it is in the topic) was a dead letter when
+    the job read it, whatever it decodes to now: its events count through its copy, so the
+    oracle folds the copy and takes the record as a dead letter. Each such record must have
+    one copy, carrying its bytes, and each row marked re-driven a copy. ``say`` hears
+    each step and, while the topic is read, how far it got.
+    """
     verdict = Verdict()
+    topic = cfg.kafka.topic
     tell = say or (lambda _text: None)
-    tell(f"reading {cfg.kafka.topic} back in full")
-    per_partition, bad = read_topic(cfg, say)
-    tell(f"read {sum(map(len, per_partition.values()))} events and {len(bad)} bad records; "
+    tell(f"reading {topic} back in full")
+    got = read_records(cfg, until_ms, say)
+    tell(f"read {sum(map(len, got.events.values()))} events and {len(got.bad)} bad records; "
          f"folding them with the oracle")
+    redriven = {(p, o) for t, p, o in filter(None, map(parse_origin, got.copies)) if t == topic}
+    stamped = {p: [(ts, e) for (offset, e), ts in zip(evs, got.stamps[p], strict=True)
+                   if (p, offset) not in redriven] for p, evs in got.events.items()}
+    per_partition = {p: [e for _, e in seq] for p, seq in stamped.items()}
+    bad = got.bad
+    verdict.redriven = len(redriven)
     # the seeds' events are WebEvents: compared field by field with the records read back
     # (a reader schema that evolved past the web schema adds fields the seeds never had)
     names = [f["name"] for f in schema_json()["fields"]]
@@ -97,7 +152,10 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], say: Say | None = None) 
         verdict.problems.append(f"topic holds {sum(in_topic.values())} events, the seeds give "
                                 f"{sum(produced.values())}: {sum(missing.values())} missing, "
                                 f"{sum(extra.values())} extra")
-    expected = oracle.expected_rows(per_partition, cfg.sessions.close_after_ms, cfg.model)
+    # once partitions were added, the job closes a session only in its key's partition
+    grown = HBaseLeaseStore(cfg.hbase, cfg.kafka.topic, cfg.kafka.group_id).key_moves().grown
+    expected = oracle.expected_rows_merged(stamped, cfg.sessions.close_after_ms, cfg.model,
+                                           len(stamped) if grown else None)
     tell(f"{len(expected)} sessions expected; reading the session rows and dead letters "
          f"from HBase")
     conn = connect(cfg.hbase)
@@ -109,7 +167,7 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], say: Say | None = None) 
     verdict.sessions = len(actual)
     verdict.dead_letters = len(dead)
     verdict.problems += oracle.compare(expected, actual)[:50]
-    want_dead = {(b.partition, b.offset) for b in bad}
+    want_dead = {(b.partition, b.offset) for b in bad} | redriven
     if set(dead) != want_dead:
         verdict.problems.append(
             f"dead letters: {len(want_dead - set(dead))} bad records not dead-lettered, "
@@ -119,4 +177,30 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], say: Say | None = None) 
         if cells is not None and (cells.get(b"d:value") != b.value or cells.get(b"d:key") != b.key):
             verdict.problems.append(f"dead letter {b.partition}:{b.offset} does not hold the "
                                     f"raw bytes")
+    verdict.problems += _redrive_problems(topic, got.copies, dead, whole=until_ms is None)
     return verdict
+
+
+def _redrive_problems(topic: str, copies: dict[str, list[tuple[int, KafkaRecord]]],
+                      dead: dict[tuple[int, int], dict[bytes, bytes]], whole: bool) -> list[str]:
+    """Each re-driven dead letter copied once with its bytes; each row marked sent copied
+    (``whole``: the topic was read to its end, so every copy was seen)."""
+    problems = []
+    for name, found in sorted(copies.items()):
+        if len(found) > 1:
+            problems.append(f"dead letter {name} re-driven {len(found)} times: copies at "
+                            + ", ".join(f"{p}:{rec.offset}" for p, rec in found))
+        coordinates = parse_origin(name)
+        cells = dead.get(coordinates[1:]) if coordinates and coordinates[0] == topic else None
+        _, copy = found[0]
+        if cells is not None and (cells.get(b"d:key") != copy.key
+                                  or cells.get(b"d:value") != copy.value):
+            problems.append(f"the copy of dead letter {name} does not carry its key and value")
+    if whole:
+        for (p, offset), cells in sorted(dead.items()):
+            mark = cells.get(REDRIVE)
+            if mark and RedriveMark.parse(mark).state == SENT and \
+                    origin(topic, p, offset) not in copies:
+                problems.append(f"dead letter {topic}:{p}:{offset} is marked re-driven, but no "
+                                f"copy of it is in the topic")
+    return problems[:50]

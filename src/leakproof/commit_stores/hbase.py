@@ -63,6 +63,51 @@ class OffsetStore:
         self._table.put(row_key(self._topic, self._group, batch_ms), cells)
 
 
+class LastCommit:
+    """The row ``last:<topic>:<group>`` of the state table (family ``l``, no TTL): a copy of
+    the newest commit, whatever the store. The HBase store resumes from it when its offsets
+    rows expired; the Kafka-group and ZooKeeper stores hold their own offsets to it, so
+    offsets that vanished (expired by the broker, deleted) are noticed, not taken for a
+    first run."""
+
+    def __init__(self, cfg: Config) -> None:
+        self._hb = cfg.hbase
+        self._row = f"last:{cfg.kafka.topic}:{cfg.kafka.group_id}".encode()
+        self._conns = ConnectionSlot(cfg.hbase)
+
+    def read(self, conn: happybase.Connection | None = None) -> CommittedBatch | None:
+        def read(c: happybase.Connection) -> CommittedBatch | None:
+            cells = c.table(self._hb.state_table).row(self._row)
+            if not cells or b"l:batch_ms" not in cells:
+                return None
+            return CommittedBatch(
+                int(cells[b"l:batch_ms"]),
+                {int(k[len(b"l:p"):]): int(v) for k, v in cells.items()
+                 if k.startswith(b"l:p")},
+                {k: cells[f"l:{k}".encode()].decode() for k in REQUIRED_AUDIT
+                 if f"l:{k}".encode() in cells})
+
+        return read(conn) if conn is not None else self._conns.call("offsets read", read)
+
+    def write(self, batch_ms: int, offsets: Mapping[int, int], audit: Mapping[str, str],
+              conn: happybase.Connection | None = None) -> None:
+        copy = {f"l:p{p}".encode(): str(o).encode() for p, o in offsets.items()}
+        copy[b"l:batch_ms"] = str(batch_ms).encode()
+        copy.update({f"l:{k}".encode(): audit[k].encode() for k in REQUIRED_AUDIT
+                     if k in audit})
+
+        def write(c: happybase.Connection) -> None:
+            c.table(self._hb.state_table).put(self._row, copy)
+
+        if conn is not None:
+            write(conn)
+        else:
+            self._conns.call("offsets commit", write)
+
+    def close(self) -> None:
+        self._conns.reset()
+
+
 class HBaseCommitStore:
     """The default commit store: one offsets row per batch, plus a copy of the newest one.
 
@@ -82,27 +127,19 @@ class HBaseCommitStore:
         self._hb = cfg.hbase
         self._topic, self._group = cfg.kafka.topic, cfg.kafka.group_id
         self._conns = ConnectionSlot(cfg.hbase)
+        self._last = LastCommit(cfg)
 
     def _rows(self, conn: happybase.Connection) -> OffsetStore:
         return OffsetStore(conn.table(self._hb.offsets_table), self._topic, self._group)
-
-    def _last_row(self) -> bytes:
-        return f"last:{self._topic}:{self._group}".encode()
 
     def latest(self) -> CommittedBatch | None:
         def read(conn: happybase.Connection) -> CommittedBatch | None:
             found = self._rows(conn).latest()
             if found is not None:
                 return found
-            cells = conn.table(self._hb.state_table).row(self._last_row())
-            if not cells:
+            copy = self._last.read(conn)
+            if copy is None:
                 return None
-            copy = CommittedBatch(
-                int(cells[b"l:batch_ms"]),
-                {int(k[len(b"l:p"):]): int(v) for k, v in cells.items()
-                 if k.startswith(b"l:p")},
-                {k: cells[f"l:{k}".encode()].decode() for k in REQUIRED_AUDIT
-                 if f"l:{k}".encode() in cells})
             log.warning("no row for %s:%s in %s (expired by its TTL?): resuming from the "
                         "copy of batch %d kept in %s", self._topic, self._group,
                         self._hb.full_name(self._hb.offsets_table), copy.batch_ms,
@@ -114,11 +151,7 @@ class HBaseCommitStore:
     def put(self, batch_ms: int, offsets: Mapping[int, int], audit: Mapping[str, str]) -> None:
         def write(conn: happybase.Connection) -> None:
             self._rows(conn).put(batch_ms, offsets, audit)
-            copy = {f"l:p{p}".encode(): str(o).encode() for p, o in offsets.items()}
-            copy[b"l:batch_ms"] = str(batch_ms).encode()
-            copy.update({f"l:{k}".encode(): audit[k].encode() for k in REQUIRED_AUDIT
-                         if k in audit})
-            conn.table(self._hb.state_table).put(self._last_row(), copy)
+            self._last.write(batch_ms, offsets, audit, conn)
 
         self._conns.call("offsets commit", write)
 

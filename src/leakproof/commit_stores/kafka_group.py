@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Any
 
+from leakproof.commit_stores.hbase import LastCommit
+from leakproof.commit_stores.refusals import foreign, vanished
 from leakproof.config import Config
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.offsets import CommittedBatch
@@ -28,18 +31,31 @@ class KafkaGroupCommitStore:
     def __init__(self, cfg: Config) -> None:
         self._topic, self._group = cfg.kafka.topic, cfg.kafka.group_id
         self._kafka = KafkaMetadata(cfg.kafka)
+        self._last = LastCommit(cfg)
 
     def latest(self) -> CommittedBatch | None:
+        """The group's offsets, if leakproof wrote them all, as one batch: every
+        partition's commit metadata names leakproof and the same batch (ForeignOffsets
+        otherwise, and when they vanished after a commit the job made)."""
         mine = self._kafka.group_offsets(self._group, self._topic)
+        where = f"topic {self._topic} in group {self._group}"
         if not mine:
-            return None
-        meta: dict[str, str] = {}
-        for _, text in mine.values():
-            try:
-                meta = json.loads(text or "{}")
-                break
-            except ValueError:
-                continue
+            copy = self._last.read()
+            if copy is None:
+                return None
+            if copy.audit.get("topic_id") not in (None, self._kafka.describe(self._topic)[0]):
+                return copy  # the topic was recreated (which drops its groups' offsets too):
+                #              the start refuses it by its id, as with every store
+            raise vanished(self.name, where, copy)
+        metas = {p: _meta(text) for p, (_, text) in mine.items()}
+        others = sorted(p for p, m in metas.items() if m.get("writer") != "leakproof")
+        if others:
+            raise foreign(self.name, where, others, "their commit metadata does not name it")
+        batches = sorted({int(m.get("batch_ms", 0)) for m in metas.values()})
+        if len(batches) > 1:
+            raise foreign(self.name, where, sorted(metas),
+                          f"they name different batches {batches}, where a commit writes one")
+        meta = next(iter(metas.values()))
         return CommittedBatch(int(meta.get("batch_ms", 0)),
                               {p: offset for p, (offset, _) in sorted(mine.items())},
                               {k: str(v) for k, v in meta.items() if k != "batch_ms"})
@@ -52,6 +68,7 @@ class KafkaGroupCommitStore:
         meta = json.dumps({"batch_ms": batch_ms, "writer": "leakproof", **kept},
                           separators=(",", ":"))
         self._kafka.commit_group_offsets(self._group, self._topic, offsets, meta)
+        self._last.write(batch_ms, offsets, audit)
 
     def get(self, batch_ms: int) -> CommittedBatch | None:
         latest = self.latest()  # one commit is kept: only the newest can be named
@@ -63,3 +80,12 @@ class KafkaGroupCommitStore:
 
     def close(self) -> None:
         self._kafka.close()
+        self._last.close()
+
+
+def _meta(text: str | None) -> dict[str, Any]:
+    try:
+        found = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}

@@ -16,6 +16,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
+from leakproof.commit_stores.hbase import LastCommit
+from leakproof.commit_stores.refusals import foreign, vanished
 from leakproof.config import Config
 from leakproof.errors import StoreError
 from leakproof.offsets import CommittedBatch
@@ -32,6 +34,7 @@ class ZooKeeperCommitStore:
         self._hosts = cfg.offsets.zookeeper_hosts
         self._offsets = f"/consumers/{self._group}/offsets/{self._topic}"
         self._meta = f"/consumers/{self._group}/leakproof/{self._topic}"
+        self._last = LastCommit(cfg)
         self._zk = KazooClient(hosts=self._hosts, timeout=timeout_s)
         try:
             self._zk.start(timeout=timeout_s)
@@ -41,20 +44,33 @@ class ZooKeeperCommitStore:
                              f"(offsets.zookeeper_hosts): {exc}") from exc
 
     def latest(self) -> CommittedBatch | None:
+        """The znodes' offsets, if leakproof wrote them (its batch record holds the same
+        offsets); ForeignOffsets otherwise, and when they vanished after a commit."""
+        where = f"topic {self._topic} in group {self._group}"
         try:
             children = self._zk.get_children(self._offsets)
         except NoNodeError:
-            return None
+            children = []
         offsets = {int(c): int(self._zk.get(f"{self._offsets}/{c}")[0]) for c in children
                    if c.isdigit()}
         if not offsets:
+            copy = self._last.read()
+            if copy is not None:
+                raise vanished(self.name, where, copy)
             return None
         try:
             meta: dict[str, Any] = json.loads(self._zk.get(self._meta)[0] or b"{}")
         except NoNodeError:
-            meta = {}
+            raise foreign(self.name, where, sorted(offsets),
+                          f"no batch record at {self._meta}") from None
+        written = {int(p): o for p, o in meta.get("offsets", {}).items()}
+        changed = sorted(p for p, o in offsets.items() if written and written.get(p) != o)
+        if changed:
+            raise foreign(self.name, where, changed,
+                          "they differ from the batch leakproof recorded with them")
         return CommittedBatch(int(meta.get("batch_ms", 0)), dict(sorted(offsets.items())),
-                              {k: str(v) for k, v in meta.items() if k != "batch_ms"})
+                              {k: str(v) for k, v in meta.items()
+                               if k not in ("batch_ms", "offsets")})
 
     def put(self, batch_ms: int, offsets: Mapping[int, int], audit: Mapping[str, str]) -> None:
         try:
@@ -64,13 +80,17 @@ class ZooKeeperCommitStore:
             tx = self._zk.transaction()
             for p, o in offsets.items():
                 tx.set_data(f"{self._offsets}/{p}", str(o).encode())
-            tx.set_data(self._meta, json.dumps({"batch_ms": batch_ms, **audit}).encode())
+            tx.set_data(self._meta, json.dumps({"batch_ms": batch_ms, **audit,
+                                                "offsets": {str(p): o
+                                                            for p, o in offsets.items()}}
+                                               ).encode())
             results = tx.commit()
         except KazooException as exc:
             raise StoreError(f"ZooKeeper commit of batch {batch_ms} failed: {exc}") from exc
         failed = [r for r in results if isinstance(r, Exception)]
         if failed:
             raise StoreError(f"ZooKeeper commit of batch {batch_ms} failed: {failed[0]!r}")
+        self._last.write(batch_ms, offsets, audit)
 
     def get(self, batch_ms: int) -> CommittedBatch | None:
         latest = self.latest()  # one commit is kept: only the newest can be named
@@ -83,3 +103,4 @@ class ZooKeeperCommitStore:
     def close(self) -> None:
         self._zk.stop()
         self._zk.close()
+        self._last.close()

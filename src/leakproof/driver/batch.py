@@ -23,7 +23,13 @@ class BatchPlan:
     ``held`` the partitions whose ranges an open transaction stops short of the log end;
     ``one_task`` and ``check_keys_in`` what keys moving between partitions ask of its tasks
     (``moved_keys``: run as one task; check keys against that partition count);
+    ``owners_in``: the partition count once partitions were ever added -- a session is then
+    closed only by the partition its key belongs to, and index entries are checked against
+    their rows (``task.process``);
     ``cell_ts`` the HBase timestamp its writes start at (``cell_clock``; 0 until stamped);
+    ``last``: a bounded run's last batch, its ranges reaching every partition's bound
+    (``driver/bounds.py``); ``idle``: partitions silent for ``sessions.idle_after_s``, whose
+    empty ranges run as tasks so their watermarks move on with the wall clock;
     ``unread_ts`` the timestamp (epoch ms) of each partition's oldest unread record once the
     batch is read, for lag in seconds (absent: nothing unread; None: it could not be read).
     """
@@ -36,7 +42,10 @@ class BatchPlan:
     held: Mapping[int, HeldTransaction] = field(default_factory=dict)
     one_task: bool = False
     check_keys_in: int | None = None
+    owners_in: int | None = None
     cell_ts: int = 0
+    last: bool = False
+    idle: tuple[int, ...] = ()
     unread_ts: Mapping[int, int | None] = field(default_factory=dict)
 
     @property
@@ -56,8 +65,9 @@ class BatchPlan:
 
     @property
     def work(self) -> list[OffsetRange]:
-        """The ranges with records to read: one Spark task each."""
-        return [r for r in self.ranges if r.count]
+        """The ranges with records to read, and the idle partitions' empty ones: one Spark
+        task each."""
+        return [r for r in self.ranges if r.count or r.partition in self.idle]
 
     @property
     def records(self) -> int:

@@ -13,7 +13,9 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import FrameType
 
 from leakproof.driver.batch import BatchPlan
@@ -28,6 +30,20 @@ class RunLimits:
     until_idle_s: float | None = None
     max_batches: int | None = None  # batches with records; later ones are not planned
     log_format: str = "text"  # text | json: how the per-batch progress line is written
+    # a backfill's end (driver/bounds.py): per partition the first offset not to read, or
+    # the first record time not to read (epoch ms); at most one of the two
+    until_offsets: Mapping[int, int] | None = None
+    until_time_ms: int | None = None
+
+    def bound(self) -> str | None:
+        """The bound as the operator gave it (None: the run is not bounded)."""
+        if self.until_offsets is not None:
+            return "--until-offsets " + ",".join(f"{p}={o}" for p, o in
+                                                 sorted(self.until_offsets.items()))
+        if self.until_time_ms is not None:
+            when = datetime.fromtimestamp(self.until_time_ms / 1000, UTC)
+            return f"--until-time {when.isoformat(timespec='milliseconds')}"
+        return None
 
 
 class RunControl:
@@ -120,11 +136,14 @@ class RunControl:
     # -- plans in flight -----------------------------------------------------------------
 
     def hand_over(self, plan: BatchPlan) -> None:
-        """Planning's side: this plan's batch will run; count it for the idle clock and
-        ``--max-batches`` (at plan time: batches generated while earlier ones run would
-        otherwise all commit before a stop asked for at output time takes hold)."""
+        """Planning's side: this plan's batch will run; count it for the idle clock,
+        ``--max-batches`` and a bounded run's end (at plan time: batches generated while
+        earlier ones run would otherwise all commit before a stop asked for at output time
+        takes hold)."""
         with self._lock:
             self._pending[plan.batch_ms] = plan
+            if plan.last:
+                self._request_stop(f"every partition read to its bound ({self.limits.bound()})")
             if plan.records:
                 self._last_data = time.monotonic()
                 self._planned_with_data += 1

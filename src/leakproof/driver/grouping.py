@@ -11,7 +11,7 @@ many tasks as its records and cores need, no more:
   3.31-3.39 s against 3.46-3.76; a 900-partition drain 2.25-2.62 s against 3.28; a 4-partition
   drain the same);
 - at most one per ``MIN_TASK_RECORDS`` records (a small batch is one task);
-- never more than its ranges with records (an empty range is no work at all).
+- never more than its ranges (those with records, and an idle partition's empty one).
 
 A task's ranges are a run of partitions in partition order, cut where the records even out,
 so a partition stays with its neighbours from batch to batch as long as the rates do. On a
@@ -44,7 +44,7 @@ def task_count(ranges: int, records: int, cores: int) -> int:
 def split(ranges: Sequence[OffsetRange], parts: int) -> list[tuple[OffsetRange, ...]]:
     """``ranges`` (in partition order) cut into at most ``parts`` runs of about equal
     records; no run is empty."""
-    ordered = sorted((r for r in ranges if r.count), key=lambda r: r.partition)
+    ordered = sorted(ranges, key=lambda r: r.partition)
     parts = min(parts, len(ordered))
     if parts <= 1:
         return [tuple(ordered)] if ordered else []
@@ -67,8 +67,9 @@ def split(ranges: Sequence[OffsetRange], parts: int) -> list[tuple[OffsetRange, 
 
 def group(ranges: Sequence[OffsetRange], cores: int,
           placement: Mapping[int, str] | None = None) -> list[Task]:
-    """The batch's tasks: its non-empty ranges grouped as the module docstring says."""
-    work = [r for r in ranges if r.count]
+    """The batch's tasks: its ranges (``BatchPlan.work``: those with records, and the idle
+    partitions' empty ones) grouped as the module docstring says."""
+    work = list(ranges)
     records = sum(r.count for r in work)
     tasks = task_count(len(work), records, cores)
     if not placement:

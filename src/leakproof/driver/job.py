@@ -21,7 +21,6 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -34,6 +33,7 @@ from leakproof.crashpoints import crash_point
 from leakproof.driver.batch import BatchOutcome, BatchPlan, batch_millis
 from leakproof.driver.committing import Committer
 from leakproof.driver.control import RunControl, RunLimits
+from leakproof.driver.dispatch import run_tasks
 from leakproof.driver.grouping import group
 from leakproof.driver.input_report import InputReport
 from leakproof.driver.key_guard import KeyMoveGuard
@@ -46,25 +46,18 @@ from leakproof.driver.spark_session import (
     rdd_with_locations,
     warm_up_workers,
 )
-from leakproof.driver.startup import start_driver
+from leakproof.driver.startup import prepare_tables, start_driver
 from leakproof.driver.stopping import StopRequests
 from leakproof.errors import (
     BatchFailed,
     CommitRefused,
     KafkaReadError,
     LeakproofError,
-    StoreError,
-)
-from leakproof.hbase.connection import (
-    ConnectionSlot,
-    ensure_tables,
-    family_advice,
-    judge_families,
-    ttl_refusal,
 )
 from leakproof.hbase.state_store import HBaseLeaseStore, HBaseRunRecord
 from leakproof.kafka.admin import KafkaMetadata
-from leakproof.offsets import OffsetRange
+from leakproof.logs import FIELDS
+from leakproof.model.fingerprint import meaning
 from leakproof.reports import TaskReport
 from leakproof.runs import heartbeat_period_s
 
@@ -101,6 +94,7 @@ class Job:
         self._moves_store: HBaseLeaseStore | None = None
         # the cell timestamps of this driver's batches: the planning thread's (cell_clock)
         self._clock = CellClock(0, -1)
+        self._incarnation = ""  # the fence tag of the topic read (sessions.fence_key)
         self._inputs: InputReport | None = None  # each batch's input, told to Spark's UI
 
     # ------------------------------------------------------------------ start
@@ -111,21 +105,11 @@ class Job:
         Returns each assigned partition's start offset.
         """
         cfg = self.cfg
-        conns = ConnectionSlot(cfg.hbase)
-        created = conns.call("create tables", lambda c: ensure_tables(c, cfg.hbase))
-        advice, refusals = conns.call("read table settings", lambda c: judge_families(
-            c, cfg.hbase, family_advice, ttl_refusal))
-        conns.reset()
-        if refusals:
-            raise StoreError("; ".join(refusals))
-        if created:
-            log.info("created HBase tables %s", ", ".join(created))
-        for command in advice:
-            log.warning("an HBase table without a Bloom filter or block cache makes every "
-                        "session row read go to disk; in the HBase shell: %s", command)
+        prepare_tables(cfg.hbase)
         leases = self._closes(HBaseLeaseStore(cfg.hbase, self.topic, self.group))
         self.planner = Planner(cfg.kafka, cfg.job.batch_interval_s,
-                               self._closes(KafkaMetadata(cfg.kafka)))
+                               self._closes(KafkaMetadata(cfg.kafka)),
+                               cfg.sessions.idle_after_s)
         mirror = None
         if cfg.kafka.mirror_group_offsets and cfg.offsets.store != "kafka":
             # its own client: the planner's belongs to the generator thread
@@ -133,11 +117,17 @@ class Job:
         started = start_driver(self.topic, self.group, leases=leases,
                                store=self._closes(open_store(cfg)), planner=self.planner,
                                mirror=mirror, holder=f"start:{uuid.uuid4().hex[:8]}",
-                               now_ms=int(time.time() * 1000))
+                               now_ms=int(time.time() * 1000), model=meaning(cfg.model))
         log.info("driver lease epoch %d for %s:%s", started.lease.epoch, self.topic,
                  self.group)
         self.committer, self._clock = started.committer, started.clock
+        self._incarnation = started.incarnation
+        if started.incarnation:
+            log.info("%s was recreated since this job first read it: its fences carry the "
+                     "tag %s, apart from the old topic's", self.topic, started.incarnation)
         latest, start = started.latest, started.start
+        limits = self.control.limits  # a backfill's end (--until-offsets / --until-time)
+        self.planner.bound(limits.until_offsets, limits.until_time_ms)
         # its own connection: from here on only the planning thread uses it
         self._moves_store = self._closes(HBaseLeaseStore(cfg.hbase, self.topic, self.group))
         self._guard = KeyMoveGuard(self._moves_store, self.topic,
@@ -264,45 +254,10 @@ class Job:
                                          max(0.0, started_wall_ms - plan.batch_ms) / 1000))
 
     def _run_tasks(self, plan: BatchPlan, rdd: Any) -> list[TaskReport]:
-        if not plan.work:
-            return []
         assert self.committer is not None
-        cfg, batch_ms, epoch = self.cfg, plan.batch_ms, self.committer.lease.epoch
-
-        def tasks(check: int | None, cell_ts: dict[int, int]
-                  ) -> Callable[[Iterator[tuple[OffsetRange, ...]]], Iterator[TaskReport]]:
-            def task(runs: Iterator[tuple[OffsetRange, ...]]) -> Iterator[TaskReport]:
-                from leakproof.task.worker import run_ranges
-
-                for ranges in runs:  # in partition order, each its own fence and report
-                    yield from run_ranges(cfg, batch_ms, ranges, epoch, check,
-                                          cell_ts=cell_ts)
-            return task
-
-        try:  # the Spark UI's job list then says which ranges each batch read
-            rdd.context.setJobDescription(f"leakproof batch {batch_ms}: {plan.describe()}")
-        except Exception:
-            log.debug("could not set the job description", exc_info=True)
         self._dispatched.set()
-        reports: list[TaskReport] = rdd.mapPartitions(
-            tasks(plan.check_keys_in, plan.stamps())).collect()
-        held = [r for r in reports if r.moved_keys]
-        if not held:
-            return reports
-        # Ranges holding keys written under another partition count wrote nothing; now that
-        # the others are written they run alone, and later batches run as one task.
-        self.control.keys_moved(int(time.time() * 1000))
-        log.warning("batch %d: %d keys sit in partitions Kafka's default partitioner does "
-                    "not give them (partitions added under the backlog, or another "
-                    "partitioner): partitions %s run again in one task, and batches run "
-                    "as one task for a while", batch_ms, sum(r.moved_keys for r in held),
-                    ",".join(str(r.partition) for r in held))
-        again = {r.partition for r in held}
-        rerun = tuple(r for r in plan.work if r.partition in again)
-        # above every timestamp of the first pass: a late write of it cannot hide these
-        redone: list[TaskReport] = rdd.context.parallelize([rerun], 1).mapPartitions(
-            tasks(None, plan.stamps(again=True))).collect()
-        return [r for r in reports if not r.moved_keys] + redone
+        return run_tasks(self.cfg, plan, rdd, self.committer.lease.epoch, self._incarnation,
+                         self.control.keys_moved)
 
     # ------------------------------------------------------------------ the run
 
@@ -407,7 +362,9 @@ class Job:
             rc, how = 0, f"stopped ({self.control.stop_reason}); batch in flight abandoned"
         else:
             log.info("stopped after %d batches (%s); %s; committed offsets %s", self._outputs,
-                     self.control.stop_reason, where, committed)
+                     self.control.stop_reason, where, committed, extra={FIELDS: {
+                         "stop_reason": self.control.stop_reason, "last_batch_ms": last,
+                         "offsets": committed}})
             rc, how = 0, f"stopped ({self.control.stop_reason})"
         return rc, json.dumps({"exit": rc, "how": how, "last_batch_ms": last,
                                "offsets": committed})

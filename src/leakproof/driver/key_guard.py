@@ -63,7 +63,8 @@ class KeyMoveGuard:
             else:
                 log.info("%s: keys no longer move between partitions; batches run as "
                          "several tasks again", self._topic)
-        return replace(plan, one_task=mixing, check_keys_in=checks)
+        return replace(plan, one_task=mixing, check_keys_in=checks,
+                       owners_in=len(plan.bounds) if moves.grown else None)
 
     def _note(self, moves: KeyMoves) -> None:
         if moves != self._moves:

@@ -9,11 +9,13 @@ chain needs (a partition that appeared, a gap skipped) travels with the plan.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 
 from leakproof.backpressure import split_budgets
 from leakproof.config import KafkaConfig
 from leakproof.driver.batch import BatchPlan
+from leakproof.driver.bounds import bound_offsets, clamp, reached
 from leakproof.errors import KafkaReadError, OffsetError
 from leakproof.offsets import (
     CommittedBatch,
@@ -34,8 +36,12 @@ log = logging.getLogger(__name__)
 class Planner:
     """Start positions, then one plan per batch time, for one topic."""
 
-    def __init__(self, kafka: KafkaConfig, interval_s: float, metadata: Metadata) -> None:
+    def __init__(self, kafka: KafkaConfig, interval_s: float, metadata: Metadata,
+                 idle_after_s: float | None = None) -> None:
         self._cfg = kafka
+        self._idle_after_s = idle_after_s  # sessions.idle_after_s
+        self._quiet_since: dict[int, float] = {}  # monotonic: when a partition last had records
+        self._ticked: dict[int, float] = {}  # monotonic: its last idle tick
         self._interval_s = interval_s
         self._metadata = metadata
         self.topic = kafka.topic
@@ -43,6 +49,9 @@ class Planner:
         self._next: dict[int, int] = {}  # next offset to plan, per partition
         # the open transaction last seen holding each partition: looked up once per hold
         self._held: dict[int, HeldTransaction] = {}
+        # a bounded run's first offset not to read, per partition (driver/bounds.py)
+        self._until: dict[int, int] | None = None
+        self._until_time_ms: int | None = None
         # each partition's oldest unread record last looked up: (offset, timestamp ms)
         self._unread: dict[int, tuple[int, int | None]] = {}
 
@@ -77,6 +86,7 @@ class Planner:
         even when the commit store lost its offsets with the old topic (a Kafka group).
         """
         partitions = self.assigned()
+        self._check_cleanup_policy()
         stored_id = latest.audit.get("topic_id") if latest else None
         known = [(stored_id, f"the offsets row {latest.batch_ms} belongs to topic id "
                              f"{stored_id}" if latest else ""),
@@ -85,16 +95,48 @@ class Planner:
             if known_id and self.topic_id and known_id != self.topic_id:
                 raise OffsetError(
                     f"{self.topic} was deleted and recreated: {said}, the topic now has id "
-                    f"{self.topic_id}. Refusing to start: the "
-                    f"session fences hold offsets of the old topic, so records of the new "
-                    f"one would be skipped as replays. Rewind (leakproof offsets rewind "
-                    f"--to-time/--to-offsets) once you know which data to process.")
+                    f"{self.topic_id}. Refusing to start: its stored offsets mean nothing in "
+                    f"the new topic. Say where to read it from with leakproof offsets rewind "
+                    f"(--to-offsets with the new topic's start, or --to-time); the new "
+                    f"topic's session fences are then kept apart from the old one's, so none "
+                    f"of its records is taken for a replay.")
         bounds = self._metadata.log_bounds(self.topic, partitions)
         start = resolve_start(self.topic, partitions, latest.offsets if latest else None,
                               bounds, auto_offset_reset=self._cfg.auto_offset_reset,
                               on_data_loss=self._cfg.on_data_loss)
         self._next = dict(start.positions)
         return start
+
+    def _check_cleanup_policy(self) -> None:
+        """A compacted source topic is refused unless the config accepts its loss: the
+        cleaner deletes records the job has not read yet, and the reader must take the holes
+        it leaves for compaction (no gap row, no error), so those events would be lost
+        without a word."""
+        policy = self._metadata.topic_config(self.topic).get("cleanup.policy", "delete")
+        if "compact" in policy.split(",") and self._cfg.on_compacted_topic == "refuse":
+            raise OffsetError(
+                f"{self.topic} has cleanup.policy={policy}: its cleaner deletes records "
+                f"before the job reads them (every older record of a key once a newer one "
+                f"is written), and those events would be lost without a word. Read from a "
+                f"topic with cleanup.policy=delete, or set kafka.on_compacted_topic: accept "
+                f"to accept that loss.")
+
+    def bound(self, until_offsets: Mapping[int, int] | None = None,
+              until_time_ms: int | None = None) -> dict[int, int] | None:
+        """Bound the run (``--until-offsets`` / ``--until-time``), after ``start``: from now
+        on no range passes a partition's bound. Returns the bounds (None: unbounded)."""
+        if until_offsets is None and until_time_ms is None:
+            return None
+        partitions = sorted(self._next)
+        bounds = self._metadata.log_bounds(self.topic, partitions)
+        by_time = (None if until_time_ms is None else
+                   self._metadata.offsets_for_time(self.topic, partitions, until_time_ms))
+        self._until = bound_offsets(self.topic, bounds, until_offsets, by_time)
+        self._until_time_ms = until_time_ms
+        log.info("bounded run of %s: stops once it has read %s", self.topic, ", ".join(
+            f"p{p} to {o}" + (" (starts past it: none of it)" if self._next[p] > o else "")
+            for p, o in self._until.items()))
+        return dict(self._until)
 
     def plan(self, batch_ms: int, rate: float | None = None) -> BatchPlan:
         """This batch's ranges: from the last planned position up to the rate caps.
@@ -116,14 +158,53 @@ class Planner:
                                                self._cfg.on_data_loss)
             if gap is not None:
                 gaps.append(gap)
-        ranges = plan_ranges(self.topic, positions,
-                             {p: b.readable_end for p, b in bounds.items()},
-                             self._budget(positions, bounds, rate))
+        ends = {p: b.readable_end for p, b in bounds.items()}
+        if self._until is not None:
+            self._bound_appeared(appeared, bounds)
+            ends = clamp(ends, self._until)
+        ranges = plan_ranges(self.topic, positions, ends, self._budget(positions, ends, rate))
         for r in ranges:
             self._next[r.partition] = r.until_offset
         held = self._holds(bounds)
         return BatchPlan(batch_ms, tuple(ranges), bounds, tuple(gaps), appeared, held,
+                         last=self._until is not None and reached(ranges, self._until),
+                         idle=self._idle(ranges),
                          unread_ts=self._oldest_unread(ranges, bounds, held))
+
+    def _idle(self, ranges: Sequence[OffsetRange]) -> tuple[int, ...]:
+        """The partitions silent for ``sessions.idle_after_s`` whose watermark is due to
+        move on with the wall clock (an empty range each: ``task.index``), each at most once
+        per ``idle_after_s`` (and per batch interval)."""
+        if self._idle_after_s is None:
+            return ()
+        now = time.monotonic()
+        every = max(self._idle_after_s, self._interval_s)
+        due = []
+        for r in ranges:
+            if r.count:
+                self._quiet_since[r.partition] = now
+                continue
+            quiet = self._quiet_since.setdefault(r.partition, now)
+            if now - quiet >= self._idle_after_s and \
+                    now - self._ticked.get(r.partition, quiet) >= every:
+                self._ticked[r.partition] = now
+                due.append(r.partition)
+        return tuple(due)
+
+    def _bound_appeared(self, appeared: Mapping[int, int], bounds: Mapping[int, LogBounds]
+                        ) -> None:
+        """A partition that appeared under a bounded run gets its bound as the others did
+        (``--until-offsets`` named none for it: nothing of it is read)."""
+        assert self._until is not None
+        if not appeared:
+            return
+        by_time = (self._metadata.offsets_for_time(self.topic, appeared, self._until_time_ms)
+                   if self._until_time_ms is not None else {})
+        for p, at in appeared.items():
+            found = by_time.get(p, at)
+            self._until[p] = bounds[p].log_end if found is None else max(at, found)
+            log.info("partition %d appeared under a bounded run: read to %d", p,
+                     self._until[p])
 
     def _holds(self, bounds: Mapping[int, LogBounds]) -> dict[int, HeldTransaction]:
         """The partitions an open transaction holds back, each looked up once per hold (a
@@ -140,7 +221,7 @@ class Planner:
         self._held = {p: h for p, h in self._held.items() if p in held}
         return dict(self._held)
 
-    def _oldest_unread(self, ranges: list[OffsetRange], bounds: Mapping[int, LogBounds],
+    def _oldest_unread(self, ranges: Sequence[OffsetRange], bounds: Mapping[int, LogBounds],
                        held: Mapping[int, HeldTransaction]) -> dict[int, int | None]:
         """For lag in seconds: the timestamp of each partition's oldest unread record once
         this batch is read -- the record at its range's end -- where one is left. Read once
@@ -168,13 +249,14 @@ class Planner:
         self._unread = {p: (at, found[p]) for p, at in wanted.items()}
         return found
 
-    def _budget(self, positions: Mapping[int, int], bounds: Mapping[int, LogBounds],
+    def _budget(self, positions: Mapping[int, int], ends: Mapping[int, int],
                 rate: float | None) -> int | Mapping[int, int | None] | None:
-        """Offsets each partition may advance: the rate caps, or backpressure's share."""
+        """Offsets each partition may advance: the rate caps, or backpressure's share of
+        what is left before each one's end (``ends``: readable, and bounded)."""
         k = self._cfg
         if not k.backpressure.enabled:
             return per_partition_budget(self._interval_s, k.max_rate_per_partition,
                                         k.min_rate_per_partition)
-        lags = {p: max(0, bounds[p].readable_end - at) for p, at in positions.items()}
+        lags = {p: max(0, ends[p] - at) for p, at in positions.items()}
         return split_budgets(rate, lags, self._interval_s, k.max_rate_per_partition,
                              k.min_rate_per_partition, k.backpressure.initial_rate)

@@ -24,6 +24,7 @@ from thriftpy2.transport import TTransportException
 from leakproof.config import HBaseConfig
 from leakproof.errors import HBaseUnavailable, KerberosError, StoreError, TableMissing
 from leakproof.hbase import secure
+from leakproof.hbase.wire.puts import strict_binary
 
 log = logging.getLogger(__name__)
 
@@ -77,13 +78,15 @@ class _Connection(happybase.Connection):  # type: ignore[misc]
         transport = secure.transport(self._cfg)
         if transport is None:
             super()._refresh_thrift_client()
-            return
-        from Hbase_thrift import Hbase  # happybase generates this module from its Thrift IDL
+        else:
+            from Hbase_thrift import Hbase  # happybase generates it from its Thrift IDL
 
-        self.transport = transport
-        proto = (secure.protocol(self._cfg, transport)
-                 or self._protocol_class(transport, decode_response=False))
-        self.client = TClient(Hbase, proto)
+            self.transport = transport
+            proto = (secure.protocol(self._cfg, transport)
+                     or self._protocol_class(transport, decode_response=False))
+            self.client = TClient(Hbase, proto)
+        # the codec of the hot calls, chosen once per connection (``hbase.wire``)
+        self.strict_binary = strict_binary(self.client)
 
 
 def connect(cfg: HBaseConfig) -> happybase.Connection:

@@ -1,9 +1,10 @@
 """A source partition's rows in the state table: what an executor's range reads and writes.
 
-- ``wm:<topic>:<partition>`` family ``w`` (watermark, offset, cutoff): written after the
-  partition's session rows and open-session index, so it never runs ahead of them. With an
-  output topic it also holds the partition's outbox (``outbox.py``), written before the
-  session rows.
+- ``wm:<topic>:<partition>`` family ``w`` (watermark, offset, cutoff, check_below, the
+  index's bucket width): written after the partition's session rows and open-session index,
+  so it never runs ahead of them; ``pending`` and the writer tokens before any session row.
+  With an output topic it also holds the partition's outbox (``outbox.py``), written before
+  the session rows.
 - ``op:<topic>:<partition>:<bucket>`` family ``o`` (open session -> its last_ts): the open
   sessions by bucket of last_ts (``open_index``), so a range reads only what may expire.
 
@@ -12,18 +13,19 @@ The driver's rows of the same table (lease, topic id, gaps, run record) are ``st
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import happybase
 from happybase.table import TScan  # the Thrift struct happybase itself scans with
 
-from leakproof.hbase.row_puts import row_puts
 from leakproof.hbase.state_store import read_lease_epoch
+from leakproof.hbase.wire.puts import row_puts
 from leakproof.kept_rows import new_token
 from leakproof.open_index import MAX_BUCKET, MAX_WIDTH, Entry, IndexChanges, bucket_of
-from leakproof.outbox import PUBLISHED
+from leakproof.outbox import PUBLISHED, Outbox
 from leakproof.ports.task import Mark, PartitionSave, StoredPartition
+from leakproof.sessions import NO_WATERMARK, PartitionState
 
 
 def _wm_row(topic: str, partition: int) -> bytes:
@@ -41,6 +43,42 @@ def _open_row(topic: str, partition: int, ts: int) -> bytes:
 
 
 Scan = Callable[[Any, bytes, bytes, int], Iterable[tuple[bytes, dict[bytes, bytes]]]]
+
+
+def stored_partition(cells: Mapping[bytes, bytes]) -> StoredPartition:
+    """The ``wm:`` row's cells read: ``w:pending`` still set means a range stopped part way,
+    and may have left index entries as old as its watermark stale (a session row it wrote
+    moved on; the row's old entry is still there)."""
+    return StoredPartition(PartitionState(int(cells.get(b"w:watermark", b"%d" % NO_WATERMARK)),
+                                          int(cells.get(b"w:offset", b"-1"))),
+                           int(cells.get(b"w:cutoff", b"0")),
+                           max(int(cells.get(b"w:check_below", b"0")),
+                               int(cells.get(b"w:pending", b"0"))),
+                           Outbox.parse(cells),
+                           writer_token(cells),
+                           int(cells.get(b"w:width", b"0")),
+                           int(cells.get(b"w:record_ts", b"-1")),
+                           int(cells.get(b"w:record_wm", b"%d" % NO_WATERMARK)))
+
+
+def writer_token(cells: Mapping[bytes, bytes]) -> bytes:
+    """The ``wm:`` row's writer token (``ports.task.rewritten``): ``w:writer`` (a fresh one
+    in each range's pending mark), then ``w:foreign``."""
+    return cells.get(b"w:writer", b"") + b"/" + cells.get(b"w:foreign", b"")
+
+
+def watermark_cells(save: PartitionSave) -> dict[bytes, bytes]:
+    """The ``wm:`` row's cells a save writes last (``stored_partition`` reads them)."""
+    cells = {b"w:watermark": str(save.state.watermark).encode(),
+             b"w:offset": str(save.state.watermark_offset).encode(),
+             b"w:cutoff": str(max(0, save.cutoff)).encode(),
+             b"w:check_below": str(save.check_below).encode()}
+    if save.width:
+        cells[b"w:width"] = str(save.width).encode()
+    if save.record_ts >= 0:
+        cells[b"w:record_ts"] = str(save.record_ts).encode()
+        cells[b"w:record_wm"] = str(save.record_wm).encode()
+    return cells
 
 
 class PartitionStore:
@@ -70,10 +108,11 @@ class PartitionStore:
             if old:
                 moved = IndexChanges()
                 for sid, last_ts in old.items():
-                    moved.put(bucket_of(last_ts, width), sid, last_ts)
+                    moved.put(bucket_of(last_ts, int(cells.get(b"w:width", width))), sid,
+                              last_ts)
                 self._put_entries(topic, [(p, moved)], ts=ts)
                 self._table.delete(_wm_row(topic, p), columns=[b"o", b"w:version"])
-            stored[p] = StoredPartition.of_cells(cells)
+            stored[p] = stored_partition(cells)
         return stored
 
     def begin_writes(self, topic: str, marks: Sequence[Mark],
@@ -95,6 +134,21 @@ class PartitionStore:
         """The outbox went out (the Kafka marker says so too: this only saves a look-up)."""
         self._table.put(_wm_row(topic, partition), {PUBLISHED: outbox_id.encode()},
                         timestamp=ts)
+
+    def watermarks(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+        """Other partitions' stored watermarks (a session whose key moved closes only once
+        its owner's has passed it too): one getRows, nothing moved or written."""
+        found = dict(self._table.rows([_wm_row(topic, p) for p in partitions],
+                                      columns=[b"w:watermark"]))
+        return {p: int(found.get(_wm_row(topic, p), {}).get(b"w:watermark", b"%d" % NO_WATERMARK))
+                for p in partitions}
+
+    def hand_over(self, topic: str, changes: Sequence[tuple[int, IndexChanges]], *, ts: int
+                  ) -> None:
+        """Entries put in the indexes of the partitions sessions' keys moved to
+        (``task.process``); checked against their rows there like every entry of a grown
+        topic."""
+        self._put_entries(topic, changes, ts=ts)
 
     def scan_open(self, topic: str, partition: int, since: int, before: int,
                   batch_size: int = 1000) -> list[Entry]:
@@ -136,7 +190,7 @@ class PartitionStore:
                           ) -> None:
         with self._table.batch(timestamp=ts) as batch:
             for s in saves:
-                batch.put(_wm_row(topic, s.partition), {**s.watermark_cells(),
+                batch.put(_wm_row(topic, s.partition), {**watermark_cells(s),
                                                         b"w:pending": b"0"})
 
     def _put_entries(self, topic: str, changes: Sequence[tuple[int, IndexChanges]], *,

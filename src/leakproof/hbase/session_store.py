@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import happybase
 
-from leakproof.hbase.row_gets import get_rows
-from leakproof.hbase.row_puts import row_puts
+from leakproof.hbase.wire.gets import get_rows
+from leakproof.hbase.wire.puts import row_puts
 from leakproof.kept_rows import KeptRows, take_all
 from leakproof.model.compiled import CompiledModel
 from leakproof.ports.task import Kept, Touched

@@ -6,6 +6,12 @@ Rows (the partitions' ``wm:`` and ``op:`` rows of the same table are ``partition
   it ``topic_id`` and ``moved_since`` / ``moved_until`` / ``moved_checks`` (the
   ``moved_keys.KeyMoves`` record: when batches may run as several tasks again, and up to
   where a first run checks where keys sit).
+- ``owner`` family ``l``, cell ``job`` = ``<topic>:<group>``: the one job that writes this
+  table set (``claim_tables``); a second job is refused while the owner runs.
+- ``model`` family ``l``, cell ``meaning``: the event model the session rows were written
+  under (``model.fingerprint``).
+- ``topic:<topic>`` family ``l``, cell ``first_id``: the Kafka id of the topic the session
+  fences without an incarnation tag belong to (``sessions.incarnation_of``), set once.
 - ``gap:<topic>:<group>:<partition>:<stored offset>`` family ``g``: data lost to retention.
 - ``last:<topic>:<group>`` family ``l``: a TTL-free copy of the newest commit (commit_stores).
 - ``run:<topic>:<group>`` family ``l``: the running driver's heartbeat, ``leakproof stop``
@@ -20,12 +26,12 @@ import happybase
 
 from leakproof.cell_clock import CellClock
 from leakproof.config import HBaseConfig
-from leakproof.errors import CommitRefused
+from leakproof.errors import CommitRefused, TablesOwned
 from leakproof.hbase.connection import ConnectionSlot, check_and_put
 from leakproof.lease import FIRST_EPOCH, Lease
 from leakproof.moved_keys import KeyMoves
 from leakproof.offsets import Gap
-from leakproof.runs import RUNNING, STOPPED, RunState
+from leakproof.runs import RUNNING, STOPPED, RunState, stale_after_ms
 
 
 def lease_row(topic: str, group: str) -> bytes:
@@ -124,6 +130,53 @@ class StateStore:
     def write_topic_id(self, topic: str, group: str, topic_id: str) -> None:
         self._table.put(lease_row(topic, group), {TOPIC_ID_COLUMN: topic_id.encode()})
 
+    def claim_tables(self, topic: str, group: str, now_ms: int, stale_ms: int) -> str | None:
+        """Make ``topic:group`` the job that writes this table set. Returns the job it took
+        the tables over from (None: it held them, or nobody did); raises TablesOwned while
+        another job runs (its heartbeat younger than ``stale_ms``). Taking over bumps the
+        old job's lease epoch first, so a driver of it that is only slow is fenced at its
+        next commit or task."""
+        row, column, mine = b"owner", b"l:job", f"{topic}:{group}".encode()
+        for _ in range(20):
+            owner = self._table.row(row, columns=[column]).get(column)
+            if owner == mine:
+                return None
+            if owner is not None:
+                other_topic, _, other_group = owner.decode().rpartition(":")
+                run = _run_state(self._table.row(_run_row(other_topic, other_group)))
+                if run is not None and run.alive(now_ms, stale_ms):
+                    raise TablesOwned(
+                        f"the tables of this job (state table {self._name}) are written by "
+                        f"the job of topic {other_topic}, group {other_group}, which runs "
+                        f"(heartbeat {(now_ms - run.heartbeat_ms) / 1000:.0f} s ago, on "
+                        f"{run.where or 'an unknown host'}): two jobs writing one set of "
+                        f"session rows lose updates. Give this job its own hbase.table_prefix, "
+                        f"or stop that one first (leakproof stop with its config)")
+                self.bump_epoch(other_topic, other_group, f"tables taken by {topic}:{group}")
+            if check_and_put(self._conn, self._name, row, column, owner, mine):
+                return owner.decode() if owner is not None else None
+            time.sleep(0.05)  # another start claimed them in between: look again
+        raise TablesOwned(f"could not claim the tables of {topic}:{group}: the owner cell "
+                          f"keeps changing (another job starting at the same time?)")
+
+    def read_model(self) -> str | None:
+        raw = self._table.row(b"model", columns=[b"l:meaning"]).get(b"l:meaning")
+        return raw.decode() if raw else None
+
+    def write_model(self, meaning: str) -> None:
+        self._table.put(b"model", {b"l:meaning": meaning.encode()})
+
+    def pin_first_topic_id(self, topic: str, candidate: str | None) -> str | None:
+        """The id of the topic whose fences carry no incarnation tag: ``candidate`` if none
+        was recorded yet (set once, by check-and-put: two racing starts agree)."""
+        row, column = f"topic:{topic}".encode(), b"l:first_id"
+        raw = self._table.row(row, columns=[column]).get(column)
+        if raw is None and candidate:
+            if check_and_put(self._conn, self._name, row, column, None, candidate.encode()):
+                return candidate
+            raw = self._table.row(row, columns=[column]).get(column)
+        return raw.decode() if raw else None
+
     def read_key_moves(self, topic: str, group: str) -> KeyMoves:
         cells = self._table.row(lease_row(topic, group), columns=list(MOVED_COLUMNS))
         return KeyMoves.from_text(*(cells.get(c, b"").decode() for c in MOVED_COLUMNS))
@@ -190,6 +243,20 @@ class HBaseLeaseStore:
     def record_topic_id(self, topic_id: str) -> None:
         self._conns.call("topic id", lambda c: self._state(c).write_topic_id(
             self._topic, self._group, topic_id))
+
+    def recorded_model(self) -> str | None:
+        return self._conns.call("model", lambda c: self._state(c).read_model())
+
+    def record_model(self, meaning: str) -> None:
+        self._conns.call("model", lambda c: self._state(c).write_model(meaning))
+
+    def claim_tables(self, now_ms: int) -> str | None:
+        return self._conns.call("table owner", lambda c: self._state(c).claim_tables(
+            self._topic, self._group, now_ms, stale_after_ms(5.0)))
+
+    def first_topic_id(self, candidate: str | None) -> str | None:
+        return self._conns.call("topic id", lambda c: self._state(c).pin_first_topic_id(
+            self._topic, candidate))
 
     def key_moves(self) -> KeyMoves:
         return self._conns.call("key moves", lambda c: self._state(c).read_key_moves(

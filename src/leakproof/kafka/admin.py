@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from kafka import KafkaAdminClient, TopicPartition
-from kafka.admin import OffsetSpec
+from kafka.admin import ConfigResource, ConfigResourceType, OffsetSpec
 from kafka.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -65,6 +65,18 @@ class KafkaMetadata:
                 return (str(topic_id) if topic_id else None,
                         sorted(p["partition_index"] for p in t["partitions"]))
         raise KafkaReadError(f"topic {topic} does not exist")
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """The topic's settings that differ from the broker's defaults (``cleanup.policy``,
+        ``message.timestamp.type``, ...) as the broker reports them."""
+        try:
+            found = self._admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic)])
+        except KafkaError as exc:
+            raise KafkaReadError(f"cannot read the settings of topic {topic}: {exc}") from exc
+        settings = found.get("topic", {}).get(topic, {}) if isinstance(found, dict) else {}
+        return {name: str(entry.get("value")) for name, entry in settings.items()
+                if isinstance(entry, dict) and entry.get("value") is not None}
 
     def log_bounds(self, topic: str, partitions: Iterable[int]) -> dict[int, LogBounds]:
         """[log start, log end) per partition, and under ``read_committed`` the stable end:

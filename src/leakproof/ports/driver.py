@@ -58,6 +58,10 @@ class Metadata(Protocol):
 
     def log_bounds(self, topic: str, partitions: Iterable[int]) -> dict[int, LogBounds]: ...
 
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """The topic's own settings (those that differ from the broker's defaults)."""
+        ...
+
     def open_transactions(self, topic: str, held: Mapping[int, int]
                           ) -> dict[int, HeldTransaction]:
         """The open transaction at each held partition's stable end, and when it began."""
@@ -67,6 +71,12 @@ class Metadata(Protocol):
                           ) -> dict[int, int | None]:
         """The timestamp (epoch ms) of the first record at or after each partition's
         offset; None where it could not be read."""
+        ...
+
+    def offsets_for_time(self, topic: str, partitions: Iterable[int],
+                         timestamp_ms: int) -> dict[int, int | None]:
+        """Per partition, the first offset whose record timestamp is at or after
+        ``timestamp_ms`` (None: no record is that new)."""
         ...
 
     def close(self) -> None: ...
@@ -127,6 +137,22 @@ class LeaseStore(Protocol):
         ...
 
     def record_topic_id(self, topic_id: str) -> None: ...
+
+    def recorded_model(self) -> str | None:
+        """The meaning of the model the session rows were written under (None: unknown)."""
+        ...
+
+    def record_model(self, meaning: str) -> None: ...
+
+    def claim_tables(self, now_ms: int) -> str | None:
+        """Make this topic and group the one job that writes its table set; returns the job
+        it took them over from (None: none), raises TablesOwned while another one runs."""
+        ...
+
+    def first_topic_id(self, candidate: str | None) -> str | None:
+        """The id of the topic whose session fences carry no incarnation tag (the first the
+        job read): ``candidate`` when none is recorded yet, then that for good."""
+        ...
 
     def key_moves(self) -> KeyMoves:
         """When batches may run as several tasks again after partitions were added."""

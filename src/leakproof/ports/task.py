@@ -8,7 +8,7 @@ PartitionStore`` (PartitionRows), ``hbase.dead_letters.DeadLetterStore`` (DeadLe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple, Protocol
 
 from leakproof.errors import DecodeError
@@ -32,7 +32,6 @@ __all__ = [
     "SummarySink",
     "Touched",
     "rewritten",
-    "writer_token",
 ]
 
 
@@ -66,39 +65,28 @@ class Decode(Protocol):
 class StoredPartition(NamedTuple):
     """A partition's state row: its watermark; the cutoff its last range closed below (the
     index holds no entry under it); below what an index entry may be stale, so must be
-    checked against its session row (0: none may be); its outbox; and its writer token
-    (``kept_rows``: whose kept rows still hold)."""
+    checked against its session row (0: none may be); its outbox; its writer token
+    (``kept_rows``: whose kept rows still hold); the width of its index's buckets (0:
+    not recorded -- a row written before the width was kept); and the Kafka timestamp of
+    the newest record it read with the watermark then (-1: none), from which an idle
+    partition's watermark moves on with the wall clock (``sessions.idle_after_s``)."""
 
     state: PartitionState
     cutoff: int
     check_below: int = 0
     outbox: Outbox = Outbox()
     writer: bytes = b""
-
-    @classmethod
-    def of_cells(cls, cells: Mapping[bytes, bytes]) -> StoredPartition:
-        """The ``wm:`` row's cells read: ``w:pending`` still set means a range stopped part
-        way, and may have left index entries as old as its watermark stale (a session row it
-        wrote moved on; the row's old entry is still there)."""
-        return cls(PartitionState(int(cells.get(b"w:watermark", b"%d" % NO_WATERMARK)),
-                                  int(cells.get(b"w:offset", b"-1"))),
-                   int(cells.get(b"w:cutoff", b"0")),
-                   max(int(cells.get(b"w:check_below", b"0")),
-                       int(cells.get(b"w:pending", b"0"))),
-                   Outbox.parse(cells),
-                   writer_token(cells))
-
-
-def writer_token(cells: Mapping[bytes, bytes]) -> bytes:
-    """The ``wm:`` row's writer token: ``w:writer`` (a fresh one in each range's pending
-    mark), then ``w:foreign`` (a fresh one whenever another partition's range writes a row
-    that also bears this partition's fence)."""
-    return cells.get(b"w:writer", b"") + b"/" + cells.get(b"w:foreign", b"")
+    width: int = 0
+    record_ts: int = -1
+    record_wm: int = NO_WATERMARK
 
 
 def rewritten(read: bytes, writer: bytes) -> bytes:
-    """The writer token once a range's ``w:writer`` replaced the one its load ``read``
-    (``w:foreign`` as it was then: a bump since then must not go unseen)."""
+    """The writer token once a range's own writer part replaced the one its load ``read``
+    (the foreign part as it was then: a bump since then must not go unseen). A token is
+    ``<writer>/<foreign>``: a fresh writer part in each range's pending mark, a fresh foreign
+    part whenever another partition's range writes a row that also bears this partition's
+    fence."""
     return writer + b"/" + read.partition(b"/")[2]
 
 
@@ -164,20 +152,17 @@ class SessionRows(Protocol):
 
 class PartitionSave(NamedTuple):
     """What a range leaves in its partition's rows: the index changes, then the watermark
-    and the cutoff it closed below, keeping ``check_below`` (what the read said)."""
+    and the cutoff it closed below, keeping ``check_below`` (what the read said) and the
+    width its index's buckets have (0: leave it unrecorded)."""
 
     partition: int
     state: PartitionState
     changes: IndexChanges
     cutoff: int
     check_below: int
-
-    def watermark_cells(self) -> dict[bytes, bytes]:
-        """The ``wm:`` row's cells this save writes last (``StoredPartition.of_cells``)."""
-        return {b"w:watermark": str(self.state.watermark).encode(),
-                b"w:offset": str(self.state.watermark_offset).encode(),
-                b"w:cutoff": str(max(0, self.cutoff)).encode(),
-                b"w:check_below": str(self.check_below).encode()}
+    width: int = 0
+    record_ts: int = -1  # the newest record's Kafka timestamp, and the watermark then
+    record_wm: int = NO_WATERMARK
 
 
 class PartitionRows(Protocol):
@@ -209,6 +194,16 @@ class PartitionRows(Protocol):
 
     def outbox_published(self, topic: str, partition: int, outbox_id: str, *, ts: int
                          ) -> None: ...
+
+    def watermarks(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+        """Other partitions' stored watermarks, read only (``NO_WATERMARK``: none yet)."""
+        ...
+
+    def hand_over(self, topic: str, changes: Sequence[tuple[int, IndexChanges]], *, ts: int
+                  ) -> None:
+        """Entries put in other partitions' indexes (sessions whose keys moved there and
+        that only their watermark may close), at timestamp ``ts``."""
+        ...
 
 
 class LeaseCheck(Protocol):

@@ -15,8 +15,8 @@ holds only its own partition's rows and entries.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from leakproof import open_index
 from leakproof.open_index import Entry
@@ -28,6 +28,7 @@ from leakproof.ports.task import (
     Touched,
 )
 from leakproof.sessions import (
+    NO_WATERMARK,
     FoldResult,
     OpenSessions,
     PartitionState,
@@ -48,6 +49,10 @@ class Loaded:
     found: list[Entry]  # the index entries that may expire in it
     before: dict[str, SessionState]  # what is known of every session found or touched
     kept: int = 0  # of ``rows``, those the worker kept from the partition's last range
+    # the stored watermarks of the partitions that own sessions found or touched here whose
+    # keys moved away (partitions added), read before any of their rows
+    owner_watermarks: dict[int, int] = field(default_factory=dict)
+    idle_watermark: int = NO_WATERMARK  # an idle tick moves the watermark on to this
 
     def sessions(self) -> set[str]:
         """Every session whose row this range reads or may write: touched or found (all in
@@ -63,45 +68,84 @@ class Wanted:
     partition: int
     touched: frozenset[str]
     newest_ts: int
+    idle_at: int | None = None  # an idle tick's batch time: the watermark follows the clock
 
 
 def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_after_ms: int,
-         wanted: Sequence[Wanted], *, ts: int) -> list[Loaded]:
+         wanted: Sequence[Wanted], *, ts: int, incarnation: str = "",
+         owner_of: Callable[[str], int] | None = None) -> list[Loaded]:
     """For each of ``wanted`` (distinct partitions): its partition's state, its touched rows,
     and the open sessions that may expire by its newest event time. (``ts``: the cell
-    timestamp of what the read moves, ``PartitionRows.read_partitions``.)"""
+    timestamp of what the read moves, ``PartitionRows.read_partitions``. With
+    ``owner_of`` -- the partition a session's key belongs to, once partitions were added --
+    every entry found is checked against its row, since it may be a moved session's, and
+    the watermarks of the partitions that own the sessions a range found or touched are read
+    first: a row read after them holds every event their owner applied before them.)"""
     width = open_index.bucket_width(close_after_ms)
     stored = partitions.read_partitions(topic, [w.partition for w in wanted], width, ts=ts)
+    # an index keeps the width its buckets were cut with: were it to follow a changed gap,
+    # a session's delete would aim at a bucket its old entry is not in, and the entry left
+    # behind would close the session early
     scanned = []  # per range: its cutoff, the entries that may expire, the stale ones
     for w in wanted:
         s = stored[w.partition]
-        cutoff = open_index.cutoff(max(s.state.watermark, w.newest_ts), close_after_ms)
+        cutoff = open_index.cutoff(max(s.state.watermark, w.newest_ts, _idle(s, w)),
+                                   close_after_ms)
         found = open_index.expiring(partitions.scan_open(topic, w.partition, s.cutoff, cutoff),
                                     cutoff)
-        scanned.append((cutoff, found, open_index.to_check(found, s.check_below)))
+        stale = ({e.session_id for e in found} if owner_of is not None
+                 else open_index.to_check(found, s.check_below))
+        scanned.append((cutoff, found, stale))
+    owners: list[dict[int, int]] = [{} for _ in wanted]
+    if owner_of is not None:
+        for w, (_, found, _), mine in zip(wanted, scanned, owners, strict=True):
+            for sid in (*w.touched, *(e.session_id for e in found)):
+                if (home := owner_of(sid)) != w.partition:
+                    mine[home] = NO_WATERMARK
+        needed = sorted(set().union(*owners))
+        if needed:
+            marks = partitions.watermarks(topic, needed)
+            for mine in owners:
+                mine.update((p, marks[p]) for p in mine)
     rows, kept = sessions.read_touched([
-        Touched(fence_key(topic, w.partition), stored[w.partition].writer, w.touched)
+        Touched(fence_key(topic, w.partition, incarnation), stored[w.partition].writer,
+                w.touched)
         for w in wanted])
     checked = sessions.read_expiry(set().union(*(stale for *_, stale in scanned)) - rows.keys())
     loaded = []
-    for w, (cutoff, found, stale) in zip(wanted, scanned, strict=True):
+    for w, (cutoff, found, stale), mine in zip(wanted, scanned, owners, strict=True):
         s = stored[w.partition]
         own_rows = {sid: rows[sid] for sid in w.touched if sid in rows}
         own_checked = {sid: st for sid in stale
                        if (st := checked.get(sid) or rows.get(sid)) is not None}
         before = open_index.known_rows(found, stale, own_checked, own_rows)
         s.state.open_sessions = OpenSessions(open_index.open_set(found, before))
-        loaded.append(Loaded(s, s.state, own_rows, width, cutoff, found, before,
-                             kept[fence_key(topic, w.partition)]))
+        loaded.append(Loaded(s, s.state, own_rows, s.width or width, cutoff, found, before,
+                             kept[fence_key(topic, w.partition, incarnation)], mine,
+                             _idle(s, w)))
     return loaded
 
 
+def _idle(stored: StoredPartition, wanted: Wanted) -> int:
+    """An idle tick's watermark: the one the partition's newest record left, moved on by
+    the wall-clock time since that record's timestamp (NO_WATERMARK: not an idle tick)."""
+    if wanted.idle_at is None or stored.record_ts < 0 or wanted.idle_at <= stored.record_ts:
+        return NO_WATERMARK
+    return stored.record_wm + (wanted.idle_at - stored.record_ts)
+
+
 def save(partitions: PartitionRows, topic: str,
-         done: Sequence[tuple[int, Loaded, FoldResult]], *, ts: int) -> None:
+         done: Sequence[tuple[int, Loaded, FoldResult, int]], *, ts: int) -> None:
     """Each partition's index changes, then its watermark (``PartitionRows.write_partitions``),
-    at cell timestamp ``ts``."""
+    at cell timestamp ``ts``. Each of ``done`` carries its range's newest record timestamp
+    (-1: it read none, an idle tick: the partition's record keeps the one it had)."""
     partitions.write_partitions(topic, [
         PartitionSave(partition, result.partition,
                       open_index.changes(loaded.width, loaded.found, loaded.before, result),
-                      loaded.cutoff, loaded.stored.check_below)
-        for partition, loaded, result in done], ts=ts)
+                      # no entry below the saved cutoff: a deferred one keeps it down
+                      min([loaded.cutoff, *result.deferred.values()]),
+                      loaded.stored.check_below, loaded.width,
+                      *((max(newest, loaded.stored.record_ts), result.partition.watermark)
+                        if newest >= 0 else
+                        (loaded.stored.record_ts, loaded.stored.record_wm)))
+        for partition, loaded, result, newest in done], ts=ts)

@@ -33,13 +33,15 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from leakproof import open_index
 from leakproof.crashpoints import crash_point
 from leakproof.errors import CommitRefused, DecodeError
 from leakproof.events import Event
 from leakproof.kept_rows import keepable, new_token
 from leakproof.model.compiled import CompiledModel
-from leakproof.moved_keys import placed
+from leakproof.moved_keys import home, placed
 from leakproof.offsets import OffsetRange, named
+from leakproof.open_index import IndexChanges
 from leakproof.outbox import Outbox, outbox_id
 from leakproof.ports.task import (
     DeadLetters,
@@ -57,9 +59,11 @@ from leakproof.reports import TaskReport
 from leakproof.sessions import (
     NO_WATERMARK,
     FoldResult,
+    MayClose,
     PartitionFolder,
     fence_key,
     fence_source,
+    lead_of,
 )
 from leakproof.summaries import json_summary
 from leakproof.task import index
@@ -83,9 +87,10 @@ class _Range:
 
     rng: OffsetRange
     report: TaskReport
-    events: list[tuple[int, Event]]
+    events: list[tuple[int, Event, int | None]]  # offset, event, lead (``_read``)
     dead: list[DecodeError]
     touched: frozenset[str]
+    newest_record_ts: int = -1  # the newest Kafka timestamp among its records
 
 
 def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, stores: Stores,
@@ -100,7 +105,8 @@ def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, s
 def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode: Decode,
                    stores: Stores, model: CompiledModel, *, batch_ms: int, epoch: int,
                    close_after_ms: int, cell_ts: Mapping[int, int],
-                   placed_in: int | None = None) -> list[TaskReport]:
+                   placed_in: int | None = None, lead_ms: int | None = None,
+                   incarnation: str = "", owners_in: int | None = None) -> list[TaskReport]:
     """Steps 1-7 of the module docstring for ranges of one topic, in order; returns each
     range's counts and timings.
 
@@ -114,8 +120,16 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
     With ``placed_in`` (the topic's partition count) a range holding a key that Kafka's
     default partitioner puts in another partition writes nothing: its report counts those
     keys in ``moved_keys`` and the driver runs it again alone (``moved_keys``).
+    With ``lead_ms`` (the grace) an event moves the watermark at most that far past its
+    record's Kafka timestamp (``sessions.lead_of``). ``incarnation`` tags the fences of a
+    topic recreated under the same name (``sessions.fence_key``). With ``owners_in`` (the
+    partition count of a topic that grew) a session whose key Kafka's default partitioner
+    now gives another partition closes only once that partition's stored watermark has
+    passed it too (``sessions.PartitionFolder``): until then it stays in this partition's
+    index and gets an entry in its owner's, so whichever runs once the owner has passed it
+    closes it. Every index entry of such a topic is checked against its row.
     """
-    ranges = [_read(rng, records, decode) for rng, records in work]
+    ranges = [_read(rng, records, decode, lead_ms) for rng, records in work]
     if len({r.rng.topic for r in ranges}) > 1:
         raise ValueError("process_ranges takes the ranges of one topic")
     if placed_in is not None:  # a decoded event's key is its session id (codec's rule)
@@ -124,28 +138,37 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
                                       for sid in r.touched)
     for step in _apart([r for r in ranges if not r.report.moved_keys]):
         _steps(step, stores, model, batch_ms=batch_ms, epoch=epoch,
-               close_after_ms=close_after_ms, cell_ts=cell_ts)
+               close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation,
+               owners_in=owners_in)
     return [r.report for r in ranges]
 
 
-def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode) -> _Range:
-    """Step 1 for one range."""
+def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode,
+          lead_ms: int | None = None) -> _Range:
+    """Step 1 for one range: each event with its offset and how far it may move the
+    watermark (``sessions.lead_of``; None: its event time)."""
     report = TaskReport(rng.partition, rng.from_offset, rng.until_offset)
     t0 = time.monotonic()
-    events: list[tuple[int, Event]] = []
+    events: list[tuple[int, Event, int | None]] = []
     dead: list[DecodeError] = []
     keep, topic, partition = events.append, rng.topic, rng.partition
+    newest = -1
     for rec in records:  # once per record: locals only
+        if rec.timestamp > newest:
+            newest = rec.timestamp
         try:
-            keep((rec.offset, decode(rec.key, rec.value, topic=topic, partition=partition,
-                                     offset=rec.offset, timestamp=rec.timestamp,
-                                     headers=rec.headers)))
+            event = decode(rec.key, rec.value, topic=topic, partition=partition,
+                           offset=rec.offset, timestamp=rec.timestamp, headers=rec.headers)
+            keep((rec.offset, event, None if lead_ms is None else lead_of(rec.timestamp,
+                                                                          lead_ms)))
         except DecodeError as err:
+            err.timestamp, err.headers = rec.timestamp, rec.headers  # its dead letter keeps them
             dead.append(err)
             report.dead_letter_kinds[err.kind] = report.dead_letter_kinds.get(err.kind, 0) + 1
     report.records = len(events) + len(dead)
     report.read_s = time.monotonic() - t0
-    return _Range(rng, report, events, dead, frozenset(e.session_id for _, e in events))
+    return _Range(rng, report, events, dead, frozenset(e.session_id for _, e, _ in events),
+                  newest)
 
 
 def _apart(ranges: Sequence[_Range]) -> list[list[_Range]]:
@@ -168,7 +191,8 @@ def _apart(ranges: Sequence[_Range]) -> list[list[_Range]]:
 
 
 def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms: int,
-           epoch: int, close_after_ms: int, cell_ts: Mapping[int, int]) -> None:
+           epoch: int, close_after_ms: int, cell_ts: Mapping[int, int],
+           incarnation: str = "", owners_in: int | None = None) -> None:
     """Steps 2-7 for ranges of distinct partitions that touch no session in common."""
     topic = step[0].rng.topic
     ts = max(cell_ts[r.rng.partition] for r in step)
@@ -177,26 +201,39 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     first_ts = min(cell_ts[r.rng.partition] for r in step)
     # 2. load
     t0 = time.monotonic()
-    loaded = index.load(stores.partitions, stores.sessions, topic, close_after_ms,
-                        [index.Wanted(r.rng.partition, r.touched,
-                                      max((e.ts for _, e in r.events), default=NO_WATERMARK))
-                         for r in step], ts=first_ts)
+    wanted = [index.Wanted(r.rng.partition, r.touched,
+                           max((e.ts if lead is None else min(e.ts, lead)
+                                for _, e, lead in r.events), default=NO_WATERMARK),
+                           None if r.rng.count else batch_ms)  # an empty range: idle tick
+              for r in step]
+    loaded = index.load(stores.partitions, stores.sessions, topic, close_after_ms, wanted,
+                        ts=first_ts, incarnation=incarnation,
+                        owner_of=None if owners_in is None else
+                        (lambda sid: home(sid.encode(), owners_in)))
     if len(step) > 1 and _overlap([ld.sessions() for ld in loaded]):
         # a session found in one range's index is touched or owed by another: each alone
         for r in step:
             _steps([r], stores, model, batch_ms=batch_ms, epoch=epoch,
-                   close_after_ms=close_after_ms, cell_ts=cell_ts)
+                   close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation,
+                   owners_in=owners_in)
         return
     shares = _shares([r.report.records for r in step])
     load_s = time.monotonic() - t0
     # 3. fold
+    # each range's watermark after this step: an owner in the same step counts with it
+    after = {w.partition: max(ld.state.watermark, w.newest_ts)
+             for w, ld in zip(wanted, loaded, strict=True)}
     results = []
     for r, ld, share in zip(step, loaded, shares, strict=True):
         t1 = time.monotonic()
-        folder = PartitionFolder(model, fence_key(topic, r.rng.partition), close_after_ms,
-                                 ld.state, ld.rows)
-        for offset, event in r.events:
-            folder.feed(offset, event)
+        owners = {p: max(mark, after.get(p, mark)) for p, mark in ld.owner_watermarks.items()}
+        folder = PartitionFolder(model, fence_key(topic, r.rng.partition, incarnation),
+                                 close_after_ms, ld.state, ld.rows,
+                                 _may_close(r.rng.partition, owners_in, owners,
+                                            close_after_ms))
+        for offset, event, lead in r.events:
+            folder.feed(offset, event, lead)
+        folder.advance(ld.idle_watermark)
         results.append(folder.finish())
         r.report.expiring = len(ld.found)
         r.report.rows_kept = ld.kept
@@ -230,11 +267,14 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     crash_point("task_after_sessions")
     # 5. dead letters
     stores.dead_letters.write([err for r in step for err in r.dead], batch_ms, ts=ts)
-    # 6. the indexes, then the watermarks
+    # 6. the indexes (the owners' entries for sessions left open here first), then the
+    # watermarks
+    _hand_over(stores.partitions, topic, results, owners_in, close_after_ms, ts)
     index.save(stores.partitions, topic,
-               [(r.rng.partition, ld, result)
+               [(r.rng.partition, ld, result, r.newest_record_ts)
                 for r, ld, result in zip(step, loaded, results, strict=True)], ts=ts)
-    stores.sessions.keep([_kept(topic, r.rng.partition, ld.stored.writer, token, result)
+    stores.sessions.keep([_kept(fence_key(topic, r.rng.partition, incarnation),
+                                ld.stored.writer, token, result)
                           for r, ld, result, token in zip(step, loaded, results, tokens,
                                                           strict=True)])
     write_s = time.monotonic() - t2
@@ -266,21 +306,51 @@ def _publish(stores: Stores, model: CompiledModel, topic: str, rng: OffsetRange,
     return time.monotonic() - t0
 
 
-def _kept(topic: str, partition: int, read: bytes, token: bytes, result: FoldResult) -> Kept:
-    """What a range's rows leave kept: its touched rows that may be, the rest forgotten."""
-    key = fence_key(topic, partition)
+def _kept(key: str, read: bytes, token: bytes, result: FoldResult) -> Kept:
+    """What a range's rows leave kept: its touched rows that may be, the rest forgotten
+    (``key``: the range's fence key)."""
     keep = frozenset(sid for sid, s in result.touched.items() if keepable(s, key))
     return Kept(key, read, rewritten(read, token), keep,
                 (*result.closed_untouched, *(result.touched.keys() - keep)))
 
 
+def _may_close(partition: int, owners_in: int | None, owner_watermarks: Mapping[int, int],
+               close_after_ms: int) -> MayClose | None:
+    """Whether a session expired in ``partition`` may close: one whose key Kafka's default
+    partitioner now gives another partition (a decoded event's key is its session id) only
+    once that partition's stored watermark has passed it too."""
+    if owners_in is None:
+        return None
+
+    def may_close(sid: str, last_ts: int) -> bool:
+        owner = home(sid.encode(), owners_in)
+        return owner == partition or owner_watermarks.get(owner, NO_WATERMARK) > \
+            last_ts + close_after_ms
+    return may_close
+
+
+def _hand_over(partitions: PartitionRows, topic: str, results: Sequence[FoldResult],
+               owners_in: int | None, close_after_ms: int, ts: int) -> None:
+    """An entry in its owner's index for each session a range left open for its owner."""
+    if owners_in is None or not any(r.deferred for r in results):
+        return
+    width = open_index.bucket_width(close_after_ms)
+    changes: dict[int, IndexChanges] = {}
+    for result in results:
+        for sid, last_ts in result.deferred.items():
+            changes.setdefault(home(sid.encode(), owners_in), IndexChanges()).put(
+                open_index.bucket_of(last_ts, width), sid, last_ts)
+    partitions.hand_over(topic, sorted(changes.items()), ts=ts)
+
+
 def _foreign(topic: str, step: Sequence[_Range], loaded: Sequence[index.Loaded]
              ) -> list[tuple[str, int]]:
-    """The (topic, partition) of every fence a touched row bears besides its range's own:
-    those partitions' ranges may keep the row, and must stop trusting it."""
-    keys = {key for r, ld in zip(step, loaded, strict=True) for s in ld.rows.values()
-            for key in s.fences if key != fence_key(topic, r.rng.partition)}
-    return sorted(map(fence_source, keys))
+    """The (topic, partition) of every fence a touched row bears besides its range's own
+    (of any incarnation): those partitions' ranges may keep the row, and must stop trusting
+    it."""
+    return sorted({source for r, ld in zip(step, loaded, strict=True)
+                   for s in ld.rows.values() for key in s.fences
+                   if (source := fence_source(key)) != (topic, r.rng.partition)})
 
 
 def _overlap(sets: Sequence[set[str]]) -> bool:

@@ -144,12 +144,15 @@ def waves(ranges: Sequence[OffsetRange], most: int = WAVE_RECORDS
 
 
 def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch: int,
-               placed_in: int | None = None, *, cell_ts: Mapping[int, int]
+               placed_in: int | None = None, *, cell_ts: Mapping[int, int],
+               incarnation: str = "", owners_in: int | None = None
                ) -> list[TaskReport]:
     """A task's ranges end to end (``task.process``), a wave at a time (``waves``), riding
     out an HBase outage: every step is idempotent, so a wave interrupted by one is redone
     whole. ``placed_in``: check the keys against that partition count (``moved_keys``);
-    ``cell_ts``: each partition's cell timestamp (``cell_clock``).
+    ``cell_ts``: each partition's cell timestamp (``cell_clock``); ``incarnation``: the
+    fence tag of a recreated topic (``sessions.fence_key``); ``owners_in``: the partition
+    count of a topic that grew (``task.process``).
 
     A wave whose writes failed or timed out forgets the rows kept for its partitions: a
     timed-out call may still land, so what HBase holds is read again, never assumed."""
@@ -164,7 +167,8 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
             stalled = stalls()
             gaps: dict[OffsetRange, list[Gap]] = {rng: [] for rng in wave}
             kept = _kept_rows(cfg, epoch)
-            with _no_cycle_collection(), conns.get() as conn, _forgotten_on_failure(kept, wave):
+            forgotten = _forgotten_on_failure(kept, wave, incarnation)
+            with _no_cycle_collection(), conns.get() as conn, forgotten:
                 stores = Stores(
                     SessionStore(conn.table(cfg.hbase.sessions_table), model, kept=kept),
                     PartitionStore(conn, cfg.hbase.state_table),
@@ -176,7 +180,9 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
                                       _decoder(cfg.model, cfg.input).decode, stores, model,
                                       batch_ms=batch_ms, epoch=epoch,
                                       close_after_ms=cfg.sessions.close_after_ms,
-                                      cell_ts=cell_ts, placed_in=placed_in)
+                                      lead_ms=round(cfg.sessions.grace_s * 1000),
+                                      cell_ts=cell_ts, placed_in=placed_in,
+                                      incarnation=incarnation, owners_in=owners_in)
             for rng, report in zip(wave, done, strict=True):
                 # the first range found the topic's consumer or made it; the others use it
                 report.gaps, report.consumer_cached = tuple(gaps[rng]), cached or rng != wave[0]
@@ -188,14 +194,15 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
 
 
 @contextmanager
-def _forgotten_on_failure(kept: KeptRows, wave: Sequence[OffsetRange]) -> Iterator[None]:
+def _forgotten_on_failure(kept: KeptRows, wave: Sequence[OffsetRange], incarnation: str
+                          ) -> Iterator[None]:
     """The rows kept for the wave's partitions, forgotten if its writes fail or time out: a
     timed-out call may still land, so HBase is read again, never assumed."""
     try:
         yield
     except BaseException:
         for rng in wave:
-            kept.drop(fence_key(rng.topic, rng.partition))
+            kept.drop(fence_key(rng.topic, rng.partition, incarnation))
         raise
 
 

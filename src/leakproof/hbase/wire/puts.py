@@ -113,8 +113,17 @@ class RowPuts:
 
 def speaks_strict_binary(table: Any) -> bool:
     """Whether ``table``'s connection writes Thrift's strict binary protocol (happybase's
-    default) -- what ``encode_mutate_rows`` writes."""
-    client = getattr(getattr(table, "connection", None), "client", None)
+    default) -- what ``encode_mutate_rows`` writes: decided when the connection was made
+    (``hbase.connection``), or now for a connection made elsewhere."""
+    connection = getattr(table, "connection", None)
+    decided = getattr(connection, "strict_binary", None)
+    if decided is not None:
+        return bool(decided)
+    return strict_binary(getattr(connection, "client", None))
+
+
+def strict_binary(client: Any) -> bool:
+    """Whether a Thrift client writes the strict binary protocol."""
     protocol = getattr(client, "_oprot", None)
     return (type(protocol).__name__ in ("TCyBinaryProtocol", "TBinaryProtocol")
             and bool(getattr(protocol, "strict_write", False)))

@@ -20,7 +20,7 @@ from typing import Any
 
 from thriftpy2.thrift import TApplicationException, TException
 
-from leakproof.hbase.row_puts import call_header, send_call, speaks_strict_binary
+from leakproof.hbase.wire.puts import call_header, send_call, speaks_strict_binary
 
 Read = Callable[[int], bytes]
 Row = tuple[bytes, dict[bytes, bytes]]

@@ -1,0 +1,237 @@
+"""``leakproof deadletters redrive``: send dead letters back to their source topic -- key,
+value and headers as they were, plus the header naming their origin -- in Kafka
+transactions, at a bounded rate, each record **once**, whatever crashes. The job then reads
+the copies like any other record: their events reach their sessions exactly once through the
+fences, and a copy that is still bad comes back as a new dead letter linked to its original.
+
+Per partition of the dead letters (docs/DESIGN.md, "Re-driving dead letters", has the
+argument):
+
+1. fence: a producer of the partition's fixed transactional id starts; the broker fences
+   every older one and aborts the transaction one left open; the partition's log end is read
+   after that, once its stable end has reached it;
+2. read the selected rows' marks (after the fence); for the rows an interrupted redrive
+   marked ``pending``, read the partition from the lowest mark's ``scan_from`` to that end
+   for copies carrying their origin: a row with a copy is marked ``sent``, never sent again;
+3. in chunks (one transaction each, at most a second's worth at ``--rate``): mark each row
+   ``pending`` (a checkAndPut from the mark it was read with; ``scan_from`` the end of step 1,
+   or its older mark's if lower), send the chunk in one transaction and commit it, mark each
+   row ``sent`` with its copy's offset.
+
+A crash anywhere leaves each row either unmarked (nothing sent), ``pending`` (its copy
+committed or not: step 2 of the next redrive tells which) or ``sent``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from itertools import islice
+
+from leakproof.config import Config
+from leakproof.crashpoints import crash_point
+from leakproof.dead_letter import PENDING, SENT, DeadLetter, RedriveMark, Selection
+from leakproof.ports.redrive import DeadLetterRows, RedriveTarget
+
+log = logging.getLogger(__name__)
+
+CHUNK_MAX = 500  # records per transaction at most
+PROGRESS_S = 1.0  # a progress line at most this often
+
+
+@dataclass
+class RedriveReport:
+    """What a redrive did (or, dry, would do): rows selected, sent now, found sent by an
+    interrupted redrive (marked now), and left to another redrive that moved them first."""
+
+    selected: int = 0
+    sent: int = 0
+    found: int = 0
+    taken: int = 0
+    by_partition: dict[int, int] = field(default_factory=dict)  # selected, per partition
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def done(self) -> int:
+        return self.sent + self.found + self.taken
+
+    def line(self, topic: str) -> str:
+        """The progress line."""
+        took = max(time.monotonic() - self.started, 1e-9)
+        rate = self.sent / took
+        left = max(0, self.selected - self.done)
+        eta = f"about {left / rate:.0f}s left" if rate and left else "done" if not left else ""
+        pct = 100.0 * self.done / self.selected if self.selected else 100.0
+        return (f"redrive of {topic}: {self.done}/{self.selected} ({pct:.0f}%): {self.sent} "
+                f"sent, {self.found} found sent already, {self.taken} taken by another "
+                f"redrive; {rate:.0f}/s; {eta}").rstrip("; ")
+
+    def as_json(self) -> dict[str, object]:
+        return {"selected": self.selected, "sent": self.sent, "found": self.found,
+                "taken": self.taken, "by_partition": dict(sorted(self.by_partition.items())),
+                "seconds": round(time.monotonic() - self.started, 3)}
+
+
+class Pace:
+    """At most ``rate`` records a second, over the whole redrive (None: no limit)."""
+
+    def __init__(self, rate: float | None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if rate is not None and rate <= 0:
+            raise ValueError("'rate' must be > 0")
+        self.rate, self._clock, self._sleep = rate, clock, sleep
+        self._start = clock()
+        self._count = 0
+
+    @property
+    def chunk(self) -> int:
+        """Records per transaction: a second's worth, at most CHUNK_MAX."""
+        return CHUNK_MAX if self.rate is None else max(1, min(CHUNK_MAX, math.floor(self.rate)))
+
+    def wait(self, records: int) -> None:
+        """Count ``records`` as sent; sleep while ahead of the rate."""
+        self._count += records
+        if self.rate is not None:
+            ahead = self._count / self.rate - (self._clock() - self._start)
+            if ahead > 0:
+                self._sleep(ahead)
+
+
+class Progress:
+    """The report, said at most once a second and at the end."""
+
+    def __init__(self, topic: str, report: RedriveReport, say: Callable[[str], None]) -> None:
+        self._topic, self.report, self._say = topic, report, say
+        self._last = 0.0
+
+    def tick(self, final: bool = False) -> None:
+        now = time.monotonic()
+        if final or now - self._last >= PROGRESS_S:
+            self._last = now
+            self._say(self.report.line(self._topic))
+
+
+def count(rows: DeadLetterRows, topic: str, selection: Selection) -> RedriveReport:
+    """The rows a redrive of ``selection`` takes, per partition (read without their bytes)."""
+    report = RedriveReport()
+    for letter in _selected(rows, topic, selection, brief=True):
+        report.selected += 1
+        report.by_partition[letter.partition] = report.by_partition.get(letter.partition, 0) + 1
+    return report
+
+
+def redrive_partition(rows: DeadLetterRows, target: RedriveTarget, topic: str, partition: int,
+                      selection: Selection, pace: Pace, progress: Progress,
+                      now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+    """The steps of the module docstring for the selected dead letters of one partition."""
+    report, txn = progress.report, target.txn_id
+    only = replace(selection, partitions=frozenset({partition}))
+    # 1. fence every older producer of this partition's id; the end read after it
+    end = target.fence()
+    # 2. copies an interrupted redrive committed before the fence lie in [scan_from, end)
+    pending = [letter.mark.scan_from for letter in _selected(rows, topic, only, brief=True)
+               if letter.mark is not None and letter.mark.state == PENDING]
+    found = target.copies(min(pending), end) if pending else {}
+    if found:
+        log.info("%s partition %d: %d dead letters an interrupted redrive sent are in the "
+                 "topic already; marking them sent", topic, partition, len(found))
+    # 3. the rest in chunks: mark pending, one transaction, mark sent
+    chunk: list[DeadLetter] = []
+    for letter in _selected(rows, topic, only):
+        if letter.origin in found:
+            sent = RedriveMark(SENT, txn, now_ms(), copy_offset=found[letter.origin])
+            if rows.mark(letter, sent):
+                report.found += 1
+            else:
+                report.taken += 1
+            continue
+        chunk.append(letter)
+        if len(chunk) >= pace.chunk:
+            _send(rows, target, chunk, end, pace, progress, now_ms)
+            chunk = []
+    if chunk:
+        _send(rows, target, chunk, end, pace, progress, now_ms)
+
+
+def _send(rows: DeadLetterRows, target: RedriveTarget, chunk: list[DeadLetter], end: int,
+          pace: Pace, progress: Progress, now_ms: Callable[[], int]) -> None:
+    report, txn = progress.report, target.txn_id
+    marked = []
+    for letter in chunk:
+        scan_from = end if letter.mark is None else min(end, letter.mark.scan_from)
+        mark = RedriveMark(PENDING, txn, now_ms(), scan_from=scan_from)
+        if rows.mark(letter, mark):
+            marked.append(replace(letter, mark=mark))
+        else:
+            report.taken += 1  # another redrive moved it since it was read: its to finish
+    crash_point("redrive_after_mark")
+    if marked:
+        offsets = target.send([(m.key, m.value, m.copy_headers()) for m in marked])
+        crash_point("redrive_after_commit")
+        for letter, offset in zip(marked, offsets, strict=True):
+            # False: a later redrive found the copy and marked it sent first; it is sent
+            rows.mark(letter, RedriveMark(SENT, txn, now_ms(), copy_offset=offset))
+        report.sent += len(marked)
+    pace.wait(len(chunk))
+    progress.tick()
+
+
+def _selected(rows: DeadLetterRows, topic: str, selection: Selection, brief: bool = False
+              ) -> Iterator[DeadLetter]:
+    """The rows the selection takes that are not sent yet."""
+    return rows.letters(topic, replace(selection, states=frozenset({"waiting", PENDING})),
+                        brief)
+
+
+def redrive(cfg: Config, selection: Selection, rate: float | None,
+            say: Callable[[str], None], dry_run: bool = False) -> RedriveReport:
+    """Re-drive the selected dead letters of ``cfg``'s topic (``dry_run``: count them and
+    send nothing, mark nothing); progress through ``say``."""
+    from leakproof.hbase.dead_letters import DeadLetterRows as HBaseRows
+    from leakproof.kafka.redrive import TransactionalPartition, transactional_id
+
+    topic = cfg.kafka.topic
+    rows = HBaseRows(cfg.hbase)
+    try:
+        planned = count(rows, topic, selection)
+        if dry_run or not planned.selected:
+            return planned
+        progress = Progress(topic, RedriveReport(planned.selected,
+                                                 by_partition=planned.by_partition), say)
+        pace = Pace(rate)
+        table = cfg.hbase.full_name(cfg.hbase.dead_letter_table)
+        for partition in sorted(planned.by_partition):
+            target = TransactionalPartition(cfg.kafka, topic, partition,
+                                            transactional_id(table, topic, partition))
+            try:
+                redrive_partition(rows, target, topic, partition, selection, pace, progress)
+            finally:
+                target.close()
+        progress.tick(final=True)
+        return progress.report
+    finally:
+        rows.close()
+
+
+def print_redrive(cfg: Config, selection: Selection, rate: float | None, dry_run: bool,
+                  say: Callable[[str], None] = print,
+                  progress: Callable[[str], None] = print) -> int:
+    """``redrive``: the progress through ``progress``, the report through ``say`` (a dry
+    run: what would go, and the first 20 of them)."""
+    from leakproof.commands.dead_letters import HEADER, letters, line
+
+    report = redrive(cfg, selection, rate, progress, dry_run=dry_run)
+    if dry_run:
+        say(f"would re-drive {report.selected} dead letters of {cfg.kafka.topic} to it"
+            + (f", at most {rate:g} a second" if rate else "") + ": "
+            + ", ".join(f"partition {p} {n}" for p, n in sorted(report.by_partition.items())))
+        say(HEADER)
+        going = replace(selection, states=frozenset({"waiting", PENDING}))
+        for letter in islice(letters(cfg, going), 20):
+            say(line(letter))
+    say(json.dumps({**report.as_json(), "dry_run": dry_run}, sort_keys=True))
+    return 0
