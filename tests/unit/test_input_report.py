@@ -101,3 +101,27 @@ def test_the_description_skips_empty_ranges_largest_first() -> None:
     assert description((OffsetRange("t", 1, 0, 2), OffsetRange("t", 0, 0, 2))).splitlines() == [
         "topic: t\tpartition: 0\toffsets: 0 to 2\tcount: 2",
         "topic: t\tpartition: 1\toffsets: 0 to 2\tcount: 2"]
+
+
+def test_kafkas_own_offset_range_when_on_the_class_path_else_tuples() -> None:
+    from py4j.java_gateway import JavaClass
+
+    class Kafka010(JavaClass):  # type: ignore[misc]  # what Py4J hands back for a class
+        def __init__(self, refuse: bool) -> None:
+            self.refuse = refuse
+
+        def create(self, *args: object) -> object:
+            if self.refuse:
+                raise RuntimeError("no such method")
+            return ("OffsetRange", *args)
+
+    for refuse, expected in ((False, ("OffsetRange", "t", 0, 0, 10)), (True, ("t", 0, 0, 10))):
+        tracker = Tracker()
+        ssc, tick = fake_ssc(tracker)
+        ssc._sc._jvm.org.apache.spark.streaming.kafka010.OffsetRange = Kafka010(refuse)
+        report = InputReport(ssc, tick)
+        report.report(plan(1000, (0, 10)))
+        report.report(plan(2000, (10, 12)))
+        (_, (_, _, meta)), (_, (_, _, later)) = tracker.got
+        assert meta[OFFSETS_KEY] == [expected]
+        assert later[OFFSETS_KEY][0][-1] == 12 and report.reported == 2

@@ -101,6 +101,10 @@ class InputReport:
 
     def _range(self, r: OffsetRange) -> Any:
         if self._range_class is not None:
-            return self._range_class.create(r.topic, r.partition, r.from_offset,
-                                            r.until_offset)
+            try:
+                return self._range_class.create(r.topic, r.partition, r.from_offset,
+                                                r.until_offset)
+            except Exception:  # another OffsetRange than Kafka 0.10's: the tuples then
+                log.debug("Kafka's OffsetRange.create refused a range", exc_info=True)
+                self._range_class = None
         return self._jvm.scala.Tuple4(r.topic, r.partition, r.from_offset, r.until_offset)
