@@ -197,6 +197,9 @@ class FakeLeaseStore:
         previous, self.tables_owner = self.tables_owner, "t:g"
         return previous if previous != "t:g" else None
 
+    def owns_tables(self) -> bool:
+        return self.tables_owner in (None, "t:g")
+
     def first_topic_id(self, candidate: str | None) -> str | None:
         if self.first_id is None:
             self.first_id = candidate

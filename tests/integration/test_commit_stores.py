@@ -20,7 +20,7 @@ from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import DAY_S, connect, ensure_tables
 from leakproof.kafka.admin import KafkaMetadata
 
-from .helpers import ROOT, Env, run_cli
+from .helpers import ROOT, Env, progress_lines, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -219,10 +219,12 @@ def test_two_creators_racing_make_each_table_once_and_both_go_on(env: Env) -> No
         again.close()
 
 
-def test_group_offsets_written_by_someone_else_or_gone_are_refused(env: Env) -> None:
-    """offsets.store kafka: offsets another consumer committed under the job's group id, and
-    offsets the broker expired (deleted here), are refused naming the way out, never taken
-    for the job's own; the rewind the refusal names resumes it exactly."""
+def test_group_offsets_written_by_someone_else_are_refused_and_gone_ones_resume(
+        env: Env) -> None:
+    """offsets.store kafka: offsets another consumer committed under the job's group id are
+    refused naming the way out, never taken for the job's own, and the rewind the refusal
+    names resumes it exactly; offsets the broker expired (deleted here) resume from the
+    copy of the job's newest commit, not from auto_offset_reset."""
     spec = GeneratorSpec(seed=1930, events=2_000, sessions=200)
     env.produce(spec)
     path, cfg = with_store(env, "kafka", mirror_group_offsets=False)
@@ -243,7 +245,7 @@ def test_group_offsets_written_by_someone_else_or_gone_are_refused(env: Env) -> 
         admin.delete_groups(["it"])
     finally:
         admin.close()
-    gone = env.run(config=path, check=False)
-    assert gone.returncode != 0
-    assert "holds no offsets for topic" in gone.stderr and "leakproof offsets rewind " \
-        "--to-offsets" in gone.stderr, gone.stderr[-3000:]
+    env.produce(GeneratorSpec(seed=1931, events=500, sessions=50, start_ts=1_767_240_000_000))
+    gone = env.run("--until-idle", "3", "--log-format", "json", config=path)
+    assert "no offsets in the group (expired or deleted)" in gone.stderr, gone.stderr[-3000:]
+    assert sum(line["records"] for line in progress_lines(gone.stderr)) == 500  # the new ones

@@ -162,3 +162,13 @@ def test_a_partition_held_by_an_open_transaction_is_as_old_as_the_transaction() 
     assert r.meta.timestamp_reads == 0  # the transaction's first record was read already
     plan = r.plan()  # still held: nothing read again
     assert plan.lag_s(8_000) == 5.0 and r.meta.timestamp_reads == 0
+
+
+def test_a_partition_an_open_transaction_holds_is_not_idle() -> None:
+    """Its records may yet commit: moving its watermark on would close their sessions."""
+    meta = FakeMetadata("t", {0: LogBounds(0, 10, 4)})  # the stable end 4: a transaction open
+    planner = Planner(KafkaConfig("127.0.0.1:9092", "t", "g"), 0.01, meta, idle_after_s=0.01)
+    planner.start(None)
+    planner.plan(1_000)
+    time.sleep(0.03)
+    assert planner.plan(2_000).idle == ()

@@ -12,8 +12,9 @@ Each is a ``driver.ports.CommitStore``: the job resumes from ``latest()``, ``put
 else it keeps, every store gives back from ``latest()`` the audit keys in ``REQUIRED_AUDIT``
 (``topic_id`` is how a deleted and recreated topic is recognised). The driver lease stays in
 HBase whatever the store, beside a copy of the newest commit (``hbase.LastCommit``): a
-Kafka-group or ZooKeeper store whose offsets were written by someone else, or vanished, is
-refused with ForeignOffsets (``refusals.py``), never taken for the job's own.
+Kafka-group or ZooKeeper store whose offsets were written by someone else is refused with
+ForeignOffsets (``refusals.py``), never taken for the job's own; one whose offsets vanished
+(expired, deleted) resumes from that copy instead of starting over.
 """
 
 from __future__ import annotations

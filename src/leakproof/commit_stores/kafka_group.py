@@ -11,15 +11,18 @@ by default) without a commit.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from leakproof.commit_stores.hbase import LastCommit
-from leakproof.commit_stores.refusals import foreign, vanished
+from leakproof.commit_stores.refusals import foreign
 from leakproof.config import Config
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.offsets import CommittedBatch
 from leakproof.ports.driver import REQUIRED_AUDIT
+
+log = logging.getLogger(__name__)
 
 
 class KafkaGroupCommitStore:
@@ -34,28 +37,31 @@ class KafkaGroupCommitStore:
         self._last = LastCommit(cfg)
 
     def latest(self) -> CommittedBatch | None:
-        """The group's offsets, if leakproof wrote them all, as one batch: every
-        partition's commit metadata names leakproof and the same batch (ForeignOffsets
-        otherwise, and when they vanished after a commit the job made)."""
+        """The group's offsets, if leakproof wrote them all (every partition's commit
+        metadata names it: ForeignOffsets otherwise), or the copy of the job's newest commit
+        when they vanished after it (expired or deleted)."""
         mine = self._kafka.group_offsets(self._group, self._topic)
         where = f"topic {self._topic} in group {self._group}"
         if not mine:
             copy = self._last.read()
             if copy is None:
                 return None
-            if copy.audit.get("topic_id") not in (None, self._kafka.describe(self._topic)[0]):
-                return copy  # the topic was recreated (which drops its groups' offsets too):
-                #              the start refuses it by its id, as with every store
-            raise vanished(self.name, where, copy)
+            # Gone after commits of the job's own: expired (a topic quiet for longer than
+            # offsets.retention.minutes: a batch that moved nothing commits nothing) or
+            # deleted. The copy is the job's newest commit: resume from it, as the HBase
+            # store does past its TTL. (A recreated topic, which drops its groups' offsets
+            # too, is then refused at start by the id the copy keeps.)
+            log.warning("%s: no offsets in the group (expired or deleted), though the job "
+                        "committed batch %d: resuming from the copy of it kept in HBase",
+                        where, copy.batch_ms)
+            return copy
         metas = {p: _meta(text) for p, (_, text) in mine.items()}
         others = sorted(p for p, m in metas.items() if m.get("writer") != "leakproof")
         if others:
             raise foreign(self.name, where, others, "their commit metadata does not name it")
-        batches = sorted({int(m.get("batch_ms", 0)) for m in metas.values()})
-        if len(batches) > 1:
-            raise foreign(self.name, where, sorted(metas),
-                          f"they name different batches {batches}, where a commit writes one")
-        meta = next(iter(metas.values()))
+        # partitions of one commit that failed part way name an older batch: each offset is
+        # still one the job applied up to, so the newest batch stands for them all
+        meta = max(metas.values(), key=lambda m: int(m.get("batch_ms", 0)))
         return CommittedBatch(int(meta.get("batch_ms", 0)),
                               {p: offset for p, (offset, _) in sorted(mine.items())},
                               {k: str(v) for k, v in meta.items() if k != "batch_ms"})

@@ -10,6 +10,7 @@ sees half a batch. One commit per partition is kept: no history.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,10 +18,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
 from leakproof.commit_stores.hbase import LastCommit
-from leakproof.commit_stores.refusals import foreign, vanished
+from leakproof.commit_stores.refusals import foreign
 from leakproof.config import Config
 from leakproof.errors import StoreError
 from leakproof.offsets import CommittedBatch
+
+log = logging.getLogger(__name__)
 
 
 class ZooKeeperCommitStore:
@@ -45,7 +48,8 @@ class ZooKeeperCommitStore:
 
     def latest(self) -> CommittedBatch | None:
         """The znodes' offsets, if leakproof wrote them (its batch record holds the same
-        offsets); ForeignOffsets otherwise, and when they vanished after a commit."""
+        offsets; ForeignOffsets otherwise), or the copy of the job's newest commit when they
+        vanished after it."""
         where = f"topic {self._topic} in group {self._group}"
         try:
             children = self._zk.get_children(self._offsets)
@@ -55,9 +59,10 @@ class ZooKeeperCommitStore:
                    if c.isdigit()}
         if not offsets:
             copy = self._last.read()
-            if copy is not None:
-                raise vanished(self.name, where, copy)
-            return None
+            if copy is not None:  # deleted after the job's commits: resume from its copy
+                log.warning("%s: no offsets in ZooKeeper, though the job committed batch %d: "
+                            "resuming from the copy of it kept in HBase", where, copy.batch_ms)
+            return copy
         try:
             meta: dict[str, Any] = json.loads(self._zk.get(self._meta)[0] or b"{}")
         except NoNodeError:

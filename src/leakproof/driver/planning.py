@@ -168,20 +168,25 @@ class Planner:
         held = self._holds(bounds)
         return BatchPlan(batch_ms, tuple(ranges), bounds, tuple(gaps), appeared, held,
                          last=self._until is not None and reached(ranges, self._until),
-                         idle=self._idle(ranges),
+                         idle=self._idle(ranges, bounds),
                          unread_ts=self._oldest_unread(ranges, bounds, held))
 
-    def _idle(self, ranges: Sequence[OffsetRange]) -> tuple[int, ...]:
+    def _idle(self, ranges: Sequence[OffsetRange], bounds: Mapping[int, LogBounds]
+              ) -> tuple[int, ...]:
         """The partitions silent for ``sessions.idle_after_s`` whose watermark is due to
         move on with the wall clock (an empty range each: ``task.index``), each at most once
-        per ``idle_after_s`` (and per batch interval)."""
-        if self._idle_after_s is None:
+        per ``idle_after_s`` (and per batch interval). A partition with records it does not
+        read yet is not silent: one an open transaction holds (its records may commit), or a
+        bounded run's partition at its bound. A bounded run (a backfill) never ticks: it
+        reads history, where the wall clock says nothing of event time."""
+        if self._idle_after_s is None or self._until is not None:
             return ()
         now = time.monotonic()
         every = max(self._idle_after_s, self._interval_s)
         due = []
         for r in ranges:
-            if r.count:
+            waiting = r.until_offset < bounds[r.partition].log_end
+            if r.count or waiting:
                 self._quiet_since[r.partition] = now
                 continue
             quiet = self._quiet_since.setdefault(r.partition, now)

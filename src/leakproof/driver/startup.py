@@ -23,7 +23,7 @@ from leakproof.cell_clock import CellClock
 from leakproof.config import HBaseConfig
 from leakproof.driver.committing import Committer
 from leakproof.driver.planning import Planner
-from leakproof.errors import ConfigError, StoreError
+from leakproof.errors import ConfigError, StoreError, TablesOwned
 from leakproof.hbase.connection import (
     ConnectionSlot,
     ensure_tables,
@@ -102,6 +102,9 @@ def start_driver(topic: str, group: str, *, leases: LeaseStore, store: CommitSto
     if model is not None:
         check_model(leases, model)
     lease = leases.take(holder)  # 1
+    if not leases.owns_tables():  # taken over by another job while this one started
+        raise TablesOwned(f"the tables of {topic}:{group} were taken over by another job "
+                          f"while this one started; it does not write them")
     clock = CellClock.start(now_ms, leases.cell_ts_bound())  # 2
     latest = store.latest()  # 3
     recorded = leases.topic_id()

@@ -134,8 +134,9 @@ class StateStore:
         """Make ``topic:group`` the job that writes this table set. Returns the job it took
         the tables over from (None: it held them, or nobody did); raises TablesOwned while
         another job runs (its heartbeat younger than ``stale_ms``). Taking over bumps the
-        old job's lease epoch first, so a driver of it that is only slow is fenced at its
-        next commit or task."""
+        old job's lease epoch, so a driver of it that is only slow is fenced at its next
+        commit or task -- after the owner cell is ours, so a driver of it that was only
+        starting finds the tables taken (``owns_tables``) once it holds its lease."""
         row, column, mine = b"owner", b"l:job", f"{topic}:{group}".encode()
         for _ in range(20):
             owner = self._table.row(row, columns=[column]).get(column)
@@ -152,12 +153,21 @@ class StateStore:
                         f"{run.where or 'an unknown host'}): two jobs writing one set of "
                         f"session rows lose updates. Give this job its own hbase.table_prefix, "
                         f"or stop that one first (leakproof stop with its config)")
-                self.bump_epoch(other_topic, other_group, f"tables taken by {topic}:{group}")
             if check_and_put(self._conn, self._name, row, column, owner, mine):
-                return owner.decode() if owner is not None else None
+                if owner is None:
+                    return None
+                previous = str(owner.decode())
+                other_topic, _, other_group = previous.rpartition(":")
+                self.bump_epoch(other_topic, other_group, f"tables taken by {topic}:{group}")
+                return previous
             time.sleep(0.05)  # another start claimed them in between: look again
         raise TablesOwned(f"could not claim the tables of {topic}:{group}: the owner cell "
                           f"keeps changing (another job starting at the same time?)")
+
+    def owns_tables(self, topic: str, group: str) -> bool:
+        """Whether ``topic:group`` is (still) the job that writes this table set."""
+        owner = self._table.row(b"owner", columns=[b"l:job"]).get(b"l:job")
+        return bool(owner == f"{topic}:{group}".encode())
 
     def read_model(self) -> str | None:
         raw = self._table.row(b"model", columns=[b"l:meaning"]).get(b"l:meaning")
@@ -208,6 +218,7 @@ class HBaseLeaseStore:
         self._cfg = cfg
         self._topic, self._group = topic, group
         self._conns = ConnectionSlot(cfg)
+        self._inherited_bound = 0  # claim_tables: the cell timestamps of a job taken over
 
     def _state(self, conn: happybase.Connection) -> StateStore:
         return StateStore(conn, self._cfg.state_table)
@@ -225,8 +236,11 @@ class HBaseLeaseStore:
                                 .compare_and_set_lease(self._topic, self._group, expected, new))
 
     def cell_ts_bound(self) -> int:
-        return self._conns.call("cell timestamps", lambda c: self._state(c).cell_ts_bound(
+        """Above this group's earlier drivers' cell timestamps, and above those of the job
+        it took the tables over from: the same rows' cells must keep their order."""
+        own = self._conns.call("cell timestamps", lambda c: self._state(c).cell_ts_bound(
             self._topic, self._group))
+        return max(own, self._inherited_bound)
 
     def reserve_cell_ts(self, epoch: int, until: int) -> bool:
         return self._conns.call("cell timestamps", lambda c: self._state(c).reserve_cell_ts(
@@ -251,8 +265,18 @@ class HBaseLeaseStore:
         self._conns.call("model", lambda c: self._state(c).write_model(meaning))
 
     def claim_tables(self, now_ms: int) -> str | None:
-        return self._conns.call("table owner", lambda c: self._state(c).claim_tables(
+        taken_from = self._conns.call("table owner", lambda c: self._state(c).claim_tables(
             self._topic, self._group, now_ms, stale_after_ms(5.0)))
+        if taken_from:
+            other_topic, _, other_group = taken_from.rpartition(":")
+            self._inherited_bound = self._conns.call(
+                "cell timestamps", lambda c: self._state(c).cell_ts_bound(other_topic,
+                                                                        other_group))
+        return taken_from
+
+    def owns_tables(self) -> bool:
+        return self._conns.call("table owner", lambda c: self._state(c).owns_tables(
+            self._topic, self._group))
 
     def first_topic_id(self, candidate: str | None) -> str | None:
         return self._conns.call("topic id", lambda c: self._state(c).pin_first_topic_id(

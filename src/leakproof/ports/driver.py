@@ -149,6 +149,11 @@ class LeaseStore(Protocol):
         it took them over from (None: none), raises TablesOwned while another one runs."""
         ...
 
+    def owns_tables(self) -> bool:
+        """Whether this topic and group still own the table set (a start re-checks it once
+        it holds its lease: another job may have taken a starting one's tables over)."""
+        ...
+
     def first_topic_id(self, candidate: str | None) -> str | None:
         """The id of the topic whose session fences carry no incarnation tag (the first the
         job read): ``candidate`` when none is recorded yet, then that for good."""
