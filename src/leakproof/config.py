@@ -33,7 +33,7 @@ SaslQop = Literal["auth", "auth-int", "auth-conf"]
 OffsetsStore = Literal["hbase", "kafka", "zookeeper"]
 SummaryFormat = Literal["json", "avro"]
 SessionsBy = Literal["id"]  # gap: a visitor's events split by the gap (not built)
-LatePolicy = Literal["count"]  # fold: folded in and published again (not built)
+LatePolicy = Literal["count", "fold"]  # fold: also folded in, the summary published again
 RegistryAuth = Literal["none", "basic", "kerberos"]
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -206,8 +206,8 @@ class SessionsConfig:
     # a partition silent this long (wall clock) has its watermark move on with the wall clock
     # from its newest event time, so its sessions close too; None: never
     idle_after_s: float | None = None
-    # the contract's other keys, at the one value built: sessions by their id, late events
-    # counted (``by: gap``, ``late: fold`` and ``max_duration_s`` are refused, named)
+    # sessions by their id (``by: gap`` and ``max_duration_s`` are refused, named); a late
+    # event counted (``count``), or counted and folded into its session (``fold``)
     by: SessionsBy = "id"
     late: LatePolicy = "count"
     max_duration_s: float | None = None

@@ -65,15 +65,16 @@ def _text(kind: str, v: Any) -> str:
 
 
 def expected_rows(partitions: Mapping[int, Iterable[Event]], close_after_ms: int,
-                  model: Model) -> dict[str, dict[str, str]]:
-    """session -> {column: text value} for events given per partition in offset order."""
+                  model: Model, fold_late: bool = False) -> dict[str, dict[str, str]]:
+    """session -> {column: text value} for events given per partition in offset order
+    (``fold_late``: ``sessions.late: fold``, a late event counted and folded in)."""
     return _rows(((p, e) for p, events in partitions.items() for e in events),
-                 close_after_ms, model)
+                 close_after_ms, model, fold_late=fold_late)
 
 
 def expected_rows_merged(partitions: Mapping[int, Sequence[tuple[int, Event]]],
-                         close_after_ms: int, model: Model, owners_in: int | None = None
-                         ) -> dict[str, dict[str, str]]:
+                         close_after_ms: int, model: Model, owners_in: int | None = None,
+                         fold_late: bool = False) -> dict[str, dict[str, str]]:
     """As ``expected_rows`` for (record timestamp, event) pairs per partition, where a
     session may have records in several partitions (its key moved when partitions were
     added): the partitions are merged by record timestamp (each keeps its offset order),
@@ -86,11 +87,12 @@ def expected_rows_merged(partitions: Mapping[int, Sequence[tuple[int, Event]]],
                          key=lambda x: (x[0], x[1]))
     owner = None if owners_in is None else (
         lambda sid: moved_keys.home(sid.encode(), owners_in))
-    return _rows(((p, e) for _, p, e in merged), close_after_ms, model, owner)
+    return _rows(((p, e) for _, p, e in merged), close_after_ms, model, owner, fold_late)
 
 
 def _rows(events: Iterable[tuple[int, Event]], close_after_ms: int, model: Model,
-          owner: Callable[[str], int] | None = None) -> dict[str, dict[str, str]]:
+          owner: Callable[[str], int] | None = None, fold_late: bool = False
+          ) -> dict[str, dict[str, str]]:
     """The fold, independently of ``sessions``: (partition, event) in the order the job
     meets them within each partition; a watermark per partition."""
     fields = model.fields()
@@ -106,11 +108,14 @@ def _rows(events: Iterable[tuple[int, Event]], close_after_ms: int, model: Model
     last_in: dict[str, int] = {}  # the partition of a session's newest record
     seen_in: dict[str, set[int]] = defaultdict(set)  # the partitions with records of it
     for p, e in events:
-        if e.session_id in newest and watermark[p] > newest[e.session_id] + close_after_ms:
+        is_late = (e.session_id in newest
+                   and watermark[p] > newest[e.session_id] + close_after_ms)
+        if is_late and not fold_late:
             late[e.session_id] += 1
         elif sequenced and (e.session_id, e.seq) in applied_keys:
             dups[e.session_id] += 1
         else:
+            late[e.session_id] += is_late  # folded in as well (sessions.late: fold)
             applied_keys.add((e.session_id, e.seq))
             applied[e.session_id].append(e)
             newest[e.session_id] = max(newest.get(e.session_id, e.ts), e.ts)

@@ -291,6 +291,8 @@ class PartitionFolder:
     range (``FoldResult.partition``), so a partition with many open sessions is never
     copied. A caller that may retry must not reuse ``state`` after a failed range.
 
+    ``fold_late`` (``sessions.late: fold``): a late event is counted in ``late_events`` and
+    folded into its session too (a closed row stays closed; its summary goes out again).
     ``may_close`` says whether a session expired here may close (None: every one may).
     Once partitions were added, a session's key may have moved to another partition while
     this one still lists it open: this partition's watermark says nothing of the events the
@@ -300,7 +302,7 @@ class PartitionFolder:
 
     def __init__(self, model: CompiledModel, fence_key: str, close_after_ms: int,
                  state: PartitionState, sessions: Mapping[str, SessionState],
-                 may_close: MayClose | None = None) -> None:
+                 may_close: MayClose | None = None, fold_late: bool = False) -> None:
         self._model = model
         self._apply = model.apply
         self._fence_key = fence_key
@@ -315,6 +317,7 @@ class PartitionFolder:
         self._seen: dict[str, SessionState] = {}  # every session the range has events for
         self._counts = {o: 0 for o in Outcome}
         self._may_close = may_close
+        self._fold_late = fold_late
 
     @property
     def watermark(self) -> int:
@@ -351,8 +354,14 @@ class PartitionFolder:
                 self._apply(values, orders, record, offset if seq is None else seq)
                 outcome = Outcome.APPLIED
             elif s.closed or s.expired(watermark_before, self._close_after_ms):
-                s.late_events += 1
-                outcome = Outcome.LATE
+                if self._fold_late and seq is not None and seq in s.seqs:
+                    s.duplicates += 1
+                    outcome = Outcome.DUPLICATE
+                else:
+                    s.late_events += 1
+                    if self._fold_late:  # counted, and folded in: a closed row stays closed
+                        self._next(s, ts, seq, record, offset)
+                    outcome = Outcome.LATE
             elif seq is not None and seq in s.seqs:
                 s.duplicates += 1
                 outcome = Outcome.DUPLICATE

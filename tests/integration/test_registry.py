@@ -185,3 +185,26 @@ def test_refused_registry_credentials_stop_the_job_at_start(env: Env, tmp_path: 
     assert out.returncode == 1
     assert "refused the credentials" in out.stderr and url.split("/apis")[0] in out.stderr
     assert "wrong-Pw-7731" not in out.stdout + out.stderr
+
+
+def test_a_writer_that_removed_a_field_the_reader_needs_stops_the_job_naming_it(
+        env: Env) -> None:
+    """A producer whose schema lost a field (the registry's BACKWARD rule allows it, and the
+    reader here has no default for it): the job stops, exit 1, naming the writer's id, the
+    subject and the field, instead of dead-lettering every record of it; none is."""
+    config = framed_config(env, "fixed", schema=WEB_SCHEMA)  # the reader: web_event.avsc
+    fewer = copy.deepcopy(schema_json())
+    fewer["fields"] = [f for f in fewer["fields"] if f["name"] != "status"]
+    schema_id = RegistryClient(Registry(REGISTRY)).register(f"{env.name}-value",
+                                                            json.dumps(fewer))
+    parsed = fastavro.parse_schema(fewer)
+    events = generate(GeneratorSpec(seed=2810, events=200, sessions=20))
+    send_raw(env.cfg.kafka, env.name, [
+        (codec.encode_key(e), codec.encode_confluent(
+            {k: v for k, v in e.to_record().items() if k != "status"}, schema_id, parsed))
+        for e in events])
+    out = run_cli("run", "--config", config, "--until-idle", "4", check=False)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert f"schema id {schema_id} (subject {env.name}-value) has no field status" in \
+        out.stderr, out.stderr[-3000:]
+    assert dead_letters(env) == {}

@@ -187,3 +187,18 @@ def test_quiet_partitions_close_their_sessions_with_the_wall_clock(env: Env) -> 
         f"q{i}": "closed" for i in range(40)}
     assert {sid: row["events"] for sid, row in rows.items()} == {
         f"q{i}": "3" for i in range(40)}
+
+
+def test_one_producer_an_hour_fast_closes_no_session_early(env: Env) -> None:
+    """An event stamped an hour ahead of its record's Kafka timestamp (a web server or
+    producer whose clock runs fast) counts in its own session but moves the partition's
+    watermark only to its record's time + grace: the partition's live sessions stay open and
+    their next events count, none late."""
+    x, fast = ids_in(0, 2, prefix="c")
+    now = int(time.time() * 1000)
+    env.produce_events([event(x, 0, now - 60_000), event(x, 1, now - 30_000),
+                        event(fast, 0, now + 3_600_000), event(x, 2, now - 5_000)])
+    env.run("--until-idle", "3")
+    rows = session_rows(env)
+    assert (rows[x]["events"], rows[x]["late_events"], rows[x]["state"]) == ("3", "0", "open")
+    assert (rows[fast]["events"], rows[fast]["state"]) == ("1", "open")

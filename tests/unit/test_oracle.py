@@ -204,3 +204,14 @@ def test_a_session_whose_key_moved_is_folded_across_its_partitions() -> None:
     # without moves it is the per-partition fold
     assert expected_rows_merged({0: stamped[0]}, 1_000, web_model()) == expected_rows(
         {0: [e for _, e in stamped[0]]}, 1_000, web_model())
+
+
+def test_with_late_fold_the_oracle_counts_a_late_event_and_folds_it_in() -> None:
+    def web(sid: str, seq: int, ts: int) -> Event:
+        return WebEvent(sid, "u", seq, ts, "pageview", f"/{seq}", 200, 1).as_event()
+
+    events = {0: [web("a", 0, 100), web("b", 0, 5_000), web("a", 1, 200), web("a", 1, 200)]}
+    counted = expected_rows(events, 1_000, web_model())["a"]
+    folded = expected_rows(events, 1_000, web_model(), fold_late=True)["a"]
+    assert (counted["events"], counted["late_events"], counted["duplicates"]) == ("1", "2", "0")
+    assert (folded["events"], folded["late_events"], folded["duplicates"]) == ("2", "1", "1")

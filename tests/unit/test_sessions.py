@@ -273,3 +273,30 @@ def test_an_event_behind_its_record_moves_the_watermark_to_its_own_time() -> Non
     folder = PartitionFolder(WEB, K, GAP, PartitionState(), {})
     folder.feed(0, ev("a", 0, 500).as_event(), sessions.lead_of(90_000, 100))
     assert folder.watermark == 500
+
+
+def test_late_fold_counts_a_late_event_and_folds_it_into_its_closed_session() -> None:
+    """``sessions.late: fold``: the row stays closed, late_events counts the event, and its
+    aggregates hold it; a repeated (session, seq) is still a duplicate, not folded twice."""
+    closed = stored_row("a", events=2, first_ts=100, last_ts=200, state="closed")
+    closed.seqs.add(0)
+    closed.seqs.add(1)
+    folder = PartitionFolder(WEB, K, GAP, PartitionState(5_000, 9), {"a": closed},
+                             fold_late=True)
+    assert folder.feed(10, ev("a", 2, 150).as_event()) == Outcome.LATE
+    assert folder.feed(11, ev("a", 2, 150).as_event()) == Outcome.DUPLICATE
+    r = folder.finish()
+    a = as_row(r.touched["a"])
+    assert (a.events, a.late_events, a.duplicates, a.state) == (3, 1, 1, "closed")
+    assert (a.first_ts, a.last_ts) == (100, 200) and r.late == 1
+
+
+def test_late_fold_of_an_expired_open_session_folds_it_and_closes_it() -> None:
+    events = [ev("a", 0, 100), ev("b", 0, 5_000), ev("a", 1, 200)]
+    count = fold_range(K, GAP, PartitionState(), {}, enumerate(events))
+    assert (count.touched["a"].events, count.touched["a"].late_events) == (1, 1)
+    folder = PartitionFolder(WEB, K, GAP, PartitionState(), {}, fold_late=True)
+    for o, e in enumerate(events):
+        folder.feed(o, e.as_event())
+    a = as_row(folder.finish().touched["a"])
+    assert (a.events, a.late_events, a.last_ts, a.state) == (2, 1, 200, "closed")

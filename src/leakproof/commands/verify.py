@@ -155,7 +155,8 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], until_ms: int | None = N
     # once partitions were added, the job closes a session only in its key's partition
     grown = HBaseLeaseStore(cfg.hbase, cfg.kafka.topic, cfg.kafka.group_id).key_moves().grown
     expected = oracle.expected_rows_merged(stamped, cfg.sessions.close_after_ms, cfg.model,
-                                           len(stamped) if grown else None)
+                                           len(stamped) if grown else None,
+                                           fold_late=cfg.sessions.late == "fold")
     tell(f"{len(expected)} sessions expected; reading the session rows and dead letters "
          f"from HBase")
     conn = connect(cfg.hbase)

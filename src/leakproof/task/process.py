@@ -106,7 +106,8 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
                    stores: Stores, model: CompiledModel, *, batch_ms: int, epoch: int,
                    close_after_ms: int, cell_ts: Mapping[int, int],
                    placed_in: int | None = None, lead_ms: int | None = None,
-                   incarnation: str = "", owners_in: int | None = None) -> list[TaskReport]:
+                   incarnation: str = "", owners_in: int | None = None,
+                   fold_late: bool = False) -> list[TaskReport]:
     """Steps 1-7 of the module docstring for ranges of one topic, in order; returns each
     range's counts and timings.
 
@@ -128,6 +129,7 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
     passed it too (``sessions.PartitionFolder``): until then it stays in this partition's
     index and gets an entry in its owner's, so whichever runs once the owner has passed it
     closes it. Every index entry of such a topic is checked against its row.
+    ``fold_late``: late events are folded in too (``sessions.late: fold``).
     """
     ranges = [_read(rng, records, decode, lead_ms) for rng, records in work]
     if len({r.rng.topic for r in ranges}) > 1:
@@ -139,7 +141,7 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
     for step in _apart([r for r in ranges if not r.report.moved_keys]):
         _steps(step, stores, model, batch_ms=batch_ms, epoch=epoch,
                close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation,
-               owners_in=owners_in)
+               owners_in=owners_in, fold_late=fold_late)
     return [r.report for r in ranges]
 
 
@@ -192,7 +194,8 @@ def _apart(ranges: Sequence[_Range]) -> list[list[_Range]]:
 
 def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms: int,
            epoch: int, close_after_ms: int, cell_ts: Mapping[int, int],
-           incarnation: str = "", owners_in: int | None = None) -> None:
+           incarnation: str = "", owners_in: int | None = None,
+           fold_late: bool = False) -> None:
     """Steps 2-7 for ranges of distinct partitions that touch no session in common."""
     topic = step[0].rng.topic
     ts = max(cell_ts[r.rng.partition] for r in step)
@@ -215,7 +218,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
         for r in step:
             _steps([r], stores, model, batch_ms=batch_ms, epoch=epoch,
                    close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation,
-                   owners_in=owners_in)
+                   owners_in=owners_in, fold_late=fold_late)
         return
     shares = _shares([r.report.records for r in step])
     load_s = time.monotonic() - t0
@@ -230,7 +233,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
         folder = PartitionFolder(model, fence_key(topic, r.rng.partition, incarnation),
                                  close_after_ms, ld.state, ld.rows,
                                  _may_close(r.rng.partition, owners_in, owners,
-                                            close_after_ms))
+                                            close_after_ms), fold_late)
         for offset, event, lead in r.events:
             folder.feed(offset, event, lead)
         folder.advance(ld.idle_watermark)

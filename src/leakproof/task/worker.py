@@ -182,7 +182,8 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
                                       close_after_ms=cfg.sessions.close_after_ms,
                                       lead_ms=round(cfg.sessions.grace_s * 1000),
                                       cell_ts=cell_ts, placed_in=placed_in,
-                                      incarnation=incarnation, owners_in=owners_in)
+                                      incarnation=incarnation, owners_in=owners_in,
+                                      fold_late=cfg.sessions.late == "fold")
             for rng, report in zip(wave, done, strict=True):
                 # the first range found the topic's consumer or made it; the others use it
                 report.gaps, report.consumer_cached = tuple(gaps[rng]), cached or rng != wave[0]
