@@ -64,6 +64,10 @@ def _text(kind: str, v: Any) -> str:
     return str(v)
 
 
+# a session whose key moved when the topic grew: open or closed are both right (``_rows``)
+EITHER = "open or closed"
+
+
 def expected_rows(partitions: Mapping[int, Iterable[Event]], close_after_ms: int,
                   model: Model, fold_late: bool = False) -> dict[str, dict[str, str]]:
     """session -> {column: text value} for events given per partition in offset order
@@ -126,14 +130,17 @@ def _rows(events: Iterable[tuple[int, Event]], close_after_ms: int, model: Model
     for sid, evs in applied.items():
         last_ts = max(e.ts for e in evs)
         deadline = last_ts + close_after_ms
-        if owner is None:
-            closed = watermark[last_in[sid]] > deadline
-        else:
+        state = "closed" if watermark[last_in[sid]] > deadline else "open"
+        if owner is not None:
             home = owner(sid)
-            closed = watermark[home] > deadline and (
+            by_owner = watermark[home] > deadline and (
                 home in seen_in[sid] or any(watermark[p] > deadline for p in seen_in[sid]))
+            if (state == "closed") != by_owner:
+                # closed by its own partition before the job saw the topic grow, or left for
+                # its owner after: the topic alone does not say when that was
+                state = EITHER
         row = {"first_ts": str(min(e.ts for e in evs)), "last_ts": str(last_ts),
-               "state": "closed" if closed else "open",
+               "state": state,
                "late_events": str(late[sid])}
         if sequenced:
             ooo, highest = 0, None
@@ -197,6 +204,6 @@ def compare(expected: Mapping[str, Mapping[str, str]],
     for sid in sorted(set(expected) & set(actual)):
         for col in sorted(set(expected[sid]) | set(actual[sid])):
             want, got = expected[sid].get(col), actual[sid].get(col)
-            if want != got:
+            if want != got and not (want == EITHER and got in ("open", "closed")):
                 problems.append(f"{sid}.{col}: expected {want!r}, HBase has {got!r}")
     return problems

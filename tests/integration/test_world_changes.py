@@ -202,3 +202,19 @@ def test_one_producer_an_hour_fast_closes_no_session_early(env: Env) -> None:
     rows = session_rows(env)
     assert (rows[x]["events"], rows[x]["late_events"], rows[x]["state"]) == ("3", "0", "open")
     assert (rows[fast]["events"], rows[fast]["state"]) == ("1", "open")
+
+
+def test_late_fold_folds_a_late_event_into_its_closed_session(env: Env) -> None:
+    """``sessions.late: fold``: an event for a session already closed counts in late_events
+    and in the session's aggregates; the row stays closed; verify agrees."""
+    a, b = ids_in(1, 2, prefix="f")
+    fold = env.variant("fold", sessions={"late": "fold"})
+    env.produce_events([event(a, 0, T0), event(a, 1, T0 + 60_000),
+                        event(b, 0, T0 + 7_200_000)])  # closes a
+    env.run("--until-idle", "3", config=fold)
+    assert session_rows(env)[a]["state"] == "closed"
+    env.produce_events([event(a, 2, T0 + 90_000)])  # late: a closed an hour ago
+    env.run("--until-idle", "3", config=fold)
+    row = session_rows(env)[a]
+    assert (row["events"], row["late_events"], row["state"]) == ("3", "1", "closed")
+    env.verify(config=fold)
