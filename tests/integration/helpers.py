@@ -277,15 +277,19 @@ def lag_report(env: Env, config: str | None = None) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the output topic
 
 
-def closed_rows(env: Env) -> dict[str, dict[str, str]]:
-    """The closed sessions' ``s`` cells, as text."""
+def session_rows(env: Env) -> dict[str, dict[str, str]]:
+    """Every session row's ``s`` cells, as text (``events`` -> ``"3"``)."""
     conn = env.hbase()
     try:
         return {k.decode(): {c.decode()[2:]: v.decode() for c, v in cells.items()}
-                for k, cells in conn.table("web_sessions").scan(columns=[b"s"])
-                if cells.get(b"s:state") == b"closed"}
+                for k, cells in conn.table("web_sessions").scan(columns=[b"s"])}
     finally:
         conn.close()
+
+
+def closed_rows(env: Env) -> dict[str, dict[str, str]]:
+    """The closed sessions' ``s`` cells, as text."""
+    return {sid: row for sid, row in session_rows(env).items() if row.get("state") == "closed"}
 
 
 def summaries(topic: str, isolation: str, decode: Callable[[bytes], dict[str, Any]] = json.loads

@@ -25,6 +25,7 @@ from .helpers import (
     require_standalone,
     require_yarn,
     run_cli,
+    session_rows,
     standalone_submit,
     submit_yarn,
 )
@@ -86,15 +87,6 @@ def run(config: str, env: Env, *args: str, extra_env: dict[str, str] | None = No
                    check=check, log=env.tmp / f"run-{len(list(env.tmp.iterdir()))}.log")
 
 
-def rows(env: Env) -> dict[str, dict[str, str]]:
-    conn = env.hbase()
-    try:
-        return {k.decode(): {c.decode()[2:]: v.decode() for c, v in cells.items()}
-                for k, cells in conn.table("web_sessions").scan(columns=[b"s"])}
-    finally:
-        conn.close()
-
-
 def test_a_foreign_avro_model_is_exact_through_a_crash_and_a_rewind(env: Env) -> None:
     config = model_config(env, "access")
     recs = requests(seed=71, visits=1_500)
@@ -110,13 +102,13 @@ def test_a_foreign_avro_model_is_exact_through_a_crash_and_a_rewind(env: Env) ->
     crashed = run(config, env, extra_env={"LEAKPROOF_CRASH_AT": "driver_before_commit"},
                   check=False)
     assert crashed.returncode == -9, crashed.stderr[-3000:]
-    assert rows(env)  # session rows written, no commit: the restart replays them
+    assert session_rows(env)  # session rows written, no commit: the restart replays them
     run(config, env)
     verify(config)
     assert_offsets_chain(env)
     assert audit_total(env, b"replayed") > 0
     assert audit_total(env, b"records") == len(recs)  # the crashed batch committed nothing
-    got = rows(env)
+    got = session_rows(env)
     assert len(got) == 1_500
     assert any("account" not in r for r in got.values())  # never logged in: no cell
     assert any(r["late_events"] != "0" for r in got.values())
@@ -130,7 +122,7 @@ def test_a_foreign_avro_model_is_exact_through_a_crash_and_a_rewind(env: Env) ->
     produce(env, more)
     run(config, env)
     verify(config)
-    assert rows(env).keys() == got.keys() | {r["visit"] for r in more}
+    assert session_rows(env).keys() == got.keys() | {r["visit"] for r in more}
 
 
 def test_the_same_events_as_json_with_bad_input_dead_lettered(env: Env) -> None:
@@ -161,7 +153,7 @@ def test_the_same_events_as_json_with_bad_input_dead_lettered(env: Env) -> None:
                                           ["dead_letter_kinds"])
                                   for line in out.stderr.splitlines()
                                   if '"dead_letter_kinds"' in line), Counter())
-    assert len(rows(env)) == 600
+    assert len(session_rows(env)) == 600
 
 
 def _dwell_module(tmp: Path) -> Path:
@@ -186,7 +178,7 @@ def test_a_python_aggregate_shipped_with_py_files_on_the_standalone_cluster(env:
     assert out.returncode == 0, out.stderr[-5000:]
     out = run_cli("verify", "--config", config, env={"PYTHONPATH": str(env.tmp)}, check=False)
     assert "EXACT MATCH" in out.stdout, out.stdout + out.stderr
-    got = rows(env)
+    got = session_rows(env)
     assert all(".." in r["dwell"] for r in got.values())
 
 
@@ -205,4 +197,4 @@ def test_a_python_aggregate_shipped_to_yarn(env: Env) -> None:
         assert rc == 0, job.text()[-6000:]
     out = run_cli("verify", "--config", config, env={"PYTHONPATH": str(env.tmp)}, check=False)
     assert "EXACT MATCH" in out.stdout, out.stdout + out.stderr
-    assert all(".." in r["dwell"] for r in rows(env).values())
+    assert all(".." in r["dwell"] for r in session_rows(env).values())

@@ -28,6 +28,17 @@ def admin() -> KafkaAdminClient:
     return KafkaAdminClient(bootstrap_servers="127.0.0.1:9092")
 
 
+def recreate(env: Env) -> None:
+    """The test's topic deleted and made again under the same name (4 partitions)."""
+    client = admin()
+    try:
+        client.delete_topics([env.name])
+    finally:
+        client.close()
+    time.sleep(2)  # the broker finishes the deletion before a topic of that name is made
+    create_topic(env.cfg.kafka, env.name, 4)
+
+
 def delete_records(env: Env, partition: int, before: int) -> None:
     client = admin()
     try:
@@ -93,13 +104,7 @@ def test_topic_recreated_under_a_running_job_is_refused(env: Env) -> None:
         wait_for("everything committed",
                  lambda: bool(offsets_rows(env)) and
                  assert_offsets_chain(env, complete=False)[-1] == log_ends(env))
-        client = admin()
-        try:
-            client.delete_topics([env.name])
-        finally:
-            client.close()
-        time.sleep(2)
-        create_topic(env.cfg.kafka, env.name, 4)
+        recreate(env)
         env.produce(GeneratorSpec(seed=1621, events=8_000, sessions=800))  # a longer new log
         rc = job.wait(timeout=120)
         text = job.text()
@@ -119,13 +124,7 @@ def test_a_recreated_topic_rewound_as_the_refusal_says_is_exact(env: Env) -> Non
     half = len(events) // 2
     env.produce_events(events[:half])
     env.run("--until-idle", "4")
-    client = admin()
-    try:
-        client.delete_topics([env.name])
-    finally:
-        client.close()
-    time.sleep(2)
-    create_topic(env.cfg.kafka, env.name, 4)
+    recreate(env)
     env.produce_events(events[half:])
     refused = env.run(check=False)
     assert refused.returncode != 0 and "leakproof offsets rewind" in refused.stderr, \

@@ -22,7 +22,7 @@ from leakproof.events import WebEvent
 from leakproof.generator import GeneratorSpec
 from leakproof.moved_keys import home, placed
 
-from .helpers import KAFKA, Env, offsets_rows, run_cli, wait_for
+from .helpers import KAFKA, Env, offsets_rows, run_cli, session_rows, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -63,15 +63,6 @@ def ids_in(partition: int, count: int, partitions: int = 4, prefix: str = "s") -
 
 def event(sid: str, seq: int, ts: int) -> WebEvent:
     return WebEvent(sid, f"u-{sid}", seq, ts, "pageview", f"/{sid}/{seq}", 200, 100)
-
-
-def session_rows(env: Env) -> dict[str, dict[str, str]]:
-    conn = env.hbase()
-    try:
-        return {k.decode(): {c.decode()[2:]: v.decode() for c, v in cells.items()}
-                for k, cells in conn.table("web_sessions").scan(columns=[b"s"])}
-    finally:
-        conn.close()
 
 
 def test_a_gap_changed_between_runs_closes_no_session_early(env: Env) -> None:
