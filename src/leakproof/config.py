@@ -32,7 +32,7 @@ HBaseAuth = Literal["none", "kerberos"]
 SaslQop = Literal["auth", "auth-int", "auth-conf"]
 OffsetsStore = Literal["hbase", "kafka", "zookeeper"]
 SummaryFormat = Literal["json", "avro"]
-SessionsBy = Literal["id"]  # gap: a visitor's events split by the gap (not built)
+SessionsBy = Literal["id", "gap"]  # gap: a visitor's events split into sessions by the gap
 LatePolicy = Literal["count", "fold"]  # fold: also folded in, the summary published again
 RegistryAuth = Literal["none", "basic", "kerberos"]
 
@@ -206,8 +206,9 @@ class SessionsConfig:
     # a partition silent this long (wall clock) has its watermark move on with the wall clock
     # from its newest event time, so its sessions close too; None: never
     idle_after_s: float | None = None
-    # sessions by their id (``by: gap`` and ``max_duration_s`` are refused, named); a late
-    # event counted (``count``), or counted and folded into its session (``fold``)
+    # sessions by their id, or a visitor's events split by the gap (``gap``, cut at
+    # ``max_duration_s`` if set); a late event counted (``count``), or counted and folded
+    # into its session (``fold``)
     by: SessionsBy = "id"
     late: LatePolicy = "count"
     max_duration_s: float | None = None
@@ -215,6 +216,14 @@ class SessionsConfig:
     @property
     def close_after_ms(self) -> int:
         return round((self.inactivity_gap_s + self.grace_s) * 1000)
+
+    @property
+    def gap_ms(self) -> int:
+        return round(self.inactivity_gap_s * 1000)
+
+    @property
+    def max_duration_ms(self) -> int | None:
+        return None if self.max_duration_s is None else round(self.max_duration_s * 1000)
 
 
 @dataclass(frozen=True)
@@ -544,18 +553,20 @@ def _sessions(data: dict[str, Any]) -> SessionsConfig:
         grace_s=s.number("grace_s", minimum=0),
         idle_after_s=None if data.get("idle_after_s") is None
         else s.number("idle_after_s", minimum=0, exclusive=True),
-        by=s.choice("by", SessionsBy),
+        by=(by := s.choice("by", SessionsBy)),
         late=s.choice("late", LatePolicy),
-        max_duration_s=_max_duration(data.get("max_duration_s")),
+        max_duration_s=_max_duration(s, data.get("max_duration_s"), by),
     )
 
 
-def _max_duration(value: Any) -> float | None:
-    if value is not None:
+def _max_duration(s: _Section, value: Any, by: str) -> float | None:
+    if value is None:
+        return None
+    if by != "gap":
         raise ConfigError(f"'sessions.max_duration_s' cuts sessions split by an inactivity "
-                          f"gap (sessions.by: gap), which this version does not build; it "
-                          f"must be null, got {value!r}")
-    return value
+                          f"gap: it needs sessions.by: gap (valid: id, gap; got {by!r}), or "
+                          f"null")
+    return s.number("max_duration_s", minimum=0, exclusive=True)
 
 
 def _input(data: dict[str, Any], base: Path) -> InputConfig:
