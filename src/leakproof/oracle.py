@@ -160,6 +160,161 @@ def _rows(events: Iterable[tuple[int, Event]], close_after_ms: int, model: Model
     return rows
 
 
+def expected_gap_rows(partitions: Mapping[int, Iterable[Event]], close_after_ms: int,
+                      gap_ms: int, model: Model, *, max_duration_ms: int | None = None,
+                      fold_late: bool = False) -> dict[str, dict[str, str]]:
+    """Row key -> {column: text value} with ``sessions.by: gap``, for events given per
+    partition in offset order (``Event.session_id``: the visitor).
+
+    Each event, in turn, against the watermark W of its partition (its highest ts so far,
+    moved after the event is judged) and its visitor's sessions, each a list of the events
+    applied to it:
+
+    - it *reaches* a session S when ``S.first - gap < ts < S.last + gap`` and, with
+      ``max_duration_ms`` (M), the two together span less than M; it *joins* the sessions
+      it reaches taken in start order while together with it they span less than M;
+    - it is *late* when a session it joins is closed or expired (``W > S.last +
+      close_after_ms``); with a sequence it is a *duplicate* when a session it joins applied
+      its seq. ``late: count`` judges late first and counts it in the first expired session;
+      ``late: fold`` judges duplicate first, then folds a late event in like any other, its
+      session counting it and closed for good. A duplicate counts in the first session that
+      holds its seq. Neither is applied (but a folded late event);
+    - applied, it and the sessions it joins become one (none: it starts a session, never
+      late): the events, ``late_events`` and ``duplicates`` of both together.
+
+    A session is closed if it was marked so, or the watermark of the partition of the last
+    event that came to it ends past ``last + close_after_ms``. Rows are keyed
+    ``<visitor>:<first ts, 13 digits>``; cells as ``expected_rows``, except that ``first``
+    / ``last`` without a sequence go by event time (on a tie ``first`` keeps the earliest
+    arrival, ``last`` takes the latest) and ``out_of_order`` counts, in arrival order, the
+    session's events whose seq is not above every seq applied to it before.
+    """
+    return _gap_rows(((p, e) for p, events in partitions.items() for e in events),
+                     close_after_ms, gap_ms, model, max_duration_ms, fold_late)
+
+
+def expected_gap_rows_merged(partitions: Mapping[int, Sequence[tuple[int, Event]]],
+                             close_after_ms: int, gap_ms: int, model: Model, *,
+                             max_duration_ms: int | None = None,
+                             fold_late: bool = False) -> dict[str, dict[str, str]]:
+    """``expected_gap_rows`` for (record timestamp, event) pairs per partition: the
+    partitions merged by record timestamp, each in its offset order (a visitor whose key
+    moved when partitions were added has events in several); each event judged by its own
+    partition's watermark."""
+    merged = heapq.merge(*([(ts, p, e) for ts, e in seq] for p, seq in sorted(partitions.items())),
+                         key=lambda x: (x[0], x[1]))
+    return _gap_rows(((p, e) for _, p, e in merged), close_after_ms, gap_ms, model,
+                     max_duration_ms, fold_late)
+
+
+class _GapSession:
+    """One session of a visitor: its applied events as (arrival, event), what it counted, and
+    whether it was closed for good (a late event came to it)."""
+
+    def __init__(self, arrived: list[tuple[int, Event]], partition: int) -> None:
+        self.events = arrived
+        self.late = 0
+        self.dups = 0
+        self.closed = False
+        self.partition = partition  # of the last event that came to it
+
+    @property
+    def first(self) -> int:
+        return min(e.ts for _, e in self.events)
+
+    @property
+    def last(self) -> int:
+        return max(e.ts for _, e in self.events)
+
+
+def _gap_rows(events: Iterable[tuple[int, Event]], close_after_ms: int, gap_ms: int,
+              model: Model, max_duration_ms: int | None, fold_late: bool
+              ) -> dict[str, dict[str, str]]:
+    """``expected_gap_rows`` over (partition, event) in the order the job meets them."""
+    sequenced = model.sequence is not None
+    watermark: dict[int, int] = defaultdict(lambda: -1)
+    visitors: dict[str, list[_GapSession]] = defaultdict(list)
+    for arrival, (p, e) in enumerate(events):
+        mark, t = watermark[p], e.ts
+        watermark[p] = max(mark, t)
+        sessions = visitors[e.session_id]
+        reached = sorted((s for s in sessions if s.first - gap_ms < t < s.last + gap_ms
+                          and (max_duration_ms is None
+                               or max(s.last, t) - min(s.first, t) < max_duration_ms)),
+                         key=lambda s: s.first)
+        joined: list[_GapSession] = []
+        low = high = t
+        for s in reached:
+            low, high = min(low, s.first), max(high, s.last)
+            if max_duration_ms is not None and high - low >= max_duration_ms:
+                break
+            joined.append(s)
+        expired = [s for s in joined if s.closed or mark > s.last + close_after_ms]
+        for s in expired:
+            s.closed = True  # its range closes it, whatever comes after
+        holding = [s for s in joined if sequenced
+                   and any(applied.seq == e.seq for _, applied in s.events)]
+        if expired and not fold_late:
+            expired[0].late += 1
+            expired[0].partition = p
+        elif holding:
+            holding[0].dups += 1
+            holding[0].partition = p
+        else:
+            merged = _GapSession([(arrival, e)], p)
+            for s in joined:
+                sessions.remove(s)
+                merged.events += s.events
+                merged.late += s.late
+                merged.dups += s.dups
+                merged.closed = merged.closed or s.closed
+            merged.events.sort(key=lambda x: x[0])
+            if expired:
+                merged.late += 1
+                merged.closed = True
+            sessions.append(merged)
+    conditions = {a.name: where.parse(a.where) if a.where else None for a in model.aggregates}
+    python = {a.name: load_python(a) for a in model.aggregates if a.python}
+    rows: dict[str, dict[str, str]] = {}
+    for visitor, sessions in visitors.items():
+        for s in sessions:
+            closed = s.closed or watermark[s.partition] > s.last + close_after_ms
+            rows[f"{visitor}:{s.first:013d}"] = _gap_row(s, closed, model, conditions, python)
+    return rows
+
+
+def _gap_row(s: _GapSession, closed: bool, model: Model,
+             conditions: Mapping[str, where.Node | None], python: Mapping[str, Any]
+             ) -> dict[str, str]:
+    """One session's cells (``conditions``: each aggregate's parsed ``where``, ``python``:
+    each Python aggregate's instance)."""
+    fields = model.fields()
+    sequenced = model.sequence is not None
+    applied = [e for _, e in s.events]
+    row = {"first_ts": str(s.first), "last_ts": str(s.last),
+           "state": "closed" if closed else "open", "late_events": str(s.late)}
+    if sequenced:
+        ooo, highest = 0, None
+        for e in applied:
+            seq = e.seq or 0
+            if highest is not None and seq <= highest:
+                ooo += 1
+            highest = seq if highest is None else max(highest, seq)
+        row["duplicates"], row["out_of_order"] = str(s.dups), str(ooo)
+    # without a sequence first / last go by event time: ordered by (ts, arrival), the
+    # place in that order is what _aggregate compares
+    by_time = sorted(applied, key=lambda e: e.ts)  # stable: arrival order within a ts
+    for agg in model.aggregates:
+        cond, impl = conditions[agg.name], python.get(agg.name)
+        timed = not sequenced and impl is None and agg.fn in ("first", "last")
+        chosen = [e for e in (by_time if timed else applied)
+                  if cond is None or holds(cond, e.record)]
+        text = _aggregate(agg, chosen, fields, sequenced, impl)
+        if text is not None:
+            row[agg.name] = text
+    return row
+
+
 def _aggregate(agg: Aggregate, chosen: list[Event], fields: Mapping[str, Field],
                sequenced: bool, impl: Any) -> str | None:
     """One aggregate's cell text over a session's applied events that pass its ``where``;
