@@ -57,7 +57,7 @@ class TopicRead:
     bad: list[DecodeError]
     copies: dict[str, list[tuple[int, KafkaRecord]]]
     # each event's record timestamp, beside ``events`` (sessions whose keys moved are
-    # merged by it: ``oracle.expected_rows_merged``)
+    # merged by it: ``oracle.expected_rows_merged``, ``oracle.expected_gap_rows_merged``)
     stamps: dict[int, list[int]] = field(default_factory=dict)
 
 
@@ -152,11 +152,20 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], until_ms: int | None = N
         verdict.problems.append(f"topic holds {sum(in_topic.values())} events, the seeds give "
                                 f"{sum(produced.values())}: {sum(missing.values())} missing, "
                                 f"{sum(extra.values())} extra")
-    # once partitions were added, the job closes a session only in its key's partition
-    grown = HBaseLeaseStore(cfg.hbase, cfg.kafka.topic, cfg.kafka.group_id).key_moves().grown
-    expected = oracle.expected_rows_merged(stamped, cfg.sessions.close_after_ms, cfg.model,
-                                           len(stamped) if grown else None,
-                                           fold_late=cfg.sessions.late == "fold")
+    if cfg.sessions.by == "gap":
+        # a visitor's sessions split by the gap; partitions merged by record timestamp, as
+        # after partitions were added too
+        expected = oracle.expected_gap_rows_merged(
+            stamped, cfg.sessions.close_after_ms, cfg.sessions.gap_ms, cfg.model,
+            max_duration_ms=cfg.sessions.max_duration_ms,
+            fold_late=cfg.sessions.late == "fold")
+    else:
+        # once partitions were added, the job closes a session only in its key's partition
+        grown = HBaseLeaseStore(cfg.hbase, cfg.kafka.topic,
+                                cfg.kafka.group_id).key_moves().grown
+        expected = oracle.expected_rows_merged(stamped, cfg.sessions.close_after_ms,
+                                               cfg.model, len(stamped) if grown else None,
+                                               fold_late=cfg.sessions.late == "fold")
     tell(f"{len(expected)} sessions expected; reading the session rows and dead letters "
          f"from HBase")
     conn = connect(cfg.hbase)
