@@ -20,7 +20,7 @@ import yaml
 from leakproof.config_keys import no_unknown_keys, one_of
 from leakproof.errors import ConfigError
 from leakproof.frames import Api
-from leakproof.model.spec import Model, read_model, web_model
+from leakproof.model.spec import Model, load_python, read_model, web_model
 
 OffsetReset = Literal["earliest", "latest", "none"]
 DataLossPolicy = Literal["fail", "skip"]
@@ -337,18 +337,31 @@ def from_dict(data: Any, base: Path | None = None) -> Config:
         registry = _with_login(registry, kerberos, "events.registry")
     inputs = replace(_input(_section(root.get("input", {}), "input"), base or Path.cwd()),
                      registry=registry)
+    sessions = _sessions(_section(root.get("sessions", {}), "sessions"))
+    if sessions.by == "gap":
+        _mergeable(model)
     return Config(
         kafka=kafka,
         hbase=hbase,
         kerberos=kerberos,
         job=_job(_section(root.get("job", {}), "job")),
-        sessions=_sessions(_section(root.get("sessions", {}), "sessions")),
+        sessions=sessions,
         output=_output(_section(root.get("output", {}), "output"), registry, kerberos,
                        base or Path.cwd()),
         input=inputs,
         offsets=_offsets(_section(root.get("offsets", {}), "offsets")),
         model=model,
     )
+
+
+def _mergeable(model: Model) -> None:
+    """Sessions split by the gap merge when an event bridges two: every Python aggregate
+    must say how (``merge``)."""
+    for agg in model.aggregates:
+        if agg.python and not callable(getattr(load_python(agg), "merge", None)):
+            raise ConfigError(f"'aggregates.{agg.name}.fn': {agg.fn} has no merge(value, "
+                              f"other), which sessions.by: gap needs (two sessions an event "
+                              f"bridges become one); add it, or use sessions.by: id")
 
 
 def _section(value: Any, key: str) -> dict[str, Any]:
@@ -566,7 +579,7 @@ def _max_duration(s: _Section, value: Any, by: str) -> float | None:
         raise ConfigError(f"'sessions.max_duration_s' cuts sessions split by an inactivity "
                           f"gap: it needs sessions.by: gap (valid: id, gap; got {by!r}), or "
                           f"null")
-    return s.number("max_duration_s", minimum=0, exclusive=True)
+    return float(s.number("max_duration_s", minimum=0, exclusive=True))
 
 
 def _input(data: dict[str, Any], base: Path) -> InputConfig:

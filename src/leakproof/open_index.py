@@ -121,7 +121,7 @@ def changes(width: int, found: Iterable[Entry], before: Mapping[str, SessionStat
     for e in found:
         row = before.get(e.session_id)
         wanted[e.session_id] = row.last_ts if row is not None and not row.closed else None
-    for sid in result.closed_now:
+    for sid in (*result.closed_now, *result.removed):  # removed: merged away, its row gone
         wanted[sid] = None
     wanted.update(result.open_changed)
 

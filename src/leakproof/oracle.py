@@ -186,8 +186,9 @@ def expected_gap_rows(partitions: Mapping[int, Iterable[Event]], close_after_ms:
     event that came to it ends past ``last + close_after_ms``. Rows are keyed
     ``<visitor>:<first ts, 13 digits>``; cells as ``expected_rows``, except that ``first``
     / ``last`` without a sequence go by event time (on a tie ``first`` keeps the earliest
-    arrival, ``last`` takes the latest) and ``out_of_order`` counts, in arrival order, the
-    session's events whose seq is not above every seq applied to it before.
+    arrival, ``last`` takes the latest) and ``out_of_order`` counts the events whose seq was not
+    above every seq of the sessions they joined when they came (sessions that merge add
+    theirs).
     """
     return _gap_rows(((p, e) for p, events in partitions.items() for e in events),
                      close_after_ms, gap_ms, model, max_duration_ms, fold_late)
@@ -215,6 +216,7 @@ class _GapSession:
         self.events = arrived
         self.late = 0
         self.dups = 0
+        self.ooo = 0
         self.closed = False
         self.partition = partition  # of the last event that came to it
 
@@ -262,7 +264,10 @@ def _gap_rows(events: Iterable[tuple[int, Event]], close_after_ms: int, gap_ms: 
             holding[0].partition = p
         else:
             merged = _GapSession([(arrival, e)], p)
+            seqs = [applied.seq or 0 for s in joined for _, applied in s.events]
+            merged.ooo = int(sequenced and bool(seqs) and (e.seq or 0) <= max(seqs))
             for s in joined:
+                merged.ooo += s.ooo
                 sessions.remove(s)
                 merged.events += s.events
                 merged.late += s.late
@@ -294,13 +299,7 @@ def _gap_row(s: _GapSession, closed: bool, model: Model,
     row = {"first_ts": str(s.first), "last_ts": str(s.last),
            "state": "closed" if closed else "open", "late_events": str(s.late)}
     if sequenced:
-        ooo, highest = 0, None
-        for e in applied:
-            seq = e.seq or 0
-            if highest is not None and seq <= highest:
-                ooo += 1
-            highest = seq if highest is None else max(highest, seq)
-        row["duplicates"], row["out_of_order"] = str(s.dups), str(ooo)
+        row["duplicates"], row["out_of_order"] = str(s.dups), str(s.ooo)
     # without a sequence first / last go by event time: ordered by (ts, arrival), the
     # place in that order is what _aggregate compares
     by_time = sorted(applied, key=lambda e: e.ts)  # stable: arrival order within a ts

@@ -8,7 +8,9 @@ fence (last applied offset) per source partition; with a sequence ``f:seqs``, th
 applied, and ``f:o:<name>`` the seq a ``first`` / ``last`` value came from -- only where it
 is not the lowest / highest seq of ``f:seqs`` (the usual case needs no cell: every cell
 costs HBase a memstore insert, its largest cost in ``make bench``), or where the row already
-has that cell, which must stay true.
+has that cell, which must stay true. Split by the gap without a sequence, ``f:o:<name>``
+holds the event time a ``first`` / ``last`` value came from, and ``f:absorbed`` the row keys
+of the sessions a merged one took in.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from leakproof.model.compiled import CompiledModel
 from leakproof.sessions import SeqSet, SessionState
 
 _FENCE_PREFIX = "f:p:"
+# the row keys a merged session absorbed (``sessions.by: gap``): their rows are its
+ABSORBED = b"f:absorbed"
 _FENCE = _FENCE_PREFIX.encode()
 
 
@@ -47,8 +51,14 @@ def to_cells(s: SessionState, model: CompiledModel,
             cell = model.order_cells[i]
             if cell in order_cells or order != (lowest if fn == "first" else highest):
                 cells[cell] = str(order).encode()
+    elif model.by_time:  # first / last by event time: the time each came from
+        for i in model.ordered:
+            if s.orders[i] is not None:
+                cells[model.order_cells[i]] = str(s.orders[i]).encode()
     for key, offset in s.fences.items():
         cells[f"{_FENCE_PREFIX}{key}".encode()] = str(offset).encode()
+    if s.absorbed or ABSORBED in order_cells:  # emptied: the stored list must go too
+        cells[ABSORBED] = ",".join(sorted(s.absorbed)).encode("utf-8")
     return cells
 
 
@@ -75,14 +85,22 @@ def from_cells(session_id: str, cells: Mapping[bytes, bytes],
                 raw = cells.get(model.order_cells[i])
                 orders[i] = int(raw) if raw is not None else (
                     lowest if fn == "first" else highest)
+    elif model.by_time:
+        for i in model.ordered:
+            raw = cells.get(model.order_cells[i])
+            if values[i] is not None and raw is not None:
+                orders[i] = int(raw)
     s.fences = {k[len(_FENCE):].decode(): int(v) for k, v in cells.items()
                 if k.startswith(_FENCE)}
+    absorbed = cells.get(ABSORBED)
+    if absorbed:
+        s.absorbed = frozenset(absorbed.decode("utf-8").split(","))
     return s
 
 
 def order_cells_of(cells: Mapping[bytes, bytes]) -> frozenset[bytes]:
-    """The ``f:o:`` cells a stored row has."""
-    return frozenset(k for k in cells if k.startswith(b"f:o:"))
+    """The ``f:o:`` cells a stored row has (and ``f:absorbed``, if it has one)."""
+    return frozenset(k for k in cells if k.startswith(b"f:o:") or k == ABSORBED)
 
 
 def readable(cells: Mapping[bytes, bytes]) -> dict[str, str]:

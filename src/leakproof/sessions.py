@@ -171,6 +171,8 @@ class SessionState:
     duplicates: int = 0
     seqs: SeqSet = field(default_factory=SeqSet)
     fences: dict[str, int] = field(default_factory=dict)
+    # split by the gap: the row keys of sessions merged into this one (``gap_fold``)
+    absorbed: frozenset[str] = frozenset()
 
     @property
     def closed(self) -> bool:
@@ -282,6 +284,9 @@ class FoldResult:
     # expired by this partition's watermark, but left open for the partition its key now
     # belongs to (partitions added): session -> last_ts
     deferred: dict[str, int] = field(default_factory=dict)
+    # split by the gap: sessions merged into another or whose start moved, as they were
+    # last read or folded (their rows are deleted, their index entries too)
+    removed: dict[str, SessionState] = field(default_factory=dict)
 
 
 class PartitionFolder:
@@ -377,14 +382,15 @@ class PartitionFolder:
         return outcome
 
     def _next(self, s: SessionState, ts: int, seq: int | None, record: dict[str, Any],
-              offset: int) -> None:
-        """A later event of a session that counts (neither late nor a duplicate)."""
+              order: int) -> None:
+        """A later event of a session that counts (neither late nor a duplicate); ``order``:
+        its order key without a sequence (its offset; split by the gap, its time)."""
         if ts < s.first_ts:
             s.first_ts = ts
         if ts > s.last_ts:
             s.last_ts = ts
         if seq is None:
-            self._apply(s.values, s.orders, record, offset)
+            self._apply(s.values, s.orders, record, order)
             return
         if seq <= s.seqs.bounds()[1]:
             s.out_of_order += 1  # not greater than the highest seq applied before it

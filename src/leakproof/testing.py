@@ -19,6 +19,7 @@ from leakproof.errors import DecodeError, KafkaReadError, PublishError, TablesOw
 from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.partition_store import PartitionStore
 from leakproof.hbase.session_store import SessionStore
+from leakproof.hbase.visit_store import VisitStore
 from leakproof.kept_rows import KeptRows
 from leakproof.lease import FIRST_EPOCH, Lease
 from leakproof.model.compiled import CompiledModel, compile_model
@@ -479,6 +480,10 @@ class FakeSessionRows(SessionStore):
             self._stored.clear()  # as a new store per attempt: nothing known of the rows
             raise
 
+    def remove(self, session_ids: Iterable[str], *, ts: int) -> None:
+        self.journal.step("session deletes")
+        super().remove(session_ids, ts=ts)
+
     @property
     def cells(self) -> dict[str, dict[bytes, bytes]]:
         """Every row as HBase now shows it."""
@@ -548,6 +553,29 @@ class FakePartitionRows(PartitionStore):
         return out
 
 
+class FakeVisits(VisitStore):
+    """The real ``VisitStore`` over the state table's FakeTable, each write a journal step."""
+
+    def __init__(self, journal: Journal, partitions: FakePartitionRows) -> None:
+        self.journal = journal
+        self.table = partitions.table
+        super().__init__(partitions.conn, "leakproof_state")
+
+    def add(self, sessions: Mapping[str, Mapping[int, int]], *, ts: int) -> None:
+        self.journal.step("visits add")
+        super().add(sessions, ts=ts)
+
+    def drop(self, sessions: Mapping[str, Iterable[int]], *, ts: int) -> None:
+        self.journal.step("visits drop")
+        super().drop(sessions, ts=ts)
+
+    @property
+    def listed(self) -> dict[str, dict[int, int]]:
+        """Every visitor's row as HBase now shows it."""
+        return {key[2:].decode(): {int(c[2:]): int(v) for c, v in cells.items()}
+                for key, cells in self.table.scan(row_prefix=b"v:")}
+
+
 def fake_scan(table: Any, start: bytes, stop: bytes, batch_size: int
                ) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
     return iter(table.scan(row_start=start, row_stop=stop, batch_size=batch_size))
@@ -592,14 +620,14 @@ class FakeSummarySink:
     (the broker aborts the transaction a dead producer left open)."""
 
     journal: Journal
-    committed: list[tuple[str, list[tuple[bytes, bytes]]]] = field(default_factory=list)
+    committed: list[tuple[str, list[tuple[bytes, bytes | None]]]] = field(default_factory=list)
     encode: Encode | None = None  # None: JSON
 
     def published(self, outbox_id: str) -> bool:
         """As the marker tells it: the newest committed transaction's id covers it."""
         return bool(self.committed) and covers(self.committed[-1][0], outbox_id)
 
-    def publish(self, records: Sequence[tuple[bytes, bytes]], outbox_id: str,
+    def publish(self, records: Sequence[tuple[bytes, bytes | None]], outbox_id: str,
                 until_offset: int) -> None:
         """As ``ClosedSink.publish``: the marker is read first; a covered outbox is not
         sent again."""

@@ -337,7 +337,7 @@ def test_closed_summaries_carry_the_models_cells() -> None:
     want = {sid: row for sid, row in expected_rows({0: events}, CLOSE_MS, model).items()
             if row["state"] == "closed"}
     got = {key.decode(): json.loads(value) for _, recs_ in sink.committed
-           for key, value in recs_}
+           for key, value in recs_ if value is not None}
     assert want and got.keys() == want.keys()
     for sid, summary in got.items():
         assert summary == {"session_id": sid, **want[sid]}

@@ -33,7 +33,7 @@ class Sample:
 
 def sample(cfg: Config, n: int) -> Sample:
     """Fold the newest ``n`` records of the topic (about n / partitions from each)."""
-    model = compile_model(cfg.model)
+    model = compile_model(cfg.model, by_time=cfg.sessions.by == "gap")
     out = Sample(model)
     if n <= 0:
         return out

@@ -106,6 +106,17 @@ class SessionStore:
             for sid in close:
                 batch.put(sid.encode("utf-8"), {b"s:state": CLOSED.encode()})
 
+    def remove(self, session_ids: Iterable[str], *, ts: int) -> None:
+        """Delete whole rows at ``ts``: a delete hides every cell written up to it, so a late
+        copy of an older write stays hidden too."""
+        ids = sorted(set(session_ids))
+        if not ids:
+            return
+        with self._table.batch(batch_size=self._write_cells, timestamp=ts) as batch:
+            for sid in ids:
+                batch.delete(sid.encode("utf-8"))
+                self._stored.pop(sid, None)
+
 
 def readable_row(table: happybase.Table, session_id: str) -> dict[str, str] | None:
     """One session row's family ``s`` as text (None: no such row); no model needed."""

@@ -152,7 +152,7 @@ class ClosedSink:
                                                            timeout_ms=timeout_ms))
         return found is not None and covers(found.metadata, outbox_id)
 
-    def publish(self, records: Sequence[tuple[bytes, bytes]], outbox_id: str,
+    def publish(self, records: Sequence[tuple[bytes, bytes | None]], outbox_id: str,
                 until_offset: int) -> None:
         """Send ``records`` (key, value) and the marker in one transaction, and commit it;
         on any failure abort (best effort) and raise PublishError. Without transactions:
@@ -188,7 +188,7 @@ class ClosedSink:
             log.info("%s: %s; once more with a new producer", self.txn_id, exc.__cause__)
             self._transaction(records, outbox_id, until_offset)
 
-    def _transaction(self, records: Sequence[tuple[bytes, bytes]], outbox_id: str,
+    def _transaction(self, records: Sequence[tuple[bytes, bytes | None]], outbox_id: str,
                      until_offset: int) -> None:
         producer = self._ready()
         try:

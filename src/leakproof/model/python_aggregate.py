@@ -31,6 +31,10 @@ class PythonAggregate(Protocol):
         """The value back from its cell."""
         ...
 
+    # Optional, needed with ``sessions.by: gap``: ``merge(self, value, other) -> value``,
+    # the value of two sessions joined by an event that bridges them (it must not depend on
+    # which is which when the aggregate's result does not depend on event order).
+
 
 class Funnel:
     """How far along an ordered list of pages a session got: the number of ``steps`` it

@@ -8,7 +8,7 @@ PartitionStore`` (PartitionRows), ``hbase.dead_letters.DeadLetterStore`` (DeadLe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from leakproof.errors import DecodeError
@@ -31,6 +31,7 @@ __all__ = [
     "StoredPartition",
     "SummarySink",
     "Touched",
+    "Visits",
     "rewritten",
 ]
 
@@ -149,6 +150,30 @@ class SessionRows(Protocol):
         ``close`` marks expired sessions closed."""
         ...
 
+    def remove(self, session_ids: Iterable[str], *, ts: int) -> None:
+        """Delete the rows of sessions merged into another or whose start moved (split by
+        the gap), at timestamp ``ts``: after every row that absorbed them was written."""
+        ...
+
+
+class Visits(Protocol):
+    """Each visitor's sessions (``sessions.by: gap``): their starts and last_ts, so a range
+    finds the sessions its events may reach without a scan. A session row is always
+    listed: ``add`` comes before the rows, ``drop`` after their deletes."""
+
+    def read(self, visitors: Iterable[str]) -> dict[str, dict[int, int]]:
+        """visitor -> {first_ts: last_ts} of its listed sessions (visitors with none left
+        out)."""
+        ...
+
+    def add(self, sessions: Mapping[str, Mapping[int, int]], *, ts: int) -> None:
+        """List (or update) sessions: visitor -> {first_ts: last_ts}, at timestamp ``ts``."""
+        ...
+
+    def drop(self, sessions: Mapping[str, Iterable[int]], *, ts: int) -> None:
+        """Unlist sessions (visitor -> first_ts) whose rows are gone, at timestamp ``ts``."""
+        ...
+
 
 class PartitionSave(NamedTuple):
     """What a range leaves in its partition's rows: the index changes, then the watermark
@@ -229,7 +254,8 @@ class SummarySink(Protocol):
         """Whether the outbox ``outbox_id`` went out (its commit marker says so)."""
         ...
 
-    def publish(self, records: Sequence[tuple[bytes, bytes]], outbox_id: str,
+    def publish(self, records: Sequence[tuple[bytes, bytes | None]], outbox_id: str,
                 until_offset: int) -> None:
-        """``records`` (key, value) and the outbox's marker: all committed, or none."""
+        """``records`` (key, value; None: a tombstone) and the outbox's marker: all
+        committed, or none."""
         ...

@@ -37,6 +37,7 @@ from leakproof import open_index
 from leakproof.crashpoints import crash_point
 from leakproof.errors import CommitRefused, DecodeError
 from leakproof.events import Event
+from leakproof.gap_fold import GapFolder, GapRule, candidates, session_key, visitor_of
 from leakproof.kept_rows import keepable, new_token
 from leakproof.model.compiled import CompiledModel
 from leakproof.moved_keys import home, placed
@@ -53,6 +54,7 @@ from leakproof.ports.task import (
     Record,
     SessionRows,
     SummarySink,
+    Visits,
     rewritten,
 )
 from leakproof.reports import TaskReport
@@ -79,6 +81,7 @@ class Stores:
     dead_letters: DeadLetters
     lease: LeaseCheck
     summaries: Callable[[int], SummarySink] | None = None
+    visits: Visits | None = None  # sessions split by the gap: each visitor's sessions
 
 
 @dataclass
@@ -107,7 +110,7 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
                    close_after_ms: int, cell_ts: Mapping[int, int],
                    placed_in: int | None = None, lead_ms: int | None = None,
                    incarnation: str = "", owners_in: int | None = None,
-                   fold_late: bool = False) -> list[TaskReport]:
+                   fold_late: bool = False, gap: GapRule | None = None) -> list[TaskReport]:
     """Steps 1-7 of the module docstring for ranges of one topic, in order; returns each
     range's counts and timings.
 
@@ -129,7 +132,11 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
     passed it too (``sessions.PartitionFolder``): until then it stays in this partition's
     index and gets an entry in its owner's, so whichever runs once the owner has passed it
     closes it. Every index entry of such a topic is checked against its row.
-    ``fold_late``: late events are folded in too (``sessions.late: fold``).
+    ``fold_late``: late events are folded in too (``sessions.late: fold``). With ``gap``
+    an event's key is a visitor's, its events split into sessions by that rule
+    (``gap_fold``): the load reads the visitors' rows (``stores.visits``) first, and the
+    writes list new sessions there before their rows, and delete the rows of sessions
+    merged away (or whose start moved) after them.
     """
     ranges = [_read(rng, records, decode, lead_ms) for rng, records in work]
     if len({r.rng.topic for r in ranges}) > 1:
@@ -141,7 +148,7 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
     for step in _apart([r for r in ranges if not r.report.moved_keys]):
         _steps(step, stores, model, batch_ms=batch_ms, epoch=epoch,
                close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation,
-               owners_in=owners_in, fold_late=fold_late)
+               owners_in=owners_in, fold_late=fold_late, gap=gap)
     return [r.report for r in ranges]
 
 
@@ -195,7 +202,7 @@ def _apart(ranges: Sequence[_Range]) -> list[list[_Range]]:
 def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms: int,
            epoch: int, close_after_ms: int, cell_ts: Mapping[int, int],
            incarnation: str = "", owners_in: int | None = None,
-           fold_late: bool = False) -> None:
+           fold_late: bool = False, gap: GapRule | None = None) -> None:
     """Steps 2-7 for ranges of distinct partitions that touch no session in common."""
     topic = step[0].rng.topic
     ts = max(cell_ts[r.rng.partition] for r in step)
@@ -204,21 +211,24 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     first_ts = min(cell_ts[r.rng.partition] for r in step)
     # 2. load
     t0 = time.monotonic()
-    wanted = [index.Wanted(r.rng.partition, r.touched,
+    key_of: Callable[[str], str] = visitor_of if gap is not None else str
+    reachable = (_reachable(stores.visits, step, gap) if gap is not None
+                 else [r.touched for r in step])
+    wanted = [index.Wanted(r.rng.partition, sessions,
                            max((e.ts if lead is None else min(e.ts, lead)
                                 for _, e, lead in r.events), default=NO_WATERMARK),
                            None if r.rng.count else batch_ms)  # an empty range: idle tick
-              for r in step]
+              for r, sessions in zip(step, reachable, strict=True)]
     loaded = index.load(stores.partitions, stores.sessions, topic, close_after_ms, wanted,
                         ts=first_ts, incarnation=incarnation,
                         owner_of=None if owners_in is None else
-                        (lambda sid: home(sid.encode(), owners_in)))
+                        (lambda sid: home(key_of(sid).encode(), owners_in)))
     if len(step) > 1 and _overlap([ld.sessions() for ld in loaded]):
         # a session found in one range's index is touched or owed by another: each alone
         for r in step:
             _steps([r], stores, model, batch_ms=batch_ms, epoch=epoch,
                    close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation,
-                   owners_in=owners_in, fold_late=fold_late)
+                   owners_in=owners_in, fold_late=fold_late, gap=gap)
         return
     shares = _shares([r.report.records for r in step])
     load_s = time.monotonic() - t0
@@ -230,10 +240,12 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     for r, ld, share in zip(step, loaded, shares, strict=True):
         t1 = time.monotonic()
         owners = {p: max(mark, after.get(p, mark)) for p, mark in ld.owner_watermarks.items()}
-        folder = PartitionFolder(model, fence_key(topic, r.rng.partition, incarnation),
-                                 close_after_ms, ld.state, ld.rows,
-                                 _may_close(r.rng.partition, owners_in, owners,
-                                            close_after_ms), fold_late)
+        may_close = _may_close(r.rng.partition, owners_in, owners, close_after_ms, key_of)
+        key = fence_key(topic, r.rng.partition, incarnation)
+        folder = (PartitionFolder(model, key, close_after_ms, ld.state, ld.rows, may_close,
+                                  fold_late) if gap is None else
+                  GapFolder(model, key, close_after_ms, gap, ld.state, ld.rows, may_close,
+                            fold_late))
         for offset, event, lead in r.events:
             folder.feed(offset, event, lead)
         folder.advance(ld.idle_watermark)
@@ -261,25 +273,32 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     # The writer tokens go first too: from here on no worker may trust the rows it kept for
     # these partitions, nor for the others whose fences the touched rows bear.
     stores.partitions.begin_writes(topic, [
-        Mark(r.rng.partition, result.partition.watermark, outbox, token)
+        Mark(r.rng.partition, _pending(result), outbox, token)
         for r, result, outbox, token in zip(step, results, outboxes, tokens, strict=True)],
         _foreign(topic, step, loaded), ts=ts)
+    if stores.visits is not None:  # every row listed before it is written
+        stores.visits.add(_listing(results), ts=ts)
     stores.sessions.write([s for result in results for s in result.touched.values()],
                           close=[sid for result in results for sid in result.closed_untouched],
                           ts=ts)
     crash_point("task_after_sessions")
+    if stores.visits is not None:  # then the rows merged away, and their listing
+        stores.sessions.remove([sid for result in results for sid in result.removed], ts=ts)
+        crash_point("task_after_session_deletes")
+        stores.visits.drop(_unlisted(reachable, loaded, results), ts=ts)
     # 5. dead letters
     stores.dead_letters.write([err for r in step for err in r.dead], batch_ms, ts=ts)
     # 6. the indexes (the owners' entries for sessions left open here first), then the
     # watermarks
-    _hand_over(stores.partitions, topic, results, owners_in, close_after_ms, ts)
+    _hand_over(stores.partitions, topic, results, owners_in, close_after_ms, ts, key_of)
     index.save(stores.partitions, topic,
                [(r.rng.partition, ld, result, r.newest_record_ts)
                 for r, ld, result in zip(step, loaded, results, strict=True)], ts=ts)
-    stores.sessions.keep([_kept(fence_key(topic, r.rng.partition, incarnation),
-                                ld.stored.writer, token, result)
-                          for r, ld, result, token in zip(step, loaded, results, tokens,
-                                                          strict=True)])
+    if gap is None:  # split by the gap, rows come and go under new keys: none is kept
+        stores.sessions.keep([_kept(fence_key(topic, r.rng.partition, incarnation),
+                                    ld.stored.writer, token, result)
+                              for r, ld, result, token in zip(step, loaded, results, tokens,
+                                                              strict=True)])
     write_s = time.monotonic() - t2
     for r, result, outbox, share in zip(step, results, outboxes, shares, strict=True):
         r.report.write_s = write_s * share
@@ -302,8 +321,9 @@ def _publish(stores: Stores, model: CompiledModel, topic: str, rng: OffsetRange,
     rows = {sid: s for sid, s in result.touched.items() if s.closed}
     rows.update(stores.sessions.read(set(outbox.sessions) - rows.keys()))
     encode = sink.encode or json_summary(model)
-    sink.publish([(sid.encode(), encode(sid, s)) for sid, s in rows.items()], outbox.id,
-                 rng.until_offset)
+    # a session owed whose row is gone was merged into another: a tombstone for its key
+    sink.publish([(sid.encode(), encode(sid, rows[sid]) if sid in rows else None)
+                  for sid in sorted({*outbox.sessions, *rows})], outbox.id, rng.until_offset)
     crash_point("task_after_publish")
     stores.partitions.outbox_published(topic, rng.partition, outbox.id, ts=ts)
     return time.monotonic() - t0
@@ -318,22 +338,23 @@ def _kept(key: str, read: bytes, token: bytes, result: FoldResult) -> Kept:
 
 
 def _may_close(partition: int, owners_in: int | None, owner_watermarks: Mapping[int, int],
-               close_after_ms: int) -> MayClose | None:
+               close_after_ms: int, key_of: Callable[[str], str] = str) -> MayClose | None:
     """Whether a session expired in ``partition`` may close: one whose key Kafka's default
-    partitioner now gives another partition (a decoded event's key is its session id) only
-    once that partition's stored watermark has passed it too."""
+    partitioner now gives another partition (a decoded event's key, ``key_of`` the
+    session's) only once that partition's stored watermark has passed it too."""
     if owners_in is None:
         return None
 
     def may_close(sid: str, last_ts: int) -> bool:
-        owner = home(sid.encode(), owners_in)
+        owner = home(key_of(sid).encode(), owners_in)
         return owner == partition or owner_watermarks.get(owner, NO_WATERMARK) > \
             last_ts + close_after_ms
     return may_close
 
 
 def _hand_over(partitions: PartitionRows, topic: str, results: Sequence[FoldResult],
-               owners_in: int | None, close_after_ms: int, ts: int) -> None:
+               owners_in: int | None, close_after_ms: int, ts: int,
+               key_of: Callable[[str], str] = str) -> None:
     """An entry in its owner's index for each session a range left open for its owner."""
     if owners_in is None or not any(r.deferred for r in results):
         return
@@ -341,9 +362,56 @@ def _hand_over(partitions: PartitionRows, topic: str, results: Sequence[FoldResu
     changes: dict[int, IndexChanges] = {}
     for result in results:
         for sid, last_ts in result.deferred.items():
-            changes.setdefault(home(sid.encode(), owners_in), IndexChanges()).put(
+            changes.setdefault(home(key_of(sid).encode(), owners_in), IndexChanges()).put(
                 open_index.bucket_of(last_ts, width), sid, last_ts)
     partitions.hand_over(topic, sorted(changes.items()), ts=ts)
+
+
+def _pending(result: FoldResult) -> int:
+    """A range's pending mark: above every index entry its writes may leave stale -- its
+    watermark, and the last_ts of every session it wrote or removed (an event ahead of its
+    record's timestamp moves the watermark less than its session)."""
+    return max([result.partition.watermark,
+                *(s.last_ts + 1 for s in (*result.touched.values(), *result.removed.values()))])
+
+
+def _reachable(visits: Visits | None, step: Sequence[_Range], rule: GapRule
+               ) -> list[frozenset[str]]:
+    """Split by the gap: each range's sessions its events may reach, as the visitors' rows
+    list them (one read for the step)."""
+    assert visits is not None  # a gap rule comes with its visitors' store
+    listed = visits.read({e.session_id for r in step for _, e, _ in r.events})
+    out = []
+    for r in step:
+        times: dict[str, list[int]] = {}
+        for _, e, _ in r.events:
+            times.setdefault(e.session_id, []).append(e.ts)
+        out.append(frozenset(session_key(visitor, start) for visitor, ts in times.items()
+                             for start in candidates(listed.get(visitor, {}), ts, rule)))
+    return out
+
+
+def _listing(results: Sequence[FoldResult]) -> dict[str, dict[int, int]]:
+    """Every session the ranges write, as its visitor's row lists it."""
+    out: dict[str, dict[int, int]] = {}
+    for result in results:
+        for s in result.touched.values():
+            out.setdefault(visitor_of(s.session_id), {})[s.first_ts] = s.last_ts
+    return out
+
+
+def _unlisted(reachable: Sequence[frozenset[str]], loaded: Sequence[index.Loaded],
+              results: Sequence[FoldResult]) -> dict[str, list[int]]:
+    """The listings to drop: sessions removed, and those listed without a row (a range that
+    stopped before dropping them) -- unless written again now."""
+    written = {sid for result in results for sid in result.touched}
+    gone = {sid for result in results for sid in result.removed}
+    for sessions, ld in zip(reachable, loaded, strict=True):
+        gone |= sessions - ld.rows.keys()
+    out: dict[str, list[int]] = {}
+    for sid in sorted(gone - written):
+        out.setdefault(visitor_of(sid), []).append(int(sid.rpartition(":")[2]))
+    return out
 
 
 def _foreign(topic: str, step: Sequence[_Range], loaded: Sequence[index.Loaded]
@@ -372,4 +440,6 @@ def owed(sink: SummarySink, stored: Outbox, result: FoldResult, new_id: str) -> 
     if stored.pending and sink.published(stored.id):
         stored = Outbox(stored.id, stored.sessions, published=stored.id)
     closed = [sid for sid, s in result.touched.items() if s.closed]
-    return stored.next(new_id, [*closed, *result.closed_untouched])
+    # a closed session merged away (split by the gap): its summary key gets a tombstone
+    gone = [sid for sid, s in result.removed.items() if s.closed]
+    return stored.next(new_id, [*closed, *result.closed_untouched, *gone])

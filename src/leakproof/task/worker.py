@@ -35,10 +35,12 @@ from functools import partial
 from leakproof import codec
 from leakproof.config import Config, HBaseConfig, InputConfig, OutputConfig
 from leakproof.frames import confluent_frame
+from leakproof.gap_fold import GapRule
 from leakproof.hbase.connection import ConnectionSlot, ride_out
 from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.partition_store import LeaseReader, PartitionStore
 from leakproof.hbase.session_store import SessionStore
+from leakproof.hbase.visit_store import VisitStore
 from leakproof.kafka import stalls
 from leakproof.kafka.closed_sink import ClosedSink
 from leakproof.kafka.reader import consumer_cached, read_range
@@ -118,7 +120,7 @@ def _summary_encoder(cfg: Config) -> Encode | None:
     found = _encoders.get(key)
     if found is None:
         assert cfg.output.registry is not None and cfg.output.closed_sessions_topic  # config
-        model = compile_model(cfg.model)
+        model = compile_model(cfg.model, by_time=cfg.sessions.by == "gap")
         schema_id = client(cfg.output.registry).register(
             f"{cfg.output.closed_sessions_topic}-value", json.dumps(summary_schema(model)))
         found = _encoders[key] = avro_summary(model, confluent_frame(schema_id))
@@ -157,7 +159,8 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
     A wave whose writes failed or timed out forgets the rows kept for its partitions: a
     timed-out call may still land, so what HBase holds is read again, never assumed."""
     conns = _connection(cfg.hbase)
-    model = compile_model(cfg.model)
+    gap = cfg.sessions.by == "gap"
+    model = compile_model(cfg.model, by_time=gap)
     reports: list[TaskReport] = []
     for wave in waves(ranges):
 
@@ -174,7 +177,8 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
                     PartitionStore(conn, cfg.hbase.state_table),
                     DeadLetterStore(conn.table(cfg.hbase.dead_letter_table)),
                     LeaseReader(conn, cfg.hbase.state_table, topic, cfg.kafka.group_id),
-                    partial(_sink, cfg) if cfg.output.closed_sessions_topic else None)
+                    partial(_sink, cfg) if cfg.output.closed_sessions_topic else None,
+                    VisitStore(conn, cfg.hbase.state_table) if gap else None)
                 done = process_ranges([(rng, read_range(cfg.kafka, rng, gaps[rng]))
                                        for rng in wave],
                                       _decoder(cfg.model, cfg.input).decode, stores, model,
@@ -183,7 +187,9 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
                                       lead_ms=round(cfg.sessions.grace_s * 1000),
                                       cell_ts=cell_ts, placed_in=placed_in,
                                       incarnation=incarnation, owners_in=owners_in,
-                                      fold_late=cfg.sessions.late == "fold")
+                                      fold_late=cfg.sessions.late == "fold",
+                                      gap=GapRule(cfg.sessions.gap_ms,
+                                                  cfg.sessions.max_duration_ms) if gap else None)
             for rng, report in zip(wave, done, strict=True):
                 # the first range found the topic's consumer or made it; the others use it
                 report.gaps, report.consumer_cached = tuple(gaps[rng]), cached or rng != wave[0]
@@ -216,7 +222,7 @@ def warm_up(cfg: Config) -> float:
     Returns the seconds it took."""
     t0 = time.monotonic()
     _decoder(cfg.model, cfg.input)
-    compile_model(cfg.model)
+    compile_model(cfg.model, by_time=cfg.sessions.by == "gap")
     conns = _connection(cfg.hbase)
     try:
         with conns.get():

@@ -1,0 +1,209 @@
+"""Sessions split by the gap (``sessions.by: gap``): one partition's range folded (pure).
+
+The session key of an event is a visitor's; the visitor's events split into sessions by
+event time, as docs/DESIGN.md ("Sessions split by the gap") says: an event *reaches* a
+session when it lies less than the inactivity gap before its first event or after its last
+(and, with a maximum duration, the two together would still span less than it). The event
+joins what it reaches -- starting a session, extending one, moving its start, or merging two
+it bridges -- and a session's row key is ``<visitor>:<first_ts, 13 digits>``: a start that
+moves or a merge leaves the old keys to delete (``FoldResult.removed``).
+
+Everything else is ``sessions.PartitionFolder``'s: the watermark, lateness, duplicates,
+fences, closing and the open set. How a replay after a crash keeps the same answer:
+
+- A session row's fence is the highest offset of this partition applied to it. An event is
+  a replay when a session it reaches carries a fence at or above its offset: sessions of a
+  visitor are always more than a gap apart, so the only row that can reach the event and
+  carry such a fence is the one the first attempt folded it into. (With a maximum duration
+  two sessions may touch; then the event must lie within the fenced session, or the session
+  must be closed -- a late event counted in it.)
+- A merged row lists the keys it absorbed (``SessionState.absorbed``), so a row the first
+  attempt merged away but did not get to delete is recognised, ignored and deleted again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from leakproof.events import Event
+from leakproof.model.compiled import CompiledModel
+from leakproof.sessions import (
+    CLOSED,
+    FoldResult,
+    MayClose,
+    Outcome,
+    PartitionFolder,
+    PartitionState,
+    SeqSet,
+    SessionState,
+)
+
+
+@dataclass(frozen=True)
+class GapRule:
+    """How a visitor's events split: the inactivity gap, and the longest a session may span
+    (None: no limit), both in ms."""
+
+    gap_ms: int
+    max_duration_ms: int | None = None
+
+
+def session_key(visitor: str, first_ts: int) -> str:
+    """A gap session's row key: the visitor and its first event time, 13 digits, so a
+    visitor's sessions sort by start."""
+    return f"{visitor}:{first_ts:013d}"
+
+
+def visitor_of(session_id: str) -> str:
+    """The visitor of a gap session's row key (a visitor may hold colons; the time may not)."""
+    return session_id.rpartition(":")[0]
+
+
+class GapFolder(PartitionFolder):
+    """``PartitionFolder`` for sessions split by the gap: ``sessions`` are the rows of the
+    sessions the range's events may reach (``visits``), keyed by row key; ``listed``: the
+    keys the visitors' rows list, or None to take every ``absorbed`` key at its word."""
+
+    def __init__(self, model: CompiledModel, fence_key: str, close_after_ms: int,
+                 rule: GapRule, state: PartitionState, sessions: Mapping[str, SessionState],
+                 may_close: MayClose | None = None, fold_late: bool = False) -> None:
+        super().__init__(model, fence_key, close_after_ms, state, sessions, may_close,
+                         fold_late)
+        self._gap = rule.gap_ms
+        self._max = rule.max_duration_ms
+        self._removed: dict[str, SessionState] = {}
+        absorbed = set().union(*(s.absorbed for s in self._sessions.values()))
+        self._visits: dict[str, list[SessionState]] = {}
+        for sid, s in self._sessions.items():
+            if sid in absorbed:  # merged into another by a range that stopped part way
+                self._removed[sid] = s
+            else:
+                self._visits.setdefault(visitor_of(sid), []).append(s)
+        for mine in self._visits.values():
+            mine.sort(key=lambda s: s.first_ts)
+
+    def feed(self, offset: int, event: Event, lead: int | None = None) -> Outcome:
+        visitor, ts, seq, record = event
+        watermark_before = self._watermark
+        moved = ts if lead is None or ts <= lead else lead
+        if moved > self._watermark:
+            self._watermark = moved
+        if offset > self._last_offset:
+            self._last_offset = offset
+        mine = self._visits.setdefault(visitor, [])
+        reach = self._reach(mine, ts)
+        key = self._fence_key
+        for s in reach:
+            if s.fences.get(key, -1) >= offset and (
+                    self._max is None or s.closed or s.first_ts <= ts <= s.last_ts):
+                return self._count(Outcome.REPLAYED, s, touched=False)
+        joined = self._joined(reach, ts)
+        if not joined:
+            values, orders = self._model.initial()
+            s = SessionState(session_key(visitor, ts), values, orders, first_ts=ts, last_ts=ts)
+            if seq is not None:
+                s.seqs.add(seq)
+            self._apply(values, orders, record, ts if seq is None else seq)
+            mine.append(s)
+            mine.sort(key=lambda x: x.first_ts)
+            self._removed.pop(s.session_id, None)
+            s.fences[key] = offset
+            return self._count(Outcome.APPLIED, s)
+        stale = [s for s in joined if s.closed or s.expired(watermark_before, self._close_after_ms)]
+        if stale and not self._fold_late:
+            stale[0].late_events += 1
+            stale[0].fences[key] = offset
+            return self._count(Outcome.LATE, stale[0])
+        if seq is not None:
+            for s in joined:
+                if seq in s.seqs:
+                    s.duplicates += 1
+                    s.fences[key] = offset
+                    return self._count(Outcome.DUPLICATE, s)
+        target = self._merge(mine, joined)
+        if stale:  # counted, and folded in: the session it lands in is closed
+            target.late_events += 1
+            target.state = CLOSED
+        self._next(target, ts, seq, record, ts)
+        target.fences[key] = offset
+        self._rekey(target, session_key(visitor, target.first_ts))
+        return self._count(Outcome.LATE if stale else Outcome.APPLIED, target)
+
+    def _reach(self, mine: list[SessionState], ts: int) -> list[SessionState]:
+        """The visitor's sessions the event reaches, in start order."""
+        gap, most = self._gap, self._max
+        return [s for s in mine if s.first_ts - gap < ts < s.last_ts + gap and (
+            most is None or max(s.last_ts, ts) - min(s.first_ts, ts) < most)]
+
+    def _joined(self, reach: list[SessionState], ts: int) -> list[SessionState]:
+        """Those it joins: in start order while, with it, they span less than the maximum."""
+        if self._max is None:
+            return reach
+        joined: list[SessionState] = []
+        lo = hi = ts
+        for s in reach:
+            lo, hi = min(lo, s.first_ts), max(hi, s.last_ts)
+            if hi - lo >= self._max:
+                break
+            joined.append(s)
+        return joined
+
+    def _merge(self, mine: list[SessionState], joined: list[SessionState]) -> SessionState:
+        """The joined sessions as one (the earliest takes the others in); the others leave
+        the visitor's list and their keys are removed."""
+        target = joined[0]
+        for other in joined[1:]:
+            self._model.merge(target.values, target.orders, other.values, other.orders)
+            target.first_ts = min(target.first_ts, other.first_ts)
+            target.last_ts = max(target.last_ts, other.last_ts)
+            target.late_events += other.late_events
+            target.duplicates += other.duplicates
+            target.out_of_order += other.out_of_order
+            target.seqs = SeqSet([*target.seqs.ranges(), *other.seqs.ranges()])
+            for k, offset in other.fences.items():
+                target.fences[k] = max(offset, target.fences.get(k, -1))
+            if other.closed:
+                target.state = CLOSED
+            target.absorbed = target.absorbed | other.absorbed | {other.session_id}
+            mine.remove(other)
+            self._remove(other)
+        return target
+
+    def _rekey(self, s: SessionState, key: str) -> None:
+        """The session under the key its (maybe earlier) start gives; the old one removed."""
+        if key == s.session_id:
+            return
+        self._remove(replace(s))  # as it stands: its state says whether it was published
+        s.absorbed = s.absorbed | {s.session_id}
+        s.session_id = key
+        self._removed.pop(key, None)
+
+    def _remove(self, s: SessionState) -> None:
+        self._touched.pop(s.session_id, None)
+        self._seen.pop(s.session_id, None)
+        self._removed[s.session_id] = s
+
+    def _count(self, outcome: Outcome, s: SessionState, touched: bool = True) -> Outcome:
+        if touched:
+            self._touched[s.session_id] = s
+        self._seen[s.session_id] = s
+        self._counts[outcome] += 1
+        return outcome
+
+    def finish(self) -> FoldResult:
+        for sid in self._removed:
+            self._state.open_sessions.discard(sid)
+        result = super().finish()
+        result.removed = dict(self._removed)
+        return result
+
+
+def candidates(listed: Mapping[int, int], times: Iterable[int], rule: GapRule) -> list[int]:
+    """Of a visitor's listed sessions (first_ts -> last_ts), the starts of those its events
+    at ``times`` may reach: what a range reads."""
+    ts = list(times)
+    lo, hi = min(ts), max(ts)
+    return [start for start, last in listed.items()
+            if start - rule.gap_ms < hi and last + rule.gap_ms > lo]
+

@@ -1,0 +1,304 @@
+"""Sessions split by the gap (``sessions.by: gap``) through ``process_ranges`` over the
+fakes of the real stores: a visitor's day in literals, crashes at every write step, torn
+writes, summaries with tombstones, and random arrivals checked against the oracle (which
+shares no code with the fold). Gap 1 s, sessions close 1.5 s after their last event."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from leakproof.events import Event
+from leakproof.examples.access_log import DATA, SCHEMA
+from leakproof.gap_fold import GapFolder, GapRule, session_key, visitor_of
+from leakproof.model.compiled import compile_model
+from leakproof.model.spec import Model, read_model
+from leakproof.offsets import OffsetRange
+from leakproof.oracle import expected_gap_rows
+from leakproof.reports import TaskReport
+from leakproof.sessions import Outcome, PartitionState, SessionState
+from leakproof.task.process import Stores, process_ranges
+from leakproof.testing import (
+    Crash,
+    FakeDeadLetters,
+    FakeLeaseCheck,
+    FakePartitionRows,
+    FakeSessionRows,
+    FakeSummarySink,
+    FakeVisits,
+    Journal,
+)
+
+GAP = 1_000
+CLOSE = 1_500
+AGGREGATES = {"hits": {"fn": "count"}, "size": {"fn": "sum", "field": "size"},
+              "low": {"fn": "min", "field": "code"}, "high": {"fn": "max", "field": "code"},
+              "landing": {"fn": "first", "field": "path"},
+              "leaving": {"fn": "last", "field": "path"}}
+
+
+def model(sequenced: bool) -> Model:
+    events: dict[str, Any] = {"schema": str(SCHEMA), "session_key": "visit", "event_time": "at"}
+    if sequenced:
+        events["sequence"] = "n"
+    return read_model(events, AGGREGATES, DATA)
+
+
+PLAIN, SEQUENCED = model(False), model(True)
+
+
+def ev(visit: str, at: int, path: str = "/", *, n: int | None = None, code: int = 200,
+       size: int = 1) -> Event:
+    record = {"visit": visit, "at": at, "n": n or 0, "method": "GET", "path": path,
+              "code": code, "size": size, "latency_ms": 1.0, "cached": False, "account": None,
+              "agent": None}
+    return Event(visit, at, n, record)
+
+
+@dataclass(frozen=True)
+class Rec:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int = -1
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass
+class Rig:
+    """One partition's ranges, as the job runs them, over the fakes."""
+
+    m: Model = PLAIN
+    fold_late: bool = False
+    max_duration_ms: int | None = None
+    journal: Journal = field(default_factory=Journal)
+    sent: list[Event] = field(default_factory=list)
+    batch_ms: int = 1_000
+
+    def __post_init__(self) -> None:
+        self.compiled = compile_model(self.m, by_time=True)
+        self.sessions = FakeSessionRows(self.journal, model=self.compiled)
+        self.partitions = FakePartitionRows(self.journal)
+        self.visits = FakeVisits(self.journal, self.partitions)
+        self.sink = FakeSummarySink(self.journal)
+
+    def decode(self, key: bytes | None, value: bytes | None, **_: Any) -> Event:
+        assert value is not None
+        return self.sent[int(value)]
+
+    def run(self, events: list[Event], *, start: int | None = None) -> TaskReport:
+        """One range of ``events``; ``start``: its first offset (a replay's)."""
+        first = len(self.sent) if start is None else start
+        if start is None:
+            self.sent += events
+        recs = [Rec(first + i, e.session_id.encode(), str(first + i).encode())
+                for i, e in enumerate(events)]
+        self.batch_ms += 1_000
+        stores = Stores(self.sessions, self.partitions, FakeDeadLetters(self.journal),
+                        FakeLeaseCheck(self.journal, held_by=1), lambda p: self.sink,
+                        self.visits)
+        return process_ranges([(OffsetRange("t", 0, first, first + len(events)), recs)],
+                              self.decode, stores, self.compiled, batch_ms=self.batch_ms,
+                              epoch=1, close_after_ms=CLOSE, cell_ts={0: self.batch_ms},
+                              fold_late=self.fold_late,
+                              gap=GapRule(GAP, self.max_duration_ms))[0]
+
+    def expected(self) -> dict[str, dict[str, str]]:
+        return expected_gap_rows({0: self.sent}, CLOSE, GAP, self.m,
+                                 max_duration_ms=self.max_duration_ms, fold_late=self.fold_late)
+
+    def summaries(self) -> dict[str, bytes | None]:
+        """The closed-sessions topic compacted: each key's last value (None: a tombstone)."""
+        return {k.decode(): v for _, recs in self.sink.committed for k, v in recs}
+
+
+def keys(rows: dict[str, Any]) -> list[str]:
+    return sorted(rows)
+
+
+def test_a_visitors_day_splits_moves_its_start_and_merges() -> None:
+    rig = Rig()
+    rig.run([ev("c", 9_000, "/a"), ev("c", 9_500, "/b"), ev("c", 10_800, "/x")])
+    assert keys(rig.sessions.readable()) == [session_key("c", 9_000), session_key("c", 10_800)]
+    rig.run([ev("c", 8_200, "/first")])  # earlier, under a gap before 9 000: the start moves
+    rows = rig.sessions.readable()
+    assert keys(rows) == [session_key("c", 8_200), session_key("c", 10_800)]
+    assert rows[session_key("c", 8_200)]["landing"] == "/first"
+    assert rows[session_key("c", 8_200)]["leaving"] == "/b"  # last by event time
+    assert rig.visits.listed == {"c": {8_200: 9_500, 10_800: 10_800}}
+    rig.run([ev("c", 11_600, "/y")])  # joins the second; 9 500 + 1 500 passed: one closes
+    assert rig.sessions.readable()[session_key("c", 8_200)]["state"] == "closed"
+    rig.run([ev("c", 10_600, "/z")])  # under a gap before 10 800, out of the closed one's
+    assert keys(rig.sessions.readable()) == [session_key("c", 8_200), session_key("c", 10_600)]
+    assert rig.sessions.readable() == rig.expected()
+    assert rig.visits.listed == {"c": {8_200: 9_500, 10_600: 11_600}}
+
+
+def test_a_late_event_bridging_two_closed_sessions_folds_them_into_one_with_a_tombstone() -> None:
+    rig = Rig(fold_late=True)
+    rig.run([ev("c", 0, "/a", size=1), ev("c", 1_800, "/b", size=2)])
+    rig.run([ev("c", 9_000, "/later")])  # both close
+    assert {k: v is not None for k, v in rig.summaries().items()} == {
+        session_key("c", 0): True, session_key("c", 1_800): True}
+    report = rig.run([ev("c", 900, "/bridge", size=4)])  # under a gap from both
+    assert report.late == 1
+    rows = rig.sessions.readable()
+    merged = rows[session_key("c", 0)]
+    assert (merged["hits"], merged["size"], merged["state"], merged["late_events"]) == (
+        "3", "7", "closed", "1")
+    assert session_key("c", 1_800) not in rows
+    assert rows == rig.expected()
+    published = rig.summaries()
+    assert published[session_key("c", 1_800)] is None  # the merged-away key's tombstone
+    assert b'"hits": "3"' in (published[session_key("c", 0)] or b"")
+    assert rig.visits.listed == {"c": {0: 1_800, 9_000: 9_000}}
+
+
+def test_with_late_count_a_late_event_is_counted_in_the_first_closed_session_it_reaches() -> None:
+    rig = Rig()
+    rig.run([ev("c", 0), ev("c", 1_800)])
+    rig.run([ev("c", 9_000)])
+    report = rig.run([ev("c", 900)])
+    assert report.late == 1
+    rows = rig.sessions.readable()
+    assert keys(rows) == [session_key("c", 0), session_key("c", 1_800),
+                          session_key("c", 9_000)]
+    assert rows[session_key("c", 0)]["late_events"] == "1"
+    assert rows == rig.expected()
+
+
+def test_max_duration_cuts_a_session_walking_its_events_in_time() -> None:
+    rig = Rig(max_duration_ms=2_000)
+    rig.run([ev("c", t) for t in (0, 800, 1_600, 2_400, 3_000)])
+    assert keys(rig.sessions.readable()) == [session_key("c", 0), session_key("c", 2_400)]
+    assert rig.sessions.readable() == rig.expected()
+
+
+def test_a_duplicate_seq_counts_in_the_session_that_holds_it() -> None:
+    rig = Rig(SEQUENCED)
+    rig.run([ev("c", 0, n=0), ev("c", 500, n=1), ev("c", 500, n=1)])
+    rig.run([ev("c", 300, n=1)])  # a retry with another time: same seq, same session
+    rows = rig.sessions.readable()
+    assert rows[session_key("c", 0)]["duplicates"] == "2"
+    assert rows == rig.expected()
+
+
+WORK = [[ev("c", 0, "/a"), ev("c", 1_800, "/b"), ev("d", 100, "/d")],
+        [ev("c", 900, "/bridge"), ev("c", 5_000, "/c"), ev("d", 50, "/d0")],
+        [ev("c", 4_300, "/move"), ev("d", 7_000, "/d2")]]
+
+STEPS = ["pending", "visits add", "sessions", "session deletes", "visits drop",
+         "dead letters", "index puts", "index deletes", "watermark", "publish",
+         "outbox published"]
+
+
+def clean_rows(fold_late: bool) -> tuple[Any, ...]:
+    rig = Rig(fold_late=fold_late)
+    for work in WORK:
+        rig.run(work)
+    return rig.sessions.readable(), rig.visits.listed, rig.partitions.index, rig.summaries()
+
+
+@pytest.mark.parametrize("fold_late", [False, True])
+@pytest.mark.parametrize("step", STEPS)
+def test_a_range_crashed_at_any_write_step_is_replayed_exactly(step: str, fold_late: bool
+                                                               ) -> None:
+    for crashed in range(len(WORK)):
+        rig = Rig(fold_late=fold_late)
+        for i, work in enumerate(WORK):
+            if i == crashed:
+                rig.journal.crash_at = step
+                start = len(rig.sent)
+                try:
+                    rig.run(work)
+                except Crash:
+                    rig.run(work, start=start)  # the restarted driver replays the range
+            else:
+                rig.run(work)
+        got: tuple[Any, ...] = (rig.sessions.readable(), rig.visits.listed, rig.partitions.index,
+               rig.summaries())
+        assert got == clean_rows(fold_late), (step, crashed)
+        assert rig.sessions.readable() == rig.expected()
+
+
+@pytest.mark.parametrize("fold_late", [False, True])
+def test_a_torn_write_of_the_merged_rows_is_replayed_exactly(fold_late: bool) -> None:
+    for torn in range(3):  # the range writes three rows or four
+        rig = Rig(fold_late=fold_late)
+        rig.run(WORK[0])
+        start = len(rig.sent)
+        rig.sessions.tear_after = torn
+        with pytest.raises(Crash):
+            rig.run(WORK[1])
+        rig.run(WORK[1], start=start)
+        rig.run(WORK[2])
+        assert rig.sessions.readable() == clean_rows(fold_late)[0], torn
+
+
+def test_a_row_another_row_absorbed_is_ignored_and_removed() -> None:
+    folded = SessionState("c:0000000000000", *compile_model(PLAIN, by_time=True).initial(),
+                          first_ts=0, last_ts=2_000, fences={"t:0": 9},
+                          absorbed=frozenset({"c:0000000001800"}))
+    stale = SessionState("c:0000000001800", *compile_model(PLAIN, by_time=True).initial(),
+                         first_ts=1_800, last_ts=1_800, fences={"t:0": 3})
+    folder = GapFolder(compile_model(PLAIN, by_time=True), "t:0", CLOSE, GapRule(GAP),
+                       PartitionState(), {s.session_id: s for s in (folded, stale)})
+    assert folder.feed(8, ev("c", 1_800)) is Outcome.REPLAYED
+    result = folder.finish()
+    assert set(result.removed) == {"c:0000000001800"}
+    assert result.touched == {}
+
+
+def test_a_visitor_may_hold_colons() -> None:
+    assert visitor_of(session_key("10.0.0.1:443", 5)) == "10.0.0.1:443"
+
+
+def arrivals(rnd: random.Random, sequenced: bool) -> list[Event]:
+    """A few visitors' visits: bursts of events a few hundred ms apart, some repeated."""
+    out: list[Event] = []
+    for visitor in ("a", "b", "c:1"):
+        t = rnd.randrange(0, 3_000)
+        for n in range(rnd.randrange(6, 14)):
+            t += rnd.choice((100, 300, 700, 900, 1_200, 2_600))
+            out.append(ev(visitor, t, f"/{n}", n=n if sequenced else None,
+                          code=rnd.choice((200, 404, 500)), size=rnd.randrange(1, 9)))
+    if sequenced:
+        out += rnd.sample(out, 3)  # producer retries
+    return out
+
+
+@pytest.mark.parametrize("fold_late", [False, True])
+@pytest.mark.parametrize("sequenced", [False, True])
+def test_random_arrivals_in_random_ranges_match_the_oracle(fold_late: bool, sequenced: bool
+                                                           ) -> None:
+    for seed in range(25):
+        rnd = random.Random(seed)
+        events = arrivals(rnd, sequenced)
+        # mostly in time order, with stragglers
+        events.sort(key=lambda e: e.ts + rnd.choice((0, 0, 0, 800, 2_500, 6_000)))
+        rig = Rig(SEQUENCED if sequenced else PLAIN, fold_late=fold_late)
+        i = 0
+        while i < len(events):
+            n = rnd.randrange(1, 9)
+            rig.run(events[i:i + n])
+            i += n
+        assert rig.sessions.readable() == rig.expected(), seed
+
+
+def test_with_late_fold_the_sessions_do_not_depend_on_arrival_order() -> None:
+    rnd = random.Random(7)
+    events = arrivals(rnd, False)
+    seen = set()
+    for _ in range(8):
+        rnd.shuffle(events)
+        rig = Rig(fold_late=True)
+        for i in range(0, len(events), 4):
+            rig.run(events[i:i + 4])
+        rig.run([ev("z", 10**9)])  # another visitor, far on: every session closes
+        rows = {k: {c: v for c, v in row.items() if c not in ("late_events",)}
+                for k, row in rig.sessions.readable().items() if not k.startswith("z:")}
+        seen.add(repr(sorted(rows.items())))
+    assert len(seen) == 1
