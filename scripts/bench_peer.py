@@ -131,6 +131,10 @@ def main() -> int:
                         help="stop after this many records (default: what the topic holds now)")
     parser.add_argument("--one-batch", action="store_true",
                         help="no maxOffsetsPerTrigger: the whole backlog in one batch")
+    parser.add_argument("--session-window", type=float, default=0, metavar="GAP_S",
+                        help="group by session_id and session_window(ts, GAP_S) under a "
+                             "watermark of the config's grace (append mode: each session "
+                             "once it closed), rows keyed <session_id>:<start, 13 digits>")
     args = parser.parse_args()
     cfg = config.load(args.config)
     topic = cfg.kafka.topic
@@ -194,7 +198,15 @@ def main() -> int:
     def count_if(condition: Any) -> Any:
         return F.sum(F.when(condition, 1).otherwise(0))
 
-    sessions = (events.dropDuplicates(["session_id", "seq"]).groupBy("session_id").agg(
+    keys: list[Any] = ["session_id"]
+    mode = "update"
+    if args.session_window:  # Spark's gap sessions: closed ones go out once (append)
+        events = (events.withColumn("t", F.timestamp_millis("ts"))
+                  .withWatermark("t", f"{int(cfg.sessions.grace_s * 1000)} milliseconds"))
+        keys.append(F.session_window("t", f"{int(args.session_window * 1000)} milliseconds")
+                    .alias("w"))
+        mode = "append"
+    sessions = (events.dropDuplicates(["session_id", "seq"]).groupBy(*keys).agg(
         F.min_by("user_id", "seq").alias("user_id"),
         F.count(F.lit(1)).alias("events"),
         count_if(F.col("event_type") == "pageview").alias("pageviews"),
@@ -206,13 +218,16 @@ def main() -> int:
         F.max("ts").alias("last_ts"),
         F.min_by("url", "seq").alias("entry_url"),
         F.max_by("url", "seq").alias("exit_url")))
+    if args.session_window:
+        sessions = sessions.withColumn("session_id", F.format_string(
+            "%s:%013d", "session_id", F.col("first_ts"))).drop("w")
 
     hbase, table = cfg.hbase, args.table
 
     def write(batch: Any, _batch_id: int) -> None:
         batch.foreachPartition(lambda rows: _put_rows(hbase, table, rows))
 
-    query = (sessions.writeStream.outputMode("update").foreachBatch(write)
+    query = (sessions.writeStream.outputMode(mode).foreachBatch(write)
              .option("checkpointLocation", args.checkpoint)
              .trigger(processingTime=f"{cfg.job.batch_interval_s} seconds").start())
     done = 0

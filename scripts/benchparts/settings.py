@@ -48,3 +48,8 @@ if ACCESS or FRAMED:  # the peers read bare web events only
     PEERS = []
 if ACCESS:
     PEERS = []
+# MODEL=gap: the same web events with sessions.by: gap (each session id a visitor, its
+# events split by the gap); the peer is Spark's session_window on the same topic
+GAP = os.environ.get("MODEL") == "gap"
+if GAP:
+    PEERS = os.environ.get("PEERS", "session-window").split(",")

@@ -13,12 +13,13 @@ from benchparts.drain import Drain
 from benchparts.job import run_job
 from benchparts.latency import latency_mode
 from benchparts.load import prefill
-from benchparts.peer import peer_fold, run_peer
+from benchparts.peer import gap_fold, peer_fold, run_peer
 from benchparts.report import print_result
 from benchparts.settings import (
     ACCESS,
     ACCESS_JSON,
     FRAMED,
+    GAP,
     PARTITIONS,
     PEERS,
     PEERS_FIRST,
@@ -55,6 +56,8 @@ def measure(name: str) -> int:
         return latency_mode(data, work, name)
     if FRAMED:
         data["events"].update(format="confluent", registry={"url": REGISTRY_URL})
+    if GAP:
+        data.setdefault("sessions", {})["by"] = "gap"
     if ACCESS:
         data.update(access_log.model_sections())
         data["events"]["format"] = "json" if ACCESS_JSON else "avro"
@@ -82,7 +85,7 @@ def measure(name: str) -> int:
     peers: dict[str, Drain] = {}
     if any(PEERS):
         partitions, _ = read_topic(cfg)
-        expected = peer_fold(partitions)
+        expected = gap_fold(cfg, partitions) if GAP else peer_fold(partitions)
         for variant in filter(None, PEERS):
             drain = run_peer(variant, cfg_path, cfg, work, expected)
             if drain is not None:

@@ -199,6 +199,15 @@ class GapFolder(PartitionFolder):
         return result
 
 
+def listed_last(last_ts: int, rule: GapRule) -> int:
+    """The last_ts a visitor's row lists for a session: its own, rounded up to a multiple of
+    eight gaps. A listing only has to be at or above the row's (a range reads the sessions
+    whose listing its events may reach), and so changes about once per eight gaps of a
+    session's life instead of with every range."""
+    step = 8 * max(rule.gap_ms, 1)
+    return (last_ts // step + 1) * step
+
+
 def candidates(listed: Mapping[int, int], times: Iterable[int], rule: GapRule) -> list[int]:
     """Of a visitor's listed sessions (first_ts -> last_ts), the starts of those its events
     at ``times`` may reach: what a range reads."""

@@ -128,13 +128,17 @@ def test_a_visitors_day_splits_moves_its_start_and_merges() -> None:
     assert keys(rows) == [session_key("c", 8_200), session_key("c", 10_800)]
     assert rows[session_key("c", 8_200)]["landing"] == "/first"
     assert rows[session_key("c", 8_200)]["leaving"] == "/b"  # last by event time
-    assert rig.visits.listed == {"c": {8_200: 9_500, 10_800: 10_800}}
+    # listed with last_ts rounded up to eight gaps: rewritten when a session passes that
+    assert rig.visits.listed == {"c": {8_200: 16_000, 10_800: 16_000}}
     rig.run([ev("c", 11_600, "/y")])  # joins the second; 9 500 + 1 500 passed: one closes
     assert rig.sessions.readable()[session_key("c", 8_200)]["state"] == "closed"
     rig.run([ev("c", 10_600, "/z")])  # under a gap before 10 800, out of the closed one's
     assert keys(rig.sessions.readable()) == [session_key("c", 8_200), session_key("c", 10_600)]
     assert rig.sessions.readable() == rig.expected()
-    assert rig.visits.listed == {"c": {8_200: 9_500, 10_600: 11_600}}
+    assert rig.visits.listed == {"c": {8_200: 16_000, 10_600: 16_000}}
+    rig.journal.steps.clear()
+    rig.run([ev("c", 12_000, "/w")])  # 12 000 under the listed 16 000: no listing written
+    assert "visits add" not in rig.journal.steps
 
 
 def test_a_late_event_bridging_two_closed_sessions_folds_them_into_one_with_a_tombstone() -> None:
@@ -154,7 +158,7 @@ def test_a_late_event_bridging_two_closed_sessions_folds_them_into_one_with_a_to
     published = rig.summaries()
     assert published[session_key("c", 1_800)] is None  # the merged-away key's tombstone
     assert b'"hits": "3"' in (published[session_key("c", 0)] or b"")
-    assert rig.visits.listed == {"c": {0: 1_800, 9_000: 9_000}}
+    assert rig.visits.listed == {"c": {0: 8_000, 9_000: 16_000}}
 
 
 def test_with_late_count_a_late_event_is_counted_in_the_first_closed_session_it_reaches() -> None:

@@ -37,7 +37,14 @@ from leakproof import open_index
 from leakproof.crashpoints import crash_point
 from leakproof.errors import CommitRefused, DecodeError
 from leakproof.events import Event
-from leakproof.gap_fold import GapFolder, GapRule, candidates, session_key, visitor_of
+from leakproof.gap_fold import (
+    GapFolder,
+    GapRule,
+    candidates,
+    listed_last,
+    session_key,
+    visitor_of,
+)
 from leakproof.kept_rows import keepable, new_token
 from leakproof.model.compiled import CompiledModel
 from leakproof.moved_keys import home, placed
@@ -212,7 +219,8 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     # 2. load
     t0 = time.monotonic()
     key_of: Callable[[str], str] = visitor_of if gap is not None else str
-    reachable = (_reachable(stores.visits, step, gap) if gap is not None
+    listed: dict[str, dict[int, int]] = {}
+    reachable = (_reachable(stores.visits, step, gap, listed) if gap is not None
                  else [r.touched for r in step])
     wanted = [index.Wanted(r.rng.partition, sessions,
                            max((e.ts if lead is None else min(e.ts, lead)
@@ -276,8 +284,8 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
         Mark(r.rng.partition, _pending(result), outbox, token)
         for r, result, outbox, token in zip(step, results, outboxes, tokens, strict=True)],
         _foreign(topic, step, loaded), ts=ts)
-    if stores.visits is not None:  # every row listed before it is written
-        stores.visits.add(_listing(results), ts=ts)
+    if stores.visits is not None and (listing := _listing(results, listed, gap)):
+        stores.visits.add(listing, ts=ts)  # every row listed before it is written
     stores.sessions.write([s for result in results for s in result.touched.values()],
                           close=[sid for result in results for sid in result.closed_untouched],
                           ts=ts)
@@ -375,12 +383,12 @@ def _pending(result: FoldResult) -> int:
                 *(s.last_ts + 1 for s in (*result.touched.values(), *result.removed.values()))])
 
 
-def _reachable(visits: Visits | None, step: Sequence[_Range], rule: GapRule
-               ) -> list[frozenset[str]]:
+def _reachable(visits: Visits | None, step: Sequence[_Range], rule: GapRule,
+               listed: dict[str, dict[int, int]]) -> list[frozenset[str]]:
     """Split by the gap: each range's sessions its events may reach, as the visitors' rows
-    list them (one read for the step)."""
+    list them (one read for the step, left in ``listed``)."""
     assert visits is not None  # a gap rule comes with its visitors' store
-    listed = visits.read({e.session_id for r in step for _, e, _ in r.events})
+    listed.update(visits.read({e.session_id for r in step for _, e, _ in r.events}))
     out = []
     for r in step:
         times: dict[str, list[int]] = {}
@@ -391,12 +399,18 @@ def _reachable(visits: Visits | None, step: Sequence[_Range], rule: GapRule
     return out
 
 
-def _listing(results: Sequence[FoldResult]) -> dict[str, dict[int, int]]:
-    """Every session the ranges write, as its visitor's row lists it."""
+def _listing(results: Sequence[FoldResult], listed: Mapping[str, Mapping[int, int]],
+             rule: GapRule | None) -> dict[str, dict[int, int]]:
+    """The sessions the ranges write that their visitors' rows do not list yet, or list
+    with a last_ts they have passed: each with its last_ts rounded up (``listed_last``), so
+    a session's entry is written when it starts and then about once per eight gaps."""
+    assert rule is not None
     out: dict[str, dict[int, int]] = {}
     for result in results:
         for s in result.touched.values():
-            out.setdefault(visitor_of(s.session_id), {})[s.first_ts] = s.last_ts
+            visitor = visitor_of(s.session_id)
+            if listed.get(visitor, {}).get(s.first_ts, -1) < s.last_ts:
+                out.setdefault(visitor, {})[s.first_ts] = listed_last(s.last_ts, rule)
     return out
 
 
