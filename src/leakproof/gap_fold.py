@@ -11,12 +11,14 @@ moves or a merge leaves the old keys to delete (``FoldResult.removed``).
 Everything else is ``sessions.PartitionFolder``'s: the watermark, lateness, duplicates,
 fences, closing and the open set. How a replay after a crash keeps the same answer:
 
-- A session row's fence is the highest offset of this partition applied to it. An event is
-  a replay when a session it reaches carries a fence at or above its offset: sessions of a
-  visitor are always more than a gap apart, so the only row that can reach the event and
-  carry such a fence is the one the first attempt folded it into. (With a maximum duration
-  two sessions may touch; then the event must lie within the fenced session, or the session
-  must be closed -- a late event counted in it.)
+- A session row's fence is the highest offset of this partition applied to it. The
+  outcome of an event is decided first -- late (counted in the first closed session it
+  joins), a duplicate (counted in the session holding its seq), or applied (joining
+  sessions) -- and it is a replay when the session that outcome writes, or with an applied
+  event one of those it joins, carries a fence at or above its offset. A visitor's sessions
+  lie more than a gap apart (cut ones aside, which the joining rule keeps apart), so the one
+  whose written row bears such a fence is the one the first attempt folded it into; and the
+  rows read give the same outcome as the first attempt had, whichever of its writes landed.
 - A merged row lists the keys it absorbed (``SessionState.absorbed``), so a row the first
   attempt merged away but did not get to delete is recognised, ignored and deleted again.
 """
@@ -92,14 +94,9 @@ class GapFolder(PartitionFolder):
         if offset > self._last_offset:
             self._last_offset = offset
         mine = self._visits.setdefault(visitor, [])
-        reach = self._reach(mine, ts)
         key = self._fence_key
-        for s in reach:
-            if s.fences.get(key, -1) >= offset and (
-                    self._max is None or s.closed or s.first_ts <= ts <= s.last_ts):
-                return self._count(Outcome.REPLAYED, s, touched=False)
-        joined = self._joined(reach, ts)
-        if not joined:
+        joined = self._joined(self._reach(mine, ts), ts)
+        if not joined:  # no row reaches it: no attempt folded it anywhere
             values, orders = self._model.initial()
             s = SessionState(session_key(visitor, ts), values, orders, first_ts=ts, last_ts=ts)
             if seq is not None:
@@ -110,17 +107,17 @@ class GapFolder(PartitionFolder):
             self._removed.pop(s.session_id, None)
             s.fences[key] = offset
             return self._count(Outcome.APPLIED, s)
+        # the outcome first, then the fence of the session it would write: that one holds
+        # the event if an earlier attempt's write of it landed
         stale = [s for s in joined if s.closed or s.expired(watermark_before, self._close_after_ms)]
         if stale and not self._fold_late:
-            stale[0].late_events += 1
-            stale[0].fences[key] = offset
-            return self._count(Outcome.LATE, stale[0])
-        if seq is not None:
-            for s in joined:
-                if seq in s.seqs:
-                    s.duplicates += 1
-                    s.fences[key] = offset
-                    return self._count(Outcome.DUPLICATE, s)
+            return self._counted(Outcome.LATE, stale[0], offset)
+        holder = next((s for s in joined if seq is not None and seq in s.seqs), None)
+        if holder is not None:
+            return self._counted(Outcome.DUPLICATE, holder, offset)
+        for s in joined:
+            if s.fences.get(key, -1) >= offset:
+                return self._count(Outcome.REPLAYED, s, touched=False)
         target = self._merge(mine, joined)
         if stale:  # counted, and folded in: the session it lands in is closed
             target.late_events += 1
@@ -183,6 +180,17 @@ class GapFolder(PartitionFolder):
         self._touched.pop(s.session_id, None)
         self._seen.pop(s.session_id, None)
         self._removed[s.session_id] = s
+
+    def _counted(self, outcome: Outcome, s: SessionState, offset: int) -> Outcome:
+        """A late event or a duplicate counted in ``s`` (unless ``s`` holds it already)."""
+        if s.fences.get(self._fence_key, -1) >= offset:
+            return self._count(Outcome.REPLAYED, s, touched=False)
+        if outcome is Outcome.LATE:
+            s.late_events += 1
+        else:
+            s.duplicates += 1
+        s.fences[self._fence_key] = offset
+        return self._count(outcome, s)
 
     def _count(self, outcome: Outcome, s: SessionState, touched: bool = True) -> Outcome:
         if touched:

@@ -6,7 +6,7 @@ shares no code with the fold). Gap 1 s, sessions close 1.5 s after their last ev
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -77,6 +77,7 @@ class Rig:
     journal: Journal = field(default_factory=Journal)
     sent: list[Event] = field(default_factory=list)
     batch_ms: int = 1_000
+    close_after_ms: int = CLOSE
 
     def __post_init__(self) -> None:
         self.compiled = compile_model(self.m, by_time=True)
@@ -102,7 +103,8 @@ class Rig:
                         self.visits)
         return process_ranges([(OffsetRange("t", 0, first, first + len(events)), recs)],
                               self.decode, stores, self.compiled, batch_ms=self.batch_ms,
-                              epoch=1, close_after_ms=CLOSE, cell_ts={0: self.batch_ms},
+                              epoch=1, close_after_ms=self.close_after_ms,
+                              cell_ts={0: self.batch_ms},
                               fold_late=self.fold_late,
                               gap=GapRule(GAP, self.max_duration_ms))[0]
 
@@ -254,6 +256,115 @@ def test_a_row_another_row_absorbed_is_ignored_and_removed() -> None:
     result = folder.finish()
     assert set(result.removed) == {"c:0000000001800"}
     assert result.touched == {}
+
+
+def replayed(rig: Rig, work: list[Event], *, crash_at: str | None = None,
+             tear_after: int | None = None) -> None:
+    """``work`` as one range that dies at ``crash_at`` (or after ``tear_after`` rows of its
+    put), then run again from its first offset, as the restarted driver does."""
+    start = len(rig.sent)
+    rig.journal.crash_at, rig.sessions.tear_after = crash_at, tear_after
+    try:
+        rig.run(work)
+    except Crash:
+        rig.run(work, start=start)
+
+
+@pytest.mark.parametrize("step", ["session deletes", "dead letters", "watermark"])
+def test_a_duplicate_outside_its_sessions_span_is_counted_once_across_a_replay(step: str
+                                                                              ) -> None:
+    rig = Rig(SEQUENCED, max_duration_ms=2_000)
+    rig.run([ev("c", 0, n=0), ev("c", 500, n=1)])
+    replayed(rig, [ev("c", 1_200, n=1)], crash_at=step)  # a retry of n=1, stamped later
+    assert rig.sessions.readable()[session_key("c", 0)]["duplicates"] == "1"
+    assert rig.sessions.readable() == rig.expected()
+
+
+@pytest.mark.parametrize("torn", [0, 1])
+def test_a_late_count_survives_a_torn_put_where_a_newer_session_reaching_it_landed(
+        torn: int) -> None:
+    rig = Rig()
+    rig.run([ev("c", 0), ev("c", 900)])
+    rig.run([ev("z", 9_000)])  # c:0 closes
+    # 2 400 starts a session; 1 800 is late for c:0 (and reaches the new one, whose row,
+    # put first, lands with a fence past it); 2 500 extends the new one
+    replayed(rig, [ev("c", 2_400), ev("c", 1_800), ev("c", 2_500)], tear_after=torn)
+    assert rig.sessions.readable()[session_key("c", 0)]["late_events"] == "1"
+    assert rig.sessions.readable() == rig.expected()
+
+
+@pytest.mark.parametrize("torn", [0, 1])
+def test_cut_sessions_that_overlap_in_time_lose_nothing_to_a_torn_put(torn: int) -> None:
+    def day(torn: int | None) -> dict[str, dict[str, str]]:
+        rig = Rig(max_duration_ms=2_000, close_after_ms=100_000)  # nothing closes
+        rig.run([ev("c", t) for t in (2_100, 2_600, 500, 1_050, 1_500)])
+        # 2 150 joins [500, 1 500] (the first in start order) though it lies in [2 100,
+        # 2 600]; that one's row lands with a fence past it, the other's does not
+        replayed(rig, [ev("c", 2_580), ev("c", 2_150), ev("c", 2_590)], tear_after=torn)
+        return rig.sessions.readable()
+
+    assert day(torn) == day(None)
+
+
+def test_a_second_attempt_that_finds_a_listed_row_gone_reads_the_listing_again() -> None:
+    """Two attempts of one range at once (a speculative copy, a zombie): B reads the
+    listing, then A moves the session's start (puts the new key, deletes the old row,
+    unlists it), then B reads the rows: B must find the new key, not start over."""
+    rig = Rig(close_after_ms=100_000)
+    rig.run([ev("c", 1_000), ev("c", 1_100), ev("c", 1_200)])
+    rig.sent.append(ev("c", 600))
+    stores = Stores(rig.sessions, rig.partitions, FakeDeadLetters(rig.journal),
+                    FakeLeaseCheck(rig.journal, held_by=1), lambda p: rig.sink, rig.visits)
+    recs = [Rec(3, b"c", b"3")]
+
+    def attempt(visits: Any, sessions: FakeSessionRows) -> None:
+        process_ranges([(OffsetRange("t", 0, 3, 4), recs)], rig.decode,
+                       replace(stores, visits=visits, sessions=sessions), rig.compiled,
+                       batch_ms=5_000, epoch=1, close_after_ms=100_000, cell_ts={0: 5_000},
+                       gap=GapRule(GAP))
+
+    class Overtaken:  # B's listing read, then attempt A runs whole
+        def __init__(self) -> None:
+            self.reads = 0
+
+        def read(self, visitors: Any) -> dict[str, dict[int, int]]:
+            listed = rig.visits.read(visitors)
+            self.reads += 1
+            if self.reads == 1:
+                attempt(rig.visits, rig.sessions)
+            return listed
+
+        def add(self, sessions: Any, *, ts: int) -> None:
+            rig.visits.add(sessions, ts=ts)
+
+        def drop(self, sessions: Any, *, ts: int) -> None:
+            rig.visits.drop(sessions, ts=ts)
+
+    attempt(Overtaken(), FakeSessionRows(rig.journal, rig.sessions.table, model=rig.compiled))
+    assert {k: row["hits"] for k, row in rig.sessions.readable().items()} == {
+        session_key("c", 600): "4"}
+    assert rig.visits.listed == {"c": {600: 8_000}}
+
+
+def test_a_shorter_replay_tombstones_a_row_a_crashed_merge_left_behind() -> None:
+    """A range merges two closed sessions and dies before deleting the one merged away; its
+    replay reads fewer records (none of the visitor's): the summary the pending outbox owes
+    that key is a tombstone, not the stale row."""
+    rig = Rig(fold_late=True)
+    rig.run([ev("c", 0), ev("c", 1_800)])
+    rig.run([ev("z", 9_000)])  # both close, both published
+    work = [ev("z", 9_100), ev("c", 900)]  # 900 bridges them
+    start = len(rig.sent)
+    rig.sent += work
+    rig.journal.crash_at = "session deletes"
+    with pytest.raises(Crash):
+        rig.run(work, start=start)
+    rig.run(work[:1], start=start)
+    assert [(k.decode(), v is None) for k, v in rig.sink.committed[-1][1]] == [
+        (session_key("c", 0), False), (session_key("c", 1_800), True)]
+    assert set(rig.sessions.readable()) == {session_key("c", 0), session_key("z", 9_000)}
+    rig.run(work[1:], start=start + 1)
+    assert rig.sessions.readable() == rig.expected()
 
 
 def test_a_visitor_may_hold_colons() -> None:

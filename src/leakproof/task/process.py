@@ -231,6 +231,8 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
                         ts=first_ts, incarnation=incarnation,
                         owner_of=None if owners_in is None else
                         (lambda sid: home(key_of(sid).encode(), owners_in)))
+    if gap is not None:
+        _complete(stores, gap, reachable, loaded, listed)
     if len(step) > 1 and _overlap([ld.sessions() for ld in loaded]):
         # a session found in one range's index is touched or owed by another: each alone
         for r in step:
@@ -281,8 +283,9 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     # The writer tokens go first too: from here on no worker may trust the rows it kept for
     # these partitions, nor for the others whose fences the touched rows bear.
     stores.partitions.begin_writes(topic, [
-        Mark(r.rng.partition, _pending(result), outbox, token)
-        for r, result, outbox, token in zip(step, results, outboxes, tokens, strict=True)],
+        Mark(r.rng.partition, max(_pending(result), ld.stored.check_below), outbox, token)
+        for r, ld, result, outbox, token in zip(step, loaded, results, outboxes, tokens,
+                                                strict=True)],
         _foreign(topic, step, loaded), ts=ts)
     if stores.visits is not None and (listing := _listing(results, listed, gap)):
         stores.visits.add(listing, ts=ts)  # every row listed before it is written
@@ -397,6 +400,53 @@ def _reachable(visits: Visits | None, step: Sequence[_Range], rule: GapRule,
         out.append(frozenset(session_key(visitor, start) for visitor, ts in times.items()
                              for start in candidates(listed.get(visitor, {}), ts, rule)))
     return out
+
+
+def _complete(stores: Stores, rule: GapRule, reachable: Sequence[frozenset[str]],
+              loaded: Sequence[index.Loaded], listed: dict[str, dict[int, int]]) -> None:
+    """Split by the gap: the rows a range's fold must also see, read into its ``Loaded``.
+
+    - A listed session without a row: another attempt of this range (a speculative copy, a
+      zombie) may have moved or merged it since the listing was read. It lists the session
+      that took it in before deleting the row, so reading the visitor's row again finds it.
+    - A session a pending outbox owes, or one the index would close after a crash (an entry
+      checked against its row): it may be a row a stopped range merged into another and did
+      not get to delete; with its visitor's sessions read, the fold sees what absorbed it,
+      deletes it and owes its key a tombstone, instead of publishing or closing it.
+    Repeated while new keys come up (a few rounds at most)."""
+    assert stores.visits is not None
+    done: set[str] = set().union(*reachable)
+    asked: dict[str, tuple[int, list[int]]] = {}  # visitor -> (its range, times near which)
+
+    def ask(i: int, sid: str) -> None:
+        asked.setdefault(visitor_of(sid), (i, []))[1].append(int(sid.rpartition(":")[2]))
+
+    for i, (sessions, ld) in enumerate(zip(reachable, loaded, strict=True)):
+        for sid in sorted(sessions - ld.rows.keys()):
+            ask(i, sid)
+        for sid in ld.stored.outbox.owed():
+            ask(i, sid)
+        for e in ld.found:
+            if e.session_id not in ld.rows and e.last_ts < ld.stored.check_below:
+                ask(i, e.session_id)
+    for _ in range(8):
+        if not asked:
+            return
+        fresh = stores.visits.read(asked)
+        listed.update(fresh)
+        wanted = {session_key(visitor, start): i for visitor, (i, times) in asked.items()
+                  for start in candidates(fresh.get(visitor, {}), times, rule)
+                  if session_key(visitor, start) not in done}
+        done |= wanted.keys()
+        rows = stores.sessions.read(wanted)
+        asked = {}
+        for sid, i in sorted(wanted.items()):
+            row = rows.get(sid)
+            if row is None:
+                ask(i, sid)
+            else:
+                loaded[i].rows.setdefault(sid, row)
+                loaded[i].before.setdefault(sid, row)
 
 
 def _listing(results: Sequence[FoldResult], listed: Mapping[str, Mapping[int, int]],
