@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +110,31 @@ def test_config_yml_documents_every_key() -> None:
                 if f.name not in text]
     assert missing == []
     assert "\nsecurity:\n  kerberos:" in text
+
+
+def test_sessions_by_gap_and_its_maximum_duration() -> None:
+    cfg = config.from_dict({**minimal(), "sessions": {"by": "gap", "max_duration_s": 7200,
+                                                      "inactivity_gap_s": 600}})
+    assert (cfg.sessions.by, cfg.sessions.gap_ms, cfg.sessions.max_duration_ms) == (
+        "gap", 600_000, 7_200_000)
+    with pytest.raises(ConfigError, match=re.escape(
+            "'sessions.by' = 'visit' is not valid; use one of: id | gap")):
+        config.from_dict({**minimal(), "sessions": {"by": "visit"}})
+    with pytest.raises(ConfigError, match=re.escape(
+            "'sessions.max_duration_s' cuts sessions split by an inactivity gap: it needs "
+            "sessions.by: gap")):
+        config.from_dict({**minimal(), "sessions": {"max_duration_s": 60}})
+    with pytest.raises(ConfigError, match=re.escape("'sessions.max_duration_s' must be > 0")):
+        config.from_dict({**minimal(), "sessions": {"by": "gap", "max_duration_s": 0}})
+
+
+def test_by_gap_refuses_a_python_aggregate_that_cannot_merge() -> None:
+    funnel = {"fn": "leakproof.model.python_aggregate:Funnel", "field": "url",
+              "steps": ["/", "/cart"]}
+    data = {**minimal(), "events": {"schema": str(ROOT / "src/leakproof/schemas/web_event.avsc"),
+                                    "session_key": "session_id", "event_time": "ts"},
+            "aggregates": {"funnel": funnel}}
+    assert config.from_dict(data).model.aggregates[0].name == "funnel"  # by: id takes it
+    with pytest.raises(ConfigError, match=re.escape("'aggregates.funnel.fn': leakproof.model."
+                                          "python_aggregate:Funnel has no merge")):
+        config.from_dict({**data, "sessions": {"by": "gap"}})
