@@ -11,14 +11,20 @@ moves or a merge leaves the old keys to delete (``FoldResult.removed``).
 Everything else is ``sessions.PartitionFolder``'s: the watermark, lateness, duplicates,
 fences, closing and the open set. How a replay after a crash keeps the same answer:
 
-- A session row's fence is the highest offset of this partition applied to it. The
-  outcome of an event is decided first -- late (counted in the first closed session it
-  joins), a duplicate (counted in the session holding its seq), or applied (joining
-  sessions) -- and it is a replay when the session that outcome writes, or with an applied
-  event one of those it joins, carries a fence at or above its offset. A visitor's sessions
-  lie more than a gap apart (cut ones aside, which the joining rule keeps apart), so the one
-  whose written row bears such a fence is the one the first attempt folded it into; and the
-  rows read give the same outcome as the first attempt had, whichever of its writes landed.
+- A session row keeps, with its fence, the offsets of this partition it took (folded,
+  counted late or as duplicates) that were not committed when it was written
+  (``SessionState.took``: offsets below a range's first are committed and dropped). Every
+  range starts at the committed offset, so an event is a replay exactly when a row of its
+  visitor took its offset, however the replaying ranges are cut; a merged row took what its
+  parts took. (A
+  fence alone cannot say it: the rows a replay reads may hold what the first attempt did
+  after the event -- grown, merged, closed -- and the row that reaches the event need not be
+  the one that took it.) A row an attempt of the range wrote counts as seen by the range.
+  What the replay then decides for the events no landed row took is decided on those rows:
+  the same as the first attempt, but where a neighbouring session already shows that
+  attempt's later effects (closed by its end, or grown past a maximum duration): then an
+  event may be counted late where it was a duplicate, or, with ``max_duration_s``, join
+  another session. No event is lost or counted twice either way.
 - A merged row lists the keys it absorbed (``SessionState.absorbed``), so a row the first
   attempt merged away but did not get to delete is recognised, ignored and deleted again.
 """
@@ -69,12 +75,16 @@ class GapFolder(PartitionFolder):
 
     def __init__(self, model: CompiledModel, fence_key: str, close_after_ms: int,
                  rule: GapRule, state: PartitionState, sessions: Mapping[str, SessionState],
-                 may_close: MayClose | None = None, fold_late: bool = False) -> None:
+                 may_close: MayClose | None = None, fold_late: bool = False,
+                 first_offset: int = 0) -> None:
+        """``first_offset``: the range's first offset: every offset below it is committed."""
         super().__init__(model, fence_key, close_after_ms, state, sessions, may_close,
                          fold_late)
         self._gap = rule.gap_ms
         self._max = rule.max_duration_ms
+        self._first = first_offset
         self._removed: dict[str, SessionState] = {}
+        self._closed_late: set[str] = set()
         absorbed = set().union(*(s.absorbed for s in self._sessions.values()))
         self._visits: dict[str, list[SessionState]] = {}
         for sid, s in self._sessions.items():
@@ -84,6 +94,9 @@ class GapFolder(PartitionFolder):
                 self._visits.setdefault(visitor_of(sid), []).append(s)
         for mine in self._visits.values():
             mine.sort(key=lambda s: s.first_ts)
+            for s in mine:  # an attempt of an uncommitted range wrote it: the range sees it
+                if s.took.get(fence_key, SeqSet()).since(first_offset):
+                    self._seen[s.session_id] = s
 
     def feed(self, offset: int, event: Event, lead: int | None = None) -> Outcome:
         visitor, ts, seq, record = event
@@ -95,8 +108,12 @@ class GapFolder(PartitionFolder):
             self._last_offset = offset
         mine = self._visits.setdefault(visitor, [])
         key = self._fence_key
+        for s in mine:
+            taken = s.took.get(key)
+            if taken is not None and offset in taken:  # an earlier attempt's write landed
+                return self._count(Outcome.REPLAYED, s, touched=False)
         joined = self._joined(self._reach(mine, ts), ts)
-        if not joined:  # no row reaches it: no attempt folded it anywhere
+        if not joined:  # no session reaches it: it starts one
             values, orders = self._model.initial()
             s = SessionState(session_key(visitor, ts), values, orders, first_ts=ts, last_ts=ts)
             if seq is not None:
@@ -105,7 +122,7 @@ class GapFolder(PartitionFolder):
             mine.append(s)
             mine.sort(key=lambda x: x.first_ts)
             self._removed.pop(s.session_id, None)
-            s.fences[key] = offset
+            self._take(s, offset)
             return self._count(Outcome.APPLIED, s)
         # the outcome first, then the fence of the session it would write: that one holds
         # the event if an earlier attempt's write of it landed
@@ -115,16 +132,15 @@ class GapFolder(PartitionFolder):
         holder = next((s for s in joined if seq is not None and seq in s.seqs), None)
         if holder is not None:
             return self._counted(Outcome.DUPLICATE, holder, offset)
-        for s in joined:
-            if s.fences.get(key, -1) >= offset:
-                return self._count(Outcome.REPLAYED, s, touched=False)
         target = self._merge(mine, joined)
         if stale:  # counted, and folded in: the session it lands in is closed
             target.late_events += 1
             target.state = CLOSED
         self._next(target, ts, seq, record, ts)
-        target.fences[key] = offset
+        self._take(target, offset)
         self._rekey(target, session_key(visitor, target.first_ts))
+        if stale:
+            self._closed_late.add(target.session_id)
         return self._count(Outcome.LATE if stale else Outcome.APPLIED, target)
 
     def _reach(self, mine: list[SessionState], ts: int) -> list[SessionState]:
@@ -160,6 +176,8 @@ class GapFolder(PartitionFolder):
             target.seqs = SeqSet([*target.seqs.ranges(), *other.seqs.ranges()])
             for k, offset in other.fences.items():
                 target.fences[k] = max(offset, target.fences.get(k, -1))
+            for k, offsets in other.took.items():
+                target.took[k] = target.took.get(k, SeqSet()) | offsets
             if other.closed:
                 target.state = CLOSED
             target.absorbed = target.absorbed | other.absorbed | {other.session_id}
@@ -182,15 +200,22 @@ class GapFolder(PartitionFolder):
         self._removed[s.session_id] = s
 
     def _counted(self, outcome: Outcome, s: SessionState, offset: int) -> Outcome:
-        """A late event or a duplicate counted in ``s`` (unless ``s`` holds it already)."""
-        if s.fences.get(self._fence_key, -1) >= offset:
-            return self._count(Outcome.REPLAYED, s, touched=False)
+        """A late event or a duplicate counted in ``s``."""
         if outcome is Outcome.LATE:
             s.late_events += 1
         else:
             s.duplicates += 1
-        s.fences[self._fence_key] = offset
+        self._take(s, offset)
         return self._count(outcome, s)
+
+    def _take(self, s: SessionState, offset: int) -> None:
+        """``s`` holds the event at ``offset``: its fence and its uncommitted offsets say so
+        (those below the range's first are committed: no range reads them again)."""
+        key = self._fence_key
+        s.fences[key] = max(offset, s.fences.get(key, -1))
+        taken = s.took.get(key, SeqSet()).since(self._first)
+        taken.add(offset)
+        s.took[key] = taken
 
     def _count(self, outcome: Outcome, s: SessionState, touched: bool = True) -> Outcome:
         if touched:
@@ -204,6 +229,9 @@ class GapFolder(PartitionFolder):
             self._state.open_sessions.discard(sid)
         result = super().finish()
         result.removed = dict(self._removed)
+        # closed by a late event folded in: closed by this range (its index entry goes)
+        result.closed_now += sorted(sid for sid in self._closed_late
+                                    if sid in result.touched and sid not in result.closed_now)
         return result
 
 

@@ -9,8 +9,9 @@ applied, and ``f:o:<name>`` the seq a ``first`` / ``last`` value came from -- on
 is not the lowest / highest seq of ``f:seqs`` (the usual case needs no cell: every cell
 costs HBase a memstore insert, its largest cost in ``make bench``), or where the row already
 has that cell, which must stay true. Split by the gap without a sequence, ``f:o:<name>``
-holds the event time a ``first`` / ``last`` value came from, and ``f:absorbed`` the row keys
-of the sessions a merged one took in.
+holds the event time a ``first`` / ``last`` value came from, ``f:absorbed`` the row keys
+of the sessions a merged one took in, and ``f:t:<topic>:<partition>`` the offsets it took
+that were not committed yet when it was written.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from leakproof.sessions import SeqSet, SessionState
 _FENCE_PREFIX = "f:p:"
 # the row keys a merged session absorbed (``sessions.by: gap``): their rows are its
 ABSORBED = b"f:absorbed"
+# split by the gap: per source partition, the offsets the row took that were not committed
+# when it was written (a replay skips exactly them)
+_TOOK_PREFIX = "f:t:"
+_TOOK = _TOOK_PREFIX.encode()
 _FENCE = _FENCE_PREFIX.encode()
 
 
@@ -57,6 +62,8 @@ def to_cells(s: SessionState, model: CompiledModel,
                 cells[model.order_cells[i]] = str(s.orders[i]).encode()
     for key, offset in s.fences.items():
         cells[f"{_FENCE_PREFIX}{key}".encode()] = str(offset).encode()
+    for key, offsets in s.took.items():
+        cells[f"{_TOOK_PREFIX}{key}".encode()] = offsets.to_text().encode()
     if s.absorbed or ABSORBED in order_cells:  # emptied: the stored list must go too
         cells[ABSORBED] = ",".join(sorted(s.absorbed)).encode("utf-8")
     return cells
@@ -92,6 +99,9 @@ def from_cells(session_id: str, cells: Mapping[bytes, bytes],
                 orders[i] = int(raw)
     s.fences = {k[len(_FENCE):].decode(): int(v) for k, v in cells.items()
                 if k.startswith(_FENCE)}
+    for k, v in cells.items():
+        if k.startswith(_TOOK):
+            s.took[k[len(_TOOK):].decode()] = SeqSet.from_text(v.decode())
     absorbed = cells.get(ABSORBED)
     if absorbed:
         s.absorbed = frozenset(absorbed.decode("utf-8").split(","))

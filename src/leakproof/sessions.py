@@ -127,6 +127,16 @@ class SeqSet:
     def ranges(self) -> list[tuple[int, int]]:
         return list(zip(self._lo, self._hi, strict=True))
 
+    def since(self, first: int) -> SeqSet:
+        """The set without the numbers below ``first``."""
+        return SeqSet((max(lo, first), hi) for lo, hi in self.ranges() if hi >= first)
+
+    def __or__(self, other: SeqSet) -> SeqSet:
+        return SeqSet([*self.ranges(), *other.ranges()])
+
+    def __bool__(self) -> bool:
+        return bool(self._lo)
+
     def copy(self) -> SeqSet:
         other = SeqSet()
         other._lo, other._hi = list(self._lo), list(self._hi)
@@ -171,8 +181,10 @@ class SessionState:
     duplicates: int = 0
     seqs: SeqSet = field(default_factory=SeqSet)
     fences: dict[str, int] = field(default_factory=dict)
-    # split by the gap: the row keys of sessions merged into this one (``gap_fold``)
+    # split by the gap: the row keys of sessions merged into this one (``gap_fold``), and
+    # per fence key the offsets it took that were not yet committed when it was written
     absorbed: frozenset[str] = frozenset()
+    took: dict[str, SeqSet] = field(default_factory=dict)
 
     @property
     def closed(self) -> bool:
@@ -316,7 +328,8 @@ class PartitionFolder:
         self._watermark = state.watermark
         self._last_offset = state.watermark_offset
         self._sessions = {sid: replace(s, fences=dict(s.fences), seqs=s.seqs.copy(),
-                                       values=list(s.values), orders=list(s.orders))
+                                       values=list(s.values), orders=list(s.orders),
+                                       took={k: t.copy() for k, t in s.took.items()})
                           for sid, s in sessions.items()}
         self._touched: dict[str, SessionState] = {}  # changed: rows to write
         self._seen: dict[str, SessionState] = {}  # every session the range has events for

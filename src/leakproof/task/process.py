@@ -255,7 +255,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
         folder = (PartitionFolder(model, key, close_after_ms, ld.state, ld.rows, may_close,
                                   fold_late) if gap is None else
                   GapFolder(model, key, close_after_ms, gap, ld.state, ld.rows, may_close,
-                            fold_late))
+                            fold_late, r.rng.from_offset))
         for offset, event, lead in r.events:
             folder.feed(offset, event, lead)
         folder.advance(ld.idle_watermark)
@@ -330,11 +330,14 @@ def _publish(stores: Stores, model: CompiledModel, topic: str, rng: OffsetRange,
     t0 = time.monotonic()
     sink = stores.summaries(rng.partition)
     rows = {sid: s for sid, s in result.touched.items() if s.closed}
-    rows.update(stores.sessions.read(set(outbox.sessions) - rows.keys()))
+    found = stores.sessions.read(set(outbox.sessions) - rows.keys())
+    # a session owed whose row is gone was merged into another: a tombstone for its key;
+    # one open again (a replay folded it afresh, split by the gap) is owed when it closes
+    gone = set(outbox.sessions) - rows.keys() - found.keys()
+    rows.update((sid, s) for sid, s in found.items() if s.closed)
     encode = sink.encode or json_summary(model)
-    # a session owed whose row is gone was merged into another: a tombstone for its key
     sink.publish([(sid.encode(), encode(sid, rows[sid]) if sid in rows else None)
-                  for sid in sorted({*outbox.sessions, *rows})], outbox.id, rng.until_offset)
+                  for sid in sorted({*rows, *gone})], outbox.id, rng.until_offset)
     crash_point("task_after_publish")
     stores.partitions.outbox_published(topic, rng.partition, outbox.id, ts=ts)
     return time.monotonic() - t0
