@@ -494,3 +494,18 @@ def test_a_duplicate_the_first_attempt_counted_never_starts_a_session_in_the_rep
     replayed(rig, [ev("c", 3_323, n=3), ev("c", 1_823, n=0), ev("c", 923, n=0),
                    ev("c", 2_423, n=2)], crash_at=step)
     assert rig.sessions.readable() == rig.expected()
+
+
+def test_a_second_crash_never_lowers_the_first_ones_mark() -> None:
+    """A range stopped part way marks how far its index entries may be stale; the replay,
+    stopped too but shorter, keeps that mark, not its own lower one."""
+    rig = Rig()
+    work = [ev("c", 100), ev("d", 9_000)]
+    start = len(rig.sent)
+    rig.sent += work
+    for crashed in (work, work[:1]):
+        rig.journal.crash_at = "dead letters"
+        with pytest.raises(Crash):
+            rig.run(crashed, start=start)
+    cells = rig.partitions.state[("t", 0)]
+    assert int(cells[b"w:pending"]) > 9_000
