@@ -95,7 +95,8 @@ class GapFolder(PartitionFolder):
         for mine in self._visits.values():
             mine.sort(key=lambda s: s.first_ts)
             for s in mine:  # an attempt of an uncommitted range wrote it: the range sees it
-                if s.took.get(fence_key, SeqSet()).since(first_offset):
+                taken = s.took.get(fence_key)
+                if taken and taken.bounds()[1] >= first_offset:
                     self._seen[s.session_id] = s
 
     def feed(self, offset: int, event: Event, lead: int | None = None) -> Outcome:
@@ -212,10 +213,14 @@ class GapFolder(PartitionFolder):
         """``s`` holds the event at ``offset``: its fence and its uncommitted offsets say so
         (those below the range's first are committed: no range reads them again)."""
         key = self._fence_key
-        s.fences[key] = max(offset, s.fences.get(key, -1))
-        taken = s.took.get(key, SeqSet()).since(self._first)
+        if offset > s.fences.get(key, -1):
+            s.fences[key] = offset
+        taken = s.took.get(key)
+        if taken is None:
+            taken = s.took[key] = SeqSet()
+        elif taken and taken.bounds()[0] < self._first:  # once per row and range
+            taken = s.took[key] = taken.since(self._first)
         taken.add(offset)
-        s.took[key] = taken
 
     def _count(self, outcome: Outcome, s: SessionState, touched: bool = True) -> Outcome:
         if touched:
