@@ -68,6 +68,11 @@ def visitor_of(session_id: str) -> str:
     return session_id.rpartition(":")[0]
 
 
+def start_of(session_id: str) -> int:
+    """The first event time a gap session's row key names."""
+    return int(session_id.rpartition(":")[2])
+
+
 class GapFolder(PartitionFolder):
     """``PartitionFolder`` for sessions split by the gap: ``sessions`` are the rows of the
     sessions the range's events may reach (``visits``), keyed by row key; ``listed``: the
@@ -101,12 +106,7 @@ class GapFolder(PartitionFolder):
 
     def feed(self, offset: int, event: Event, lead: int | None = None) -> Outcome:
         visitor, ts, seq, record = event
-        watermark_before = self._watermark
-        moved = ts if lead is None or ts <= lead else lead
-        if moved > self._watermark:
-            self._watermark = moved
-        if offset > self._last_offset:
-            self._last_offset = offset
+        watermark_before = self._step(offset, ts, lead)
         mine = self._visits.setdefault(visitor, [])
         key = self._fence_key
         for s in mine:

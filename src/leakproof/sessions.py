@@ -353,12 +353,7 @@ class PartitionFolder:
         timestamp + grace, ``lead_of``); None: its event time.
         """
         sid, ts, seq, record = event
-        watermark_before = self._watermark
-        moved = ts if lead is None or ts <= lead else lead
-        if moved > self._watermark:
-            self._watermark = moved
-        if offset > self._last_offset:
-            self._last_offset = offset
+        watermark_before = self._step(offset, ts, lead)
         s = self._sessions.get(sid)
         if s is not None and s.fences.get(self._fence_key, -1) >= offset:
             outcome = Outcome.REPLAYED
@@ -393,6 +388,16 @@ class PartitionFolder:
         self._seen[sid] = s
         self._counts[outcome] += 1
         return outcome
+
+    def _step(self, offset: int, ts: int, lead: int | None) -> int:
+        """The watermark before an event; moves it (bounded by ``lead``) and the offset."""
+        before = self._watermark
+        moved = ts if lead is None or ts <= lead else lead
+        if moved > before:
+            self._watermark = moved
+        if offset > self._last_offset:
+            self._last_offset = offset
+        return before
 
     def _next(self, s: SessionState, ts: int, seq: int | None, record: dict[str, Any],
               order: int) -> None:

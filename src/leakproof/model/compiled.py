@@ -114,11 +114,6 @@ class CompiledModel:
                                           else other_orders[i] > orders[i])):
                 values[i], orders[i] = b, other_orders[i]
 
-    def merges(self) -> list[str]:
-        """The Python aggregates that cannot merge (lack ``merge``): by name."""
-        return [self.names[i] for i, impl in self.python.items()
-                if not callable(getattr(impl, "merge", None))]
-
 
 def _kind(fields: dict[str, Field], a: Aggregate) -> str:
     assert a.field is not None  # spec.check: every built-in but count names a field

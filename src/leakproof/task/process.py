@@ -43,6 +43,7 @@ from leakproof.gap_fold import (
     candidates,
     listed_last,
     session_key,
+    start_of,
     visitor_of,
 )
 from leakproof.kept_rows import keepable, new_token
@@ -422,7 +423,7 @@ def _complete(stores: Stores, rule: GapRule, reachable: Sequence[frozenset[str]]
     asked: dict[str, tuple[int, list[int]]] = {}  # visitor -> (its range, times near which)
 
     def ask(i: int, sid: str) -> None:
-        asked.setdefault(visitor_of(sid), (i, []))[1].append(int(sid.rpartition(":")[2]))
+        asked.setdefault(visitor_of(sid), (i, []))[1].append(start_of(sid))
 
     for i, (sessions, ld) in enumerate(zip(reachable, loaded, strict=True)):
         for sid in sorted(sessions - ld.rows.keys()):
@@ -477,7 +478,7 @@ def _unlisted(reachable: Sequence[frozenset[str]], loaded: Sequence[index.Loaded
         gone |= sessions - ld.rows.keys()
     out: dict[str, list[int]] = {}
     for sid in sorted(gone - written):
-        out.setdefault(visitor_of(sid), []).append(int(sid.rpartition(":")[2]))
+        out.setdefault(visitor_of(sid), []).append(start_of(sid))
     return out
 
 
