@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 
 from leakproof.events import Event
-from leakproof.examples.access_log import DATA, SCHEMA
 from leakproof.gap_fold import GapFolder, GapRule, session_key, visitor_of
 from leakproof.model.compiled import compile_model
-from leakproof.model.spec import Model, read_model
+from leakproof.model.spec import Model
 from leakproof.offsets import OffsetRange
 from leakproof.oracle import expected_gap_rows
 from leakproof.reports import TaskReport
@@ -32,39 +31,19 @@ from leakproof.testing import (
     Journal,
 )
 
+from .test_oracle_gap import PLAIN, SEQUENCED
+from .test_oracle_gap import ev as access_event
+from .test_process_range import Rec
+
 GAP = 1_000
 CLOSE = 1_500
-AGGREGATES = {"hits": {"fn": "count"}, "size": {"fn": "sum", "field": "size"},
-              "low": {"fn": "min", "field": "code"}, "high": {"fn": "max", "field": "code"},
-              "landing": {"fn": "first", "field": "path"},
-              "leaving": {"fn": "last", "field": "path"}}
-
-
-def model(sequenced: bool) -> Model:
-    events: dict[str, Any] = {"schema": str(SCHEMA), "session_key": "visit", "event_time": "at"}
-    if sequenced:
-        events["sequence"] = "n"
-    return read_model(events, AGGREGATES, DATA)
-
-
-PLAIN, SEQUENCED = model(False), model(True)
 
 
 def ev(visit: str, at: int, path: str = "/", *, n: int | None = None, code: int = 200,
        size: int = 1) -> Event:
-    record = {"visit": visit, "at": at, "n": n or 0, "method": "GET", "path": path,
-              "code": code, "size": size, "latency_ms": 1.0, "cached": False, "account": None,
-              "agent": None}
-    return Event(visit, at, n, record)
-
-
-@dataclass(frozen=True)
-class Rec:
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp: int = -1
-    headers: tuple[tuple[str, bytes], ...] = ()
+    """The oracle tests' access-log event; ``n``: its seq (None: the model has none)."""
+    return access_event(visit, at, path, n=n or 0, code=code, size=size,
+                        sequenced=n is not None)
 
 
 @dataclass
@@ -95,7 +74,7 @@ class Rig:
         first = len(self.sent) if start is None else start
         if start is None:
             self.sent += events
-        recs = [Rec(first + i, e.session_id.encode(), str(first + i).encode())
+        recs = [Rec(first + i, e.session_id.encode(), str(first + i).encode(), -1)
                 for i, e in enumerate(events)]
         self.batch_ms += 1_000
         stores = Stores(self.sessions, self.partitions, FakeDeadLetters(self.journal),
@@ -316,7 +295,7 @@ def test_a_second_attempt_that_finds_a_listed_row_gone_reads_the_listing_again()
     rig.sent.append(ev("c", 600))
     stores = Stores(rig.sessions, rig.partitions, FakeDeadLetters(rig.journal),
                     FakeLeaseCheck(rig.journal, held_by=1), lambda p: rig.sink, rig.visits)
-    recs = [Rec(3, b"c", b"3")]
+    recs = [Rec(3, b"c", b"3", -1)]
 
     def attempt(visits: Any, sessions: FakeSessionRows) -> None:
         process_ranges([(OffsetRange("t", 0, 3, 4), recs)], rig.decode,
