@@ -2,7 +2,8 @@
 its partition is not read from HBase again.
 
 A row is kept as HBase holds it after a range's writes (the cells read, with the cells then
-written), under its partition's fence key. Kept rows hold only while the partition's state
+written), as the store's *image* of it (``ports.task.SessionRows.images``: bytes this module
+never looks into), under its partition's fence key. Kept rows hold only while the partition's state
 row carries the writer token they were kept under: every range puts a fresh token in its
 pending mark, before any session row, so an unchanged token means no one wrote the
 partition since -- no other worker, no retried attempt, no zombie that got as far as its
@@ -15,13 +16,13 @@ second topic) may be written by that partition's ranges, which leave this partit
 ``w:writer`` alone. A range that writes such a row puts a fresh ``w:foreign`` into each
 partition the row names, which changes their tokens with no delta to bridge it.
 
-Rows are held marshalled (a third of a dict's memory, and a delta is their bytes as they
-are), at most ``most`` of them, the least recently used going first.
+Rows are held as images (the HBase store's are marshalled cells: a third of a dict's memory,
+and a delta is their bytes as they are), at most ``most`` of them, the least recently used
+going first. ``task.kept_sessions`` puts this cache in front of the session rows.
 """
 
 from __future__ import annotations
 
-import marshal
 import secrets
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -29,12 +30,10 @@ from typing import NamedTuple
 
 from leakproof.sessions import OPEN, SessionState
 
-Cells = Mapping[bytes, bytes]
-
 
 class Delta(NamedTuple):
     """What one range did to a partition's kept rows: the token its load saw, the one it
-    wrote, and each touched row's bytes as kept (None: forgotten -- closed, or foreign)."""
+    wrote, and each touched row's image as kept (None: forgotten -- closed, or foreign)."""
 
     read: bytes
     token: bytes
@@ -44,6 +43,15 @@ class Delta(NamedTuple):
 def new_token() -> bytes:
     """A writer token: 16 random hex digits (no two writers ever pick the same)."""
     return secrets.token_hex(8).encode()
+
+
+def rewritten(read: bytes, writer: bytes) -> bytes:
+    """The writer token once a range's own writer part replaced the one its load ``read``
+    (the foreign part as it was then: a bump since then must not go unseen). A token is
+    ``<writer>/<foreign>``: a fresh writer part in each range's pending mark, a fresh foreign
+    part whenever another partition's range writes a row that also bears this partition's
+    fence."""
+    return writer + b"/" + read.partition(b"/")[2]
 
 
 def keepable(s: SessionState, key: str) -> bool:
@@ -72,21 +80,25 @@ class KeptRows:
         held = self._tokens.get(key)
         return None if held is None else held[0]
 
-    def take(self, key: str, token: bytes, session_ids: Iterable[str]) -> dict[str, Cells]:
-        """The kept rows among ``session_ids`` if the partition's rows hold under ``token``;
-        otherwise none, and the partition's rows are dropped."""
+    def catch_up(self, key: str, token: bytes) -> None:
+        """Bring the rows of ``key`` up to ``token`` where others' deltas say how (only a
+        cache shared between workers has them: ``task.kept_trail``)."""
+
+    def take(self, key: str, token: bytes, session_ids: Iterable[str]) -> dict[str, bytes]:
+        """The images of the kept rows among ``session_ids`` if the partition's rows hold
+        under ``token``; otherwise none, and the partition's rows are dropped."""
         held = self._tokens.get(key)
         if held is None or held[0] != token:
             self._tokens.pop(key, None)
             return {}
         generation = held[1]
-        found: dict[str, Cells] = {}
+        found: dict[str, bytes] = {}
         rows = self._rows
         for sid in session_ids:
             entry = rows.get((key, sid))
             if entry is not None and entry[0] == generation:
                 rows.move_to_end((key, sid))
-                found[sid] = marshal.loads(entry[1])
+                found[sid] = entry[1]
         return found
 
     def drop(self, key: str) -> None:
@@ -94,15 +106,14 @@ class KeptRows:
         what HBase holds is not known (its next range reads them)."""
         self._tokens.pop(key, None)
 
-    def keep(self, key: str, read: bytes, token: bytes, rows: Mapping[str, Cells],
+    def keep(self, key: str, read: bytes, token: bytes, rows: Mapping[str, bytes],
              gone: Iterable[str] = ()) -> Delta:
         """After a range's writes all landed: ``token`` (written in place of ``read``, the
-        token its load saw) is now the partition's; ``rows`` (``keepable``, as HBase now
-        holds them) are kept, ``gone`` forgotten. Returns the change, for other workers."""
+        token its load saw) is now the partition's; ``rows`` (``keepable``, images of them as
+        HBase now holds them) are kept, ``gone`` forgotten. Returns the change, for other
+        workers."""
         change: dict[str, bytes | None] = dict.fromkeys(gone)
-        dumps = marshal.dumps
-        for sid, cells in rows.items():
-            change[sid] = dumps(cells if type(cells) is dict else dict(cells))
+        change.update(rows)
         delta = Delta(read, token, change)
         self.apply(key, delta)
         return delta
@@ -127,19 +138,3 @@ class KeptRows:
                 store.move_to_end((key, sid))
         while len(store) > self._most:
             store.popitem(last=False)
-
-
-def take_all(kept: KeptRows | None, wanted: Iterable[tuple[str, bytes, Iterable[str]]]
-             ) -> tuple[dict[str, Cells], set[str], dict[str, int]]:
-    """For each (fence key, token, touched sessions): the kept rows, then the sessions left
-    to read, and per key how many were kept (a store's ``read_touched`` around its reads)."""
-    found: dict[str, Cells] = {}
-    missing: set[str] = set()
-    counts: dict[str, int] = {}
-    for key, token, session_ids in wanted:
-        ids = set(session_ids)
-        hits = kept.take(key, token, ids) if kept is not None else {}
-        found.update(hits)
-        missing |= ids - hits.keys()
-        counts[key] = len(hits)
-    return found, missing - found.keys(), counts

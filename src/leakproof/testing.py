@@ -20,7 +20,6 @@ from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.partition_store import PartitionStore
 from leakproof.hbase.session_store import SessionStore
 from leakproof.hbase.visit_store import VisitStore
-from leakproof.kept_rows import KeptRows
 from leakproof.lease import FIRST_EPOCH, Lease
 from leakproof.model.compiled import CompiledModel, compile_model
 from leakproof.model.spec import web_model
@@ -464,11 +463,11 @@ class FakeSessionRows(SessionStore):
     ``tear_after`` = n: the next write puts n rows, then the process dies."""
 
     def __init__(self, journal: Journal, table: FakeTable | None = None, *,
-                 model: CompiledModel | None = None, kept: KeptRows | None = None) -> None:
+                 model: CompiledModel | None = None) -> None:
         self.journal = journal
         self.table = table if table is not None else FakeTable(b"web_sessions")
         self.tear_after: int | None = None
-        super().__init__(self.table, model or compile_model(web_model()), kept=kept)
+        super().__init__(self.table, model or compile_model(web_model()))
 
     def write(self, rows: Iterable[SessionState], close: Iterable[str] = (), *, ts: int
               ) -> None:

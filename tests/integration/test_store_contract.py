@@ -13,6 +13,7 @@ from typing import Any
 import happybase
 import pytest
 
+from leakproof.events import WebEvent
 from leakproof.hbase.connection import SESSIONS_FAMILIES, STATE_FAMILIES
 from leakproof.hbase.partition_store import PartitionStore, short_scan
 from leakproof.hbase.session_store import SessionStore
@@ -105,8 +106,6 @@ def test_rows_and_scans_read_what_the_stores_read(table: Any) -> None:
 
 def fold(store: SessionStore, offset: int, events: list[tuple[int, str]]) -> list[Any]:
     """Session "s" read, fed ``events`` (seq, url) from ``offset``: the rows to write."""
-    from leakproof.events import WebEvent
-
     rows_ = store.read(["s"])
     folder = PartitionFolder(WEB, fence_key("t", 0), 600_000, PartitionState(), rows_)
     for i, (seq, url) in enumerate(events):
@@ -160,3 +159,24 @@ def test_late_index_marks_and_watermarks_leave_the_newer_state_on_both(table: An
         b"op:t:0:0000000056250": {b"o:s": b"70000"},
         b"wm:t:0": {b"w:pending": b"0", b"w:writer": b"w2", b"w:watermark": b"70000",
                     b"w:offset": b"2", b"w:cutoff": b"0", b"w:check_below": b"0"}}
+
+
+def test_a_row_adopted_from_its_image_is_the_row_read_and_writes_the_same(table: Any) -> None:
+    """The kept-rows cache's part of the store: the image of a row one store wrote, adopted
+    by another store, is what a read gives; and the next write over it leaves the row a
+    write over the read row leaves."""
+    first = SessionStore(table, WEB)
+    first.write(fold(first, 0, [(0, "/a"), (1, "/b")]), ts=1_000)
+    image = first.images(["s", "absent"])
+    assert image.keys() == {"s"}
+    kept, read = SessionStore(table, WEB), SessionStore(table, WEB)
+    assert kept.adopt(image) == read.read(["s"])
+    folder = PartitionFolder(WEB, fence_key("t", 0), 600_000, PartitionState(),
+                             kept.adopt(image))
+    folder.feed(2, WebEvent("s", "u", 2, 1_002, "pageview", "/c", 200, 10).as_event())
+    kept.write(list(folder.finish().touched.values()), ts=2_000)
+    row = {k.decode(): v.decode() for k, v in table.row(b"s").items()}
+    assert (row["s:events"], row["s:exit_url"], row["f:p:t:0"]) == ("3", "/c", "2")
+    # the image the writer holds after its write is what HBase now holds
+    assert SessionStore(table, WEB).adopt(kept.images(["s"])) == \
+        SessionStore(table, WEB).read(["s"])

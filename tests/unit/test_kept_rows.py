@@ -14,12 +14,11 @@ from leakproof.events import Event, WebEvent
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.partition_store import writer_token
 from leakproof.kafka.records import KafkaRecord
-from leakproof.kept_rows import Delta, KeptRows, keepable
+from leakproof.kept_rows import Delta, KeptRows, keepable, rewritten
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
 from leakproof.offsets import OffsetRange
 from leakproof.oracle import compare, expected_rows
-from leakproof.ports.task import rewritten
 from leakproof.reports import TaskReport
 from leakproof.sessions import SessionState
 from leakproof.task.kept_trail import SharedKeptRows, Trail, trail_root
@@ -35,7 +34,7 @@ from leakproof.testing import (
 
 CLOSE_MS = 600_000
 WEB = compile_model(web_model())
-OPEN_ROW = {b"s:events": b"2", b"s:state": b"open", b"f:p:t:0": b"41"}
+OPEN_ROW = b"open row image"  # what a store gives the cache: bytes it never looks into
 
 
 # -- the pure rules ------------------------------------------------------------------------
@@ -95,14 +94,21 @@ def test_rows_gone_are_forgotten_and_the_oldest_go_first() -> None:
     assert set(kept.take("t:0", b"w4/", ["a", "b", "c"])) == {"a", "c"}
 
 
-def test_a_kept_row_is_a_copy_a_fold_may_change() -> None:
-    kept = KeptRows()
-    row = dict(OPEN_ROW)
-    kept.keep("t:0", b"/", b"w1/", {"a": row})
-    row[b"s:events"] = b"99"
-    got = kept.take("t:0", b"w1/", ["a"])["a"]
-    assert got == OPEN_ROW
-    assert kept.take("t:0", b"w1/", ["a"])["a"] is not got
+def test_a_row_taken_from_its_image_is_the_row_read_and_a_copy_a_fold_may_change() -> None:
+    """The store's side of the cache: ``images`` of the rows it read or wrote; ``adopt`` of
+    them, in another store over the same table, gives the rows a read would."""
+    w = Workers(1, keep=False)
+    events = [WebEvent("a", "u", i, 1_000 * i, "pageview", f"/{i}", 200, 10) for i in range(3)]
+    w.run(0, [(OffsetRange("t", 0, 0, 3), as_records(events, "image"))], 1)
+    reader = FakeSessionRows(Journal(), w.sessions.table)
+    rows = reader.read(["a"])
+    image = reader.images(["a", "b"])
+    assert image.keys() == {"a"} and rows["a"].last_ts == 2_000
+    other = FakeSessionRows(Journal(), w.sessions.table)
+    taken = other.adopt(image)
+    assert taken == rows
+    taken["a"].last_ts = 0
+    assert other.adopt(image) == rows
 
 
 # -- the trail on the host's disk ----------------------------------------------------------
@@ -138,16 +144,18 @@ def test_a_half_written_or_foreign_file_ends_the_trail(tmp_path: Path) -> None:
 def test_a_worker_catches_up_from_the_trail_or_from_its_oldest_delta(tmp_path: Path) -> None:
     trail = Trail(tmp_path)
     one, two = SharedKeptRows(trail), SharedKeptRows(trail)
-    row = {b"s:events": b"1", b"f:p:t:0": b"1"}
+    row, changed = b"row image", b"row image, changed"
     one.keep("t:0", b"/", b"a/", {"x": row, "y": row})
-    two.keep("t:0", b"a/", b"b/", {"x": {**row, b"s:events": b"2"}}, gone=["y"])
-    assert one.take("t:0", b"b/", ["x", "y"]) == {"x": {**row, b"s:events": b"2"}}
+    two.keep("t:0", b"a/", b"b/", {"x": changed}, gone=["y"])
+    one.catch_up("t:0", b"b/")
+    assert one.take("t:0", b"b/", ["x", "y"]) == {"x": changed}
     # a range that crashed after its mark (token c/, no delta), then one that wrote d/:
     # only d/'s rows are known; x and y are read
     two.keep("t:0", b"c/", b"d/", {"z": row})
     three = SharedKeptRows(trail)
-    assert three.take("t:0", b"d/", ["x", "y", "z"]) == {"z": row}
-    assert one.take("t:0", b"d/", ["x", "y", "z"]) == {"z": row}
+    for worker in (three, one):
+        worker.catch_up("t:0", b"d/")
+        assert worker.take("t:0", b"d/", ["x", "y", "z"]) == {"z": row}
 
 
 def test_a_run_keeps_its_trail_under_its_epoch_and_clears_older_epochs(
@@ -174,17 +182,18 @@ class Workers:
             None if not keep else KeptRows() if trail is None else SharedKeptRows(trail)
             for _ in range(n)]
 
-    def view(self, worker: int) -> FakeSessionRows:
-        """The session rows as one worker sees them: the same cells, its own kept rows."""
-        return FakeSessionRows(self.journal, self.sessions.table, kept=self.kept[worker])
+    def view(self) -> FakeSessionRows:
+        """The session rows as a worker's range sees them: the same cells."""
+        return FakeSessionRows(self.journal, self.sessions.table)
 
-    def stores(self, view: FakeSessionRows) -> Stores:
+    def stores(self, view: FakeSessionRows, worker: int) -> Stores:
+        """A range's stores in ``worker``: its own kept rows in front of the rows."""
         return Stores(view, self.partitions, FakeDeadLetters(self.journal),
-                      FakeLeaseCheck(self.journal))
+                      FakeLeaseCheck(self.journal), kept=self.kept[worker])
 
     def run(self, worker: int, ranges: list[tuple[OffsetRange, list[KafkaRecord]]],
             batch_ms: int) -> list[TaskReport]:
-        return process_ranges(ranges, decode, self.stores(self.view(worker)), WEB,
+        return process_ranges(ranges, decode, self.stores(self.view(), worker), WEB,
                               batch_ms=batch_ms, epoch=1, close_after_ms=CLOSE_MS,
                               cell_ts={r.partition: batch_ms for r, _ in ranges})
 
@@ -266,11 +275,11 @@ def test_a_range_torn_part_way_is_replayed_exactly_by_the_same_or_another_worker
         rng = OffsetRange("t", 0, i, i + len(chunk))
         touched = {BY_VALUE[r.value].session_id for r in chunk if r.value is not None}
         if batch % 3 == 0 and len(touched) > 1:  # half the rows land, then the process dies
-            view = workers.view(turn.randrange(2))
+            view = workers.view()
             view.tear_after = len(touched) // 2
             with pytest.raises(Crash):
-                process_range(rng, chunk, decode, workers.stores(view), WEB, batch_ms=batch,
-                              epoch=1, close_after_ms=CLOSE_MS, cell_ts=batch)
+                process_range(rng, chunk, decode, workers.stores(view, turn.randrange(2)), WEB,
+                              batch_ms=batch, epoch=1, close_after_ms=CLOSE_MS, cell_ts=batch)
         workers.run(turn.randrange(2), [(rng, chunk)], batch)
     assert compare(expected, workers.sessions.readable()) == []
 

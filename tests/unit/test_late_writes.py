@@ -176,6 +176,6 @@ def test_ranges_that_may_share_rows_get_timestamps_in_apply_order_the_second_pas
 
 def test_kept_rows_dropped_after_a_failed_write_are_read_again() -> None:
     kept = KeptRows()
-    kept.keep("t:0", b"", b"tok", {"s": {b"s:events": b"1"}})
+    kept.keep("t:0", b"", b"tok", {"s": b"row image"})
     kept.drop("t:0")
     assert kept.take("t:0", b"tok", ["s"]) == {}

@@ -51,8 +51,8 @@ NAMES: list[Name] = [
     ("thriftpy2.thrift", "TClient", "call:2:", HBASE),
     ("thriftpy2.thrift", "TClient._recv", "call:2:", f"{ROW_PUTS}: RowPuts.send"),
     ("thriftpy2.thrift", "TApplicationException", "call:2:", f"{ROW_GETS}: read_reply"),
-    ("<Connection>", "client._seqid", "", f"{ROW_PUTS}: send_call"),
-    *each("<Connection>", "callable", f"{ROW_PUTS}: send_call", "client._oprot.trans.write",
+    ("<Connection>", "client._seqid", "", f"{ROW_PUTS}: RowPuts.send, {ROW_GETS}: get_rows"),
+    *each("<Connection>", "callable", f"{ROW_PUTS}: send_request", "client._oprot.trans.write",
           "client._oprot.trans.flush"),
     ("<Connection>", "client._iprot.trans.read", "callable", f"{ROW_GETS}: get_rows"),
     # speaks_strict_binary knows the protocol by its class's name (TBinaryProtocol: no Cython)

@@ -125,13 +125,14 @@ class _Table:
 
 def test_get_rows_sends_the_request_and_reads_its_reply_and_compact_keeps_happybase() -> None:
     table = _Table(_Wire(reply(ROWS[:2])))
-    assert get_rows(table, [b"s1", b""], [b"s:events"]) == ROWS[:2]
+    assert list(get_rows(table, [b"s1", b""], [b"s:events"])) == ROWS[:2]
     assert bytes(table.connection.sent.getvalue()) == encode_get_rows(
         b"t", [b"s1", b""], [b"s:events"])
-    assert get_rows(table, []) == []  # no call at all
+    assert list(get_rows(table, [])) == []  # no call at all
     compact = _Table(_Wire(b"", speaks=TCompactProtocol))
-    assert get_rows(compact, [b"a"]) == [(b"from", {b"happybase": b"1"})]
-    assert compact.asked == [([b"a"], None)]
+    assert list(get_rows(compact, [b"a", b"b", b"c"], per_call=2)) == [
+        (b"from", {b"happybase": b"1"})] * 2
+    assert compact.asked == [([b"a", b"b"], None), ([b"c"], None)]  # per_call rows a call
 
 
 def test_a_tcell_shorter_than_the_bytes_read_ahead_is_refused_not_misread() -> None:

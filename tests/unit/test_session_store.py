@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from leakproof.events import WebEvent
@@ -31,16 +29,18 @@ class MemoryTable:
                  for k in keys if k in self.rows_by_key]
         return [(k, cells) for k, cells in found if cells]
 
-    @contextmanager
-    def batch(self, batch_size: int, timestamp: int | None = None) -> Iterator[Any]:
+    def batch(self, batch_size: int, timestamp: int | None = None) -> Any:
         table = self
 
-        class Batch:
+        class Batch:  # happybase's: puts, and ``send`` for what is left
             def put(self, key: bytes, cells: dict[bytes, bytes]) -> None:
                 table.puts.append((key, cells))
                 table.rows_by_key.setdefault(key, {}).update(cells)
 
-        yield Batch()
+            def send(self) -> None:
+                pass
+
+        return Batch()
 
 
 def event(seq: int, kind: str = "click", url: str = "/a") -> WebEvent:

@@ -179,8 +179,42 @@ def missing_table(exc: BaseException) -> str | None:
 
 def ride_out(cfg: HBaseConfig, what: str, attempt: Callable[[], T],
              reset: Callable[[], None] = lambda: None) -> T:
-    """Call ``attempt`` until it succeeds; on a connection error wait (0.5 s doubling to 5 s)
-    and try again, for at most ``cfg.outage_tolerance_s`` -- then raise HBaseUnavailable.
+    """Call ``attempt`` until it succeeds, riding out an outage as ``riding_out`` does."""
+    for each in riding_out(cfg, what, reset):
+        with each:
+            return attempt()
+    raise AssertionError("riding_out ends only after a try that succeeded")  # pragma: no cover
+
+
+class Try:
+    """One try of ``riding_out``: a block that keeps a retryable error for the loop to judge,
+    and lets any other error through."""
+
+    error: BaseException | None = None
+
+    def __enter__(self) -> Try:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> bool:
+        if exc is not None and isinstance(exc, RETRYABLE):
+            self.error = exc
+            return True
+        return False
+
+
+def riding_out(cfg: HBaseConfig, what: str, reset: Callable[[], None] = lambda: None
+               ) -> Iterator[Try]:
+    """Tries of a block of idempotent HBase calls, in the caller's own frame::
+
+        for each in riding_out(cfg, "writes", slot.reset):
+            with each:
+                ...
+
+    The loop ends after the first try whose block raised no retryable error. After one
+    that did: wait (0.5 s doubling to 5 s) and try again, for at most
+    ``cfg.outage_tolerance_s`` -- then raise HBaseUnavailable; a missing table raises
+    TableMissing at once.
 
     One retry is always allowed: a connection the Thrift server closed while idle fails
     once, harmlessly, even with a tolerance of 0.
@@ -188,27 +222,29 @@ def ride_out(cfg: HBaseConfig, what: str, attempt: Callable[[], T],
     deadline = time.monotonic() + cfg.outage_tolerance_s
     delay, tries = 0.5, 0
     while True:
-        try:
-            return attempt()
-        except RETRYABLE as exc:
-            missing = missing_table(exc)
-            if missing is not None:
-                raise TableMissing(
-                    f"HBase {what}: table {missing} does not exist at {cfg.host}:{cfg.port} "
-                    f"(hbase.table_prefix: {cfg.table_prefix or 'none'}; `leakproof tables "
-                    "create` makes the job's tables)") from exc
-            reset()
-            tries += 1
-            if tries > 1 and time.monotonic() + delay > deadline:
-                raise HBaseUnavailable(
-                    f"HBase {what} failed {tries} times over {cfg.outage_tolerance_s:.0f}s "
-                    f"(hbase.outage_tolerance_s) at {cfg.host}:{cfg.port}: "
-                    f"{type(exc).__name__}: {_brief(exc)}{_plain_hint(cfg, exc)}") from exc
-            log.warning("HBase %s failed (%s: %s); retry %d in %.1fs", what,
-                        type(exc).__name__, _brief(exc), tries, delay if tries > 1 else 0)
-            if tries > 1:
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        each = Try()
+        yield each
+        exc = each.error
+        if exc is None:
+            return
+        missing = missing_table(exc)
+        if missing is not None:
+            raise TableMissing(
+                f"HBase {what}: table {missing} does not exist at {cfg.host}:{cfg.port} "
+                f"(hbase.table_prefix: {cfg.table_prefix or 'none'}; `leakproof tables "
+                "create` makes the job's tables)") from exc
+        reset()
+        tries += 1
+        if tries > 1 and time.monotonic() + delay > deadline:
+            raise HBaseUnavailable(
+                f"HBase {what} failed {tries} times over {cfg.outage_tolerance_s:.0f}s "
+                f"(hbase.outage_tolerance_s) at {cfg.host}:{cfg.port}: "
+                f"{type(exc).__name__}: {_brief(exc)}{_plain_hint(cfg, exc)}") from exc
+        log.warning("HBase %s failed (%s: %s); retry %d in %.1fs", what,
+                    type(exc).__name__, _brief(exc), tries, delay if tries > 1 else 0)
+        if tries > 1:
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 def check_and_put(conn: happybase.Connection, table: str, row: bytes, column: bytes,

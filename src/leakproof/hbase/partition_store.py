@@ -198,12 +198,13 @@ class PartitionStore:
         """Every partition's index puts in one round (``write_partitions`` deletes in
         another, after: never an entry deleted before its replacement is written)."""
         if any(index.puts for _, index in changes):
-            with row_puts(self._table, batch_size, ts) as batch:
-                for partition, index in changes:
-                    for bucket, cells in index.puts.items():
-                        batch.put(_open_row(topic, partition, bucket),
-                                  {f"o:{sid}".encode(): str(last_ts).encode()
-                                   for sid, last_ts in cells.items()})
+            batch = row_puts(self._table, batch_size, ts)
+            for partition, index in changes:
+                for bucket, cells in index.puts.items():
+                    batch.put(_open_row(topic, partition, bucket),
+                              {f"o:{sid}".encode(): str(last_ts).encode()
+                               for sid, last_ts in cells.items()})
+            batch.send()
 
     def _delete_entries(self, topic: str, changes: Sequence[tuple[int, IndexChanges]], *,
                         ts: int, batch_size: int = 5000) -> None:

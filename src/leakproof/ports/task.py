@@ -21,7 +21,6 @@ from leakproof.summaries import Encode
 __all__ = [
     "DeadLetters",
     "Decode",
-    "Kept",
     "LeaseCheck",
     "Mark",
     "PartitionRows",
@@ -30,9 +29,7 @@ __all__ = [
     "SessionRows",
     "StoredPartition",
     "SummarySink",
-    "Touched",
     "Visits",
-    "rewritten",
 ]
 
 
@@ -82,15 +79,6 @@ class StoredPartition(NamedTuple):
     record_wm: int = NO_WATERMARK
 
 
-def rewritten(read: bytes, writer: bytes) -> bytes:
-    """The writer token once a range's own writer part replaced the one its load ``read``
-    (the foreign part as it was then: a bump since then must not go unseen). A token is
-    ``<writer>/<foreign>``: a fresh writer part in each range's pending mark, a fresh foreign
-    part whenever another partition's range writes a row that also bears this partition's
-    fence."""
-    return writer + b"/" + read.partition(b"/")[2]
-
-
 class Mark(NamedTuple):
     """What a range puts in its partition's row before it writes a session row: its pending
     mark (its watermark), its outbox if any, and a fresh writer token."""
@@ -101,43 +89,11 @@ class Mark(NamedTuple):
     writer: bytes
 
 
-class Touched(NamedTuple):
-    """One range's touched sessions, for ``SessionRows.read_touched``: its partition's fence
-    key and the writer token its state row holds."""
-
-    key: str
-    token: bytes
-    session_ids: frozenset[str]
-
-
-class Kept(NamedTuple):
-    """One range's rows to keep after all its writes landed (``SessionRows.keep``): the
-    token its load saw and the one it wrote, the touched sessions whose rows may be kept
-    (``kept_rows.keepable``), and those to forget (closed, or fenced by another partition)."""
-
-    key: str
-    read: bytes
-    token: bytes
-    session_ids: frozenset[str]
-    forget: tuple[str, ...]
-
-
 class SessionRows(Protocol):
     """The session rows: aggregate and fences of a row in one atomic put."""
 
     def read(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
         """The rows that exist among ``session_ids``, whole."""
-        ...
-
-    def read_touched(self, wanted: Sequence[Touched]) -> tuple[dict[str, SessionState],
-                                                                 dict[str, int]]:
-        """The rows that exist among each range's touched sessions -- kept by this worker
-        where its partition's token still holds, read otherwise -- and per fence key how
-        many were kept."""
-        ...
-
-    def keep(self, done: Sequence[Kept]) -> None:
-        """Each range's touched rows as HBase now holds them, kept for its next range."""
         ...
 
     def read_expiry(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
@@ -153,6 +109,16 @@ class SessionRows(Protocol):
     def remove(self, session_ids: Iterable[str], *, ts: int) -> None:
         """Delete the rows of sessions merged into another or whose start moved (split by
         the gap), at timestamp ``ts``: after every row that absorbed them was written."""
+        ...
+
+    def images(self, session_ids: Iterable[str]) -> dict[str, bytes]:
+        """Each row among ``session_ids`` this store read or wrote, as HBase now holds it,
+        in bytes only ``adopt`` reads (the kept-rows cache holds them between ranges)."""
+        ...
+
+    def adopt(self, images: Mapping[str, bytes]) -> dict[str, SessionState]:
+        """Rows known from their ``images`` instead of read: decoded, and taken for what
+        HBase holds."""
         ...
 
 

@@ -5,7 +5,7 @@ an index entry is taken at its word unless it lies below ``check_below`` -- a ra
 stopped part way may have left it stale -- and then its session row's last_ts and state
 decide. The touched sessions' rows are read whole here too, since both the fold and the
 index need them -- or taken from the rows the worker kept from the partition's last range,
-while its writer token says no one else wrote since (``kept_rows``).
+while its writer token says no one else wrote since (``task.kept_sessions``).
 
 Several partitions' ranges load and save together (one task's ranges): one call reads their
 partition rows, one their touched rows, one the rows their stale entries need; each
@@ -20,13 +20,7 @@ from dataclasses import dataclass, field
 
 from leakproof import open_index
 from leakproof.open_index import Entry
-from leakproof.ports.task import (
-    PartitionRows,
-    PartitionSave,
-    SessionRows,
-    StoredPartition,
-    Touched,
-)
+from leakproof.ports.task import PartitionRows, PartitionSave, SessionRows, StoredPartition
 from leakproof.sessions import (
     NO_WATERMARK,
     FoldResult,
@@ -35,6 +29,7 @@ from leakproof.sessions import (
     SessionState,
     fence_key,
 )
+from leakproof.task.kept_sessions import KeptSessions, Touched
 
 
 @dataclass
@@ -71,8 +66,8 @@ class Wanted:
     idle_at: int | None = None  # an idle tick's batch time: the watermark follows the clock
 
 
-def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_after_ms: int,
-         wanted: Sequence[Wanted], *, ts: int, incarnation: str = "",
+def load(partitions: PartitionRows, sessions: SessionRows, kept: KeptSessions, topic: str,
+         close_after_ms: int, wanted: Sequence[Wanted], *, ts: int, incarnation: str = "",
          owner_of: Callable[[str], int] | None = None) -> list[Loaded]:
     """For each of ``wanted`` (distinct partitions): its partition's state, its touched rows,
     and the open sessions that may expire by its newest event time. (``ts``: the cell
@@ -109,7 +104,7 @@ def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_aft
             marks = partitions.watermarks(topic, needed)
             for mine in owners:
                 mine.update((p, marks[p]) for p in mine)
-    rows, kept = sessions.read_touched([
+    rows, taken = kept.read_touched([
         Touched(fence_key(topic, w.partition, incarnation), stored[w.partition].writer,
                 w.touched)
         for w in wanted])
@@ -123,7 +118,7 @@ def load(partitions: PartitionRows, sessions: SessionRows, topic: str, close_aft
         before = open_index.known_rows(found, stale, own_checked, own_rows)
         s.state.open_sessions = OpenSessions(open_index.open_set(found, before))
         loaded.append(Loaded(s, s.state, own_rows, s.width or width, cutoff, found, before,
-                             kept[fence_key(topic, w.partition, incarnation)], mine,
+                             taken[fence_key(topic, w.partition, incarnation)], mine,
                              _idle(s, w)))
     return loaded
 

@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from leakproof.kept_rows import MOST_ROWS, Cells, Delta, KeptRows
+from leakproof.kept_rows import MOST_ROWS, Delta, KeptRows
 
 log = logging.getLogger(__name__)
 
@@ -111,14 +111,13 @@ class SharedKeptRows(KeptRows):
         self._trail = trail
         self._warned = False
 
-    def take(self, key: str, token: bytes, session_ids: Iterable[str]) -> dict[str, Cells]:
+    def catch_up(self, key: str, token: bytes) -> None:
         held = self.token(key)
         if held != token:  # (``Trail.read`` takes an unreadable file for the trail's end)
             for delta in self._trail.since(key, token, held):
                 self.apply(key, delta)
-        return super().take(key, token, session_ids)
 
-    def keep(self, key: str, read: bytes, token: bytes, rows: Mapping[str, Cells],
+    def keep(self, key: str, read: bytes, token: bytes, rows: Mapping[str, bytes],
              gone: Iterable[str] = ()) -> Delta:
         delta = super().keep(key, read, token, rows, gone)
         try:

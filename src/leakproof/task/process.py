@@ -46,7 +46,7 @@ from leakproof.gap_fold import (
     start_of,
     visitor_of,
 )
-from leakproof.kept_rows import keepable, new_token
+from leakproof.kept_rows import KeptRows, new_token
 from leakproof.model.compiled import CompiledModel
 from leakproof.moved_keys import home, placed
 from leakproof.offsets import OffsetRange, named
@@ -55,7 +55,6 @@ from leakproof.outbox import Outbox, outbox_id
 from leakproof.ports.task import (
     DeadLetters,
     Decode,
-    Kept,
     LeaseCheck,
     Mark,
     PartitionRows,
@@ -63,7 +62,6 @@ from leakproof.ports.task import (
     SessionRows,
     SummarySink,
     Visits,
-    rewritten,
 )
 from leakproof.reports import TaskReport
 from leakproof.sessions import (
@@ -72,17 +70,18 @@ from leakproof.sessions import (
     MayClose,
     PartitionFolder,
     fence_key,
-    fence_source,
     lead_of,
 )
 from leakproof.summaries import json_summary
 from leakproof.task import index
+from leakproof.task.kept_sessions import KeptSessions, foreign, keep_after
 
 
 @dataclass(frozen=True)
 class Stores:
     """Where a range's results go; ``summaries`` (a source partition's summary sink) only
-    with an output topic."""
+    with an output topic; ``kept``: the worker's kept rows, put in front of ``sessions``
+    (``task.kept_sessions``; None: every touched row is read)."""
 
     sessions: SessionRows
     partitions: PartitionRows
@@ -90,6 +89,7 @@ class Stores:
     lease: LeaseCheck
     summaries: Callable[[int], SummarySink] | None = None
     visits: Visits | None = None  # sessions split by the gap: each visitor's sessions
+    kept: KeptRows | None = None
 
 
 @dataclass
@@ -153,8 +153,9 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
         for r in ranges:
             r.report.moved_keys = sum(not placed(sid.encode(), r.rng.partition, placed_in)
                                       for sid in r.touched)
+    kept = KeptSessions(stores.sessions, stores.kept)
     for step in _apart([r for r in ranges if not r.report.moved_keys]):
-        _steps(step, stores, model, batch_ms=batch_ms, epoch=epoch,
+        _steps(step, stores, kept, model, batch_ms=batch_ms, epoch=epoch,
                close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation,
                owners_in=owners_in, fold_late=fold_late, gap=gap)
     return [r.report for r in ranges]
@@ -207,7 +208,8 @@ def _apart(ranges: Sequence[_Range]) -> list[list[_Range]]:
     return runs
 
 
-def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms: int,
+def _steps(step: list[_Range], stores: Stores, kept: KeptSessions, model: CompiledModel, *,
+           batch_ms: int,
            epoch: int, close_after_ms: int, cell_ts: Mapping[int, int],
            incarnation: str = "", owners_in: int | None = None,
            fold_late: bool = False, gap: GapRule | None = None) -> None:
@@ -228,16 +230,16 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
                                 for _, e, lead in r.events), default=NO_WATERMARK),
                            None if r.rng.count else batch_ms)  # an empty range: idle tick
               for r, sessions in zip(step, reachable, strict=True)]
-    loaded = index.load(stores.partitions, stores.sessions, topic, close_after_ms, wanted,
+    loaded = index.load(stores.partitions, stores.sessions, kept, topic, close_after_ms, wanted,
                         ts=first_ts, incarnation=incarnation,
                         owner_of=None if owners_in is None else
                         (lambda sid: home(key_of(sid).encode(), owners_in)))
     if gap is not None:
-        _complete(stores, gap, reachable, loaded, listed)
+        _complete(stores.visits, stores.sessions, gap, reachable, loaded, listed)
     if len(step) > 1 and _overlap([ld.sessions() for ld in loaded]):
         # a session found in one range's index is touched or owed by another: each alone
         for r in step:
-            _steps([r], stores, model, batch_ms=batch_ms, epoch=epoch,
+            _steps([r], stores, kept, model, batch_ms=batch_ms, epoch=epoch,
                    close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation,
                    owners_in=owners_in, fold_late=fold_late, gap=gap)
         return
@@ -287,7 +289,8 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
         Mark(r.rng.partition, max(_pending(result), ld.stored.check_below), outbox, token)
         for r, ld, result, outbox, token in zip(step, loaded, results, outboxes, tokens,
                                                 strict=True)],
-        _foreign(topic, step, loaded), ts=ts)
+        foreign(((topic, r.rng.partition), ld.rows.values())
+                for r, ld in zip(step, loaded, strict=True)), ts=ts)
     if stores.visits is not None and (listing := _listing(results, listed, gap)):
         stores.visits.add(listing, ts=ts)  # every row listed before it is written
     stores.sessions.write([s for result in results for s in result.touched.values()],
@@ -307,10 +310,9 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
                [(r.rng.partition, ld, result, r.newest_record_ts)
                 for r, ld, result in zip(step, loaded, results, strict=True)], ts=ts)
     if gap is None:  # split by the gap, rows come and go under new keys: none is kept
-        stores.sessions.keep([_kept(fence_key(topic, r.rng.partition, incarnation),
-                                    ld.stored.writer, token, result)
-                              for r, ld, result, token in zip(step, loaded, results, tokens,
-                                                              strict=True)])
+        kept.keep([keep_after(fence_key(topic, r.rng.partition, incarnation),
+                              ld.stored.writer, token, result)
+                   for r, ld, result, token in zip(step, loaded, results, tokens, strict=True)])
     write_s = time.monotonic() - t2
     for r, result, outbox, share in zip(step, results, outboxes, shares, strict=True):
         r.report.write_s = write_s * share
@@ -342,14 +344,6 @@ def _publish(stores: Stores, model: CompiledModel, topic: str, rng: OffsetRange,
     crash_point("task_after_publish")
     stores.partitions.outbox_published(topic, rng.partition, outbox.id, ts=ts)
     return time.monotonic() - t0
-
-
-def _kept(key: str, read: bytes, token: bytes, result: FoldResult) -> Kept:
-    """What a range's rows leave kept: its touched rows that may be, the rest forgotten
-    (``key``: the range's fence key)."""
-    keep = frozenset(sid for sid, s in result.touched.items() if keepable(s, key))
-    return Kept(key, read, rewritten(read, token), keep,
-                (*result.closed_untouched, *(result.touched.keys() - keep)))
 
 
 def _may_close(partition: int, owners_in: int | None, owner_watermarks: Mapping[int, int],
@@ -406,8 +400,9 @@ def _reachable(visits: Visits | None, step: Sequence[_Range], rule: GapRule,
     return out
 
 
-def _complete(stores: Stores, rule: GapRule, reachable: Sequence[frozenset[str]],
-              loaded: Sequence[index.Loaded], listed: dict[str, dict[int, int]]) -> None:
+def _complete(visits: Visits | None, store: SessionRows, rule: GapRule,
+              reachable: Sequence[frozenset[str]], loaded: Sequence[index.Loaded],
+              listed: dict[str, dict[int, int]]) -> None:
     """Split by the gap: the rows a range's fold must also see, read into its ``Loaded``.
 
     - A listed session without a row: another attempt of this range (a speculative copy, a
@@ -418,7 +413,7 @@ def _complete(stores: Stores, rule: GapRule, reachable: Sequence[frozenset[str]]
       not get to delete; with its visitor's sessions read, the fold sees what absorbed it,
       deletes it and owes its key a tombstone, instead of publishing or closing it.
     Repeated while new keys come up (a few rounds at most)."""
-    assert stores.visits is not None
+    assert visits is not None
     done: set[str] = set().union(*reachable)
     asked: dict[str, tuple[int, list[int]]] = {}  # visitor -> (its range, times near which)
 
@@ -436,16 +431,16 @@ def _complete(stores: Stores, rule: GapRule, reachable: Sequence[frozenset[str]]
     for _ in range(8):
         if not asked:
             return
-        fresh = stores.visits.read(asked)
+        fresh = visits.read(asked)
         listed.update(fresh)
         wanted = {session_key(visitor, start): i for visitor, (i, times) in asked.items()
                   for start in candidates(fresh.get(visitor, {}), times, rule)
                   if session_key(visitor, start) not in done}
         done |= wanted.keys()
-        rows = stores.sessions.read(wanted)
+        found = store.read(wanted)
         asked = {}
         for sid, i in sorted(wanted.items()):
-            row = rows.get(sid)
+            row = found.get(sid)
             if row is None:
                 ask(i, sid)
             else:
@@ -480,16 +475,6 @@ def _unlisted(reachable: Sequence[frozenset[str]], loaded: Sequence[index.Loaded
     for sid in sorted(gone - written):
         out.setdefault(visitor_of(sid), []).append(start_of(sid))
     return out
-
-
-def _foreign(topic: str, step: Sequence[_Range], loaded: Sequence[index.Loaded]
-             ) -> list[tuple[str, int]]:
-    """The (topic, partition) of every fence a touched row bears besides its range's own
-    (of any incarnation): those partitions' ranges may keep the row, and must stop trusting
-    it."""
-    return sorted({source for r, ld in zip(step, loaded, strict=True)
-                   for s in ld.rows.values() for key in s.fences
-                   if (source := fence_source(key)) != (topic, r.rng.partition)})
 
 
 def _overlap(sets: Sequence[set[str]]) -> bool:

@@ -31,12 +31,13 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
+from typing import Any
 
 from leakproof import codec
 from leakproof.config import Config, HBaseConfig, InputConfig, OutputConfig
 from leakproof.frames import confluent_frame
 from leakproof.gap_fold import GapRule
-from leakproof.hbase.connection import ConnectionSlot, ride_out
+from leakproof.hbase.connection import ConnectionSlot, riding_out
 from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.partition_store import LeaseReader, PartitionStore
 from leakproof.hbase.session_store import SessionStore
@@ -46,7 +47,7 @@ from leakproof.kafka.closed_sink import ClosedSink
 from leakproof.kafka.reader import consumer_cached, read_range
 from leakproof.kafka.registry import client, decoder_for
 from leakproof.kept_rows import KeptRows
-from leakproof.model.compiled import compile_model
+from leakproof.model.compiled import CompiledModel, compile_model
 from leakproof.model.spec import Model
 from leakproof.offsets import Gap, OffsetRange, named
 from leakproof.reports import TaskReport
@@ -162,42 +163,47 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
     gap = cfg.sessions.by == "gap"
     model = compile_model(cfg.model, by_time=gap)
     reports: list[TaskReport] = []
+    rule = GapRule(cfg.sessions.gap_ms, cfg.sessions.max_duration_ms) if gap else None
     for wave in waves(ranges):
-
-        def attempt(wave: tuple[OffsetRange, ...] = wave) -> list[TaskReport]:
-            topic = wave[0].topic
+        topic = wave[0].topic
+        for each in riding_out(cfg.hbase, f"writes of {named(wave)}", conns.reset):
             cached = consumer_cached(cfg.kafka, topic, wave[0].partition)
             stalled = stalls()
             gaps: dict[OffsetRange, list[Gap]] = {rng: [] for rng in wave}
             kept = _kept_rows(cfg, epoch)
-            forgotten = _forgotten_on_failure(kept, wave, incarnation)
-            with _no_cycle_collection(), conns.get() as conn, forgotten:
-                stores = Stores(
-                    SessionStore(conn.table(cfg.hbase.sessions_table), model, kept=kept),
-                    PartitionStore(conn, cfg.hbase.state_table),
-                    DeadLetterStore(conn.table(cfg.hbase.dead_letter_table)),
-                    LeaseReader(conn, cfg.hbase.state_table, topic, cfg.kafka.group_id),
-                    partial(_sink, cfg) if cfg.output.closed_sessions_topic else None,
-                    VisitStore(conn, cfg.hbase.state_table) if gap else None)
+            with each, _no_cycle_collection(), conns.get() as conn, \
+                    _forgotten_on_failure(kept, wave, incarnation):
                 done = process_ranges([(rng, read_range(cfg.kafka, rng, gaps[rng]))
                                        for rng in wave],
-                                      _decoder(cfg.model, cfg.input).decode, stores, model,
+                                      _decoder(cfg.model, cfg.input).decode,
+                                      _stores(cfg, conn, model, kept, topic), model,
                                       batch_ms=batch_ms, epoch=epoch,
                                       close_after_ms=cfg.sessions.close_after_ms,
                                       lead_ms=round(cfg.sessions.grace_s * 1000),
                                       cell_ts=cell_ts, placed_in=placed_in,
                                       incarnation=incarnation, owners_in=owners_in,
-                                      fold_late=cfg.sessions.late == "fold",
-                                      gap=GapRule(cfg.sessions.gap_ms,
-                                                  cfg.sessions.max_duration_ms) if gap else None)
-            for rng, report in zip(wave, done, strict=True):
-                # the first range found the topic's consumer or made it; the others use it
-                report.gaps, report.consumer_cached = tuple(gaps[rng]), cached or rng != wave[0]
-            done[0].client_stalls = stalls() - stalled
-            return done
-
-        reports += ride_out(cfg.hbase, f"writes of {named(wave)}", attempt, conns.reset)
+                                      fold_late=cfg.sessions.late == "fold", gap=rule)
+                for rng, report in zip(wave, done, strict=True):
+                    # the first range found the topic's consumer or made it; the others use it
+                    report.gaps = tuple(gaps[rng])
+                    report.consumer_cached = cached or rng != wave[0]
+                done[0].client_stalls = stalls() - stalled
+                reports += done
     return reports
+
+
+def _stores(cfg: Config, conn: Any, model: CompiledModel, kept: KeptRows, topic: str
+            ) -> Stores:
+    """A wave's stores, over one HBase connection."""
+    gap = cfg.sessions.by == "gap"
+    return Stores(
+        SessionStore(conn.table(cfg.hbase.sessions_table), model),
+        PartitionStore(conn, cfg.hbase.state_table),
+        DeadLetterStore(conn.table(cfg.hbase.dead_letter_table)),
+        LeaseReader(conn, cfg.hbase.state_table, topic, cfg.kafka.group_id),
+        partial(_sink, cfg) if cfg.output.closed_sessions_topic else None,
+        VisitStore(conn, cfg.hbase.state_table) if gap else None,
+        kept)
 
 
 @contextmanager

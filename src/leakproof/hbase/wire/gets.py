@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from functools import partial
 from typing import Any
 
 from thriftpy2.thrift import TApplicationException, TException
 
-from leakproof.hbase.wire.puts import call_header, send_call, speaks_strict_binary
+from leakproof.hbase.wire.puts import (
+    call_header,
+    client_of,
+    send_request,
+    speaks_strict_binary,
+)
 
 Read = Callable[[int], bytes]
 Row = tuple[bytes, dict[bytes, bytes]]
@@ -220,15 +224,16 @@ def _skip(read: Read, ftype: int) -> None:
         raise ReplyError(f"unknown Thrift type {ftype}")
 
 
-def get_rows(table: Any, rows: Sequence[bytes], columns: Sequence[bytes] | None = None
-             ) -> list[Row]:
-    """``table.rows(rows, columns)`` (happybase), the reply decoded here where the
-    connection speaks strict binary."""
-    if not rows:
-        return []
-    if not speaks_strict_binary(table):
-        asked = None if columns is None else list(columns)
-        found: list[Row] = table.rows(list(rows), columns=asked)
-        return found
-    client = send_call(table, partial(encode_get_rows, table.name, rows, columns))
-    return read_reply(client._iprot.trans.read)
+def get_rows(table: Any, rows: Sequence[bytes], columns: Sequence[bytes] | None = None,
+             per_call: int = 1000) -> Iterator[Row]:
+    """``table.rows(rows, columns)`` (happybase) in calls of ``per_call`` rows, each reply
+    decoded here where the connection speaks strict binary."""
+    lean = speaks_strict_binary(table)
+    for i in range(0, len(rows), per_call):
+        chunk = rows[i:i + per_call]
+        if not lean:
+            yield from table.rows(list(chunk), columns=None if columns is None else list(columns))
+            continue
+        client = client_of(table)
+        send_request(client, encode_get_rows(table.name, chunk, columns, client._seqid))
+        yield from read_reply(client._iprot.trans.read)

@@ -20,9 +20,7 @@ never hides a newer batch's cell. The timestamp rides in the same call: no round
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
-from functools import partial
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 _I32 = struct.Struct(">i").pack
@@ -47,15 +45,18 @@ def call_header(method: bytes, seqid: int) -> bytes:
     return b"".join((_CALL, _I32(len(method)), method, _I32(seqid)))
 
 
-def send_call(table: Any, encode: Callable[[int], bytes]) -> Any:
-    """Write the request ``encode(seqid)`` on ``table``'s connection; returns the Thrift
-    client whose transport the reply then comes on (a reconnect replaces the client, so it is
-    taken per call)."""
-    client = table.connection.client
+def client_of(table: Any) -> Any:
+    """The Thrift client of ``table``'s connection, whose transport a request goes out on
+    and its reply comes back on (a reconnect replaces the client, so it is taken per call);
+    its ``_seqid`` numbers the request."""
+    return table.connection.client
+
+
+def send_request(client: Any, request: bytes) -> None:
+    """Write an encoded request on ``client``'s transport, whole."""
     trans = client._oprot.trans
-    trans.write(encode(client._seqid))
+    trans.write(request)
     trans.flush()
-    return client
 
 
 def encode_mutate_rows(table: bytes, rows: Mapping[bytes, Mapping[bytes, bytes]], ts: int,
@@ -76,9 +77,12 @@ def encode_mutate_rows(table: bytes, rows: Mapping[bytes, Mapping[bytes, bytes]]
 
 
 class Puts(Protocol):
-    """What the stores put rows through: ``RowPuts`` or happybase's ``Batch`` (same ``put``)."""
+    """What the stores put rows through: ``RowPuts`` or happybase's ``Batch`` (the same
+    ``put``, and ``send`` for what is left at the end)."""
 
     def put(self, row: bytes, data: dict[bytes, bytes]) -> None: ...
+
+    def send(self) -> None: ...
 
 
 class RowPuts:
@@ -105,8 +109,9 @@ class RowPuts:
         """One mutateRowsTs call with every row collected; raises what the server answers."""
         if not self._rows:
             return
-        client = send_call(self._table, partial(encode_mutate_rows, self._table.name,
-                                                self._rows, self._ts))
+        client = client_of(self._table)
+        send_request(client, encode_mutate_rows(self._table.name, self._rows, self._ts,
+                                                client._seqid))
         client._recv("mutateRowsTs")
         self._rows, self._cells = {}, 0
 
@@ -129,18 +134,11 @@ def strict_binary(client: Any) -> bool:
             and bool(getattr(protocol, "strict_write", False)))
 
 
-def row_puts(table: Any, batch_size: int, ts: int) -> AbstractContextManager[Puts]:
-    """Puts on ``table`` at timestamp ``ts``, sent on exit and every ``batch_size`` cells:
-    ``RowPuts`` where the connection speaks strict binary, happybase's ``Batch`` elsewhere."""
+def row_puts(table: Any, batch_size: int, ts: int) -> Puts:
+    """Puts on ``table`` at timestamp ``ts``, sent every ``batch_size`` cells and by the
+    caller's ``send`` at the end: ``RowPuts`` where the connection speaks strict binary,
+    happybase's ``Batch`` elsewhere. A caller that raises before its ``send`` sends no more."""
     if speaks_strict_binary(table):
-        return _sending(RowPuts(table, batch_size, ts))
-    batch: AbstractContextManager[Puts] = table.batch(batch_size=batch_size, timestamp=ts)
+        return RowPuts(table, batch_size, ts)
+    batch: Puts = table.batch(batch_size=batch_size, timestamp=ts)
     return batch
-
-
-@contextmanager
-def _sending(puts: RowPuts) -> Iterator[RowPuts]:
-    """As happybase's ``Batch``: what is left goes out at the end of the block, unless the
-    block raised (then nothing more is sent)."""
-    yield puts
-    puts.send()
