@@ -13,7 +13,7 @@ ARGS ?=
 SYSTEM_PACKAGES := libkrb5-dev krb5-user faketime
 
 .DEFAULT_GOAL := help
-.PHONY: help promtool check-alerts bench-ui bench-wide bench-cells venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
+.PHONY: help trip promtool check-alerts bench-ui bench-wide bench-cells venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -106,6 +106,10 @@ test-kafka3: venv ## the Kafka-facing integration tests against a Kafka 3.9 brok
 
 test-unit: venv ## the pure tests only (no network, no JVM)
 	$(BIN)/pytest -q tests/unit
+
+trip: venv ## one record's trip through a task, Kafka to its session row: the stops, and any call up a floor
+	$(STACK) up
+	$(BIN)/python scripts/trip.py
 
 lint: venv check-alerts ## ruff, mypy and promtool over the alert rules
 	$(BIN)/ruff check src tests scripts
