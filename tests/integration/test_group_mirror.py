@@ -57,8 +57,12 @@ def java_member(topic: str, group: str) -> Iterator[None]:
 @contextmanager
 def python_member(topic: str, group: str) -> Iterator[None]:
     """A classic-protocol member of ``group`` (kafka-python's consumer), for a ``with``."""
-    consumer = KafkaConsumer(topic, bootstrap_servers="127.0.0.1:9092", group_id=group,
+    consumer = KafkaConsumer(bootstrap_servers="127.0.0.1:9092", group_id=group,
                              enable_auto_commit=False)
+    # the topic's partitions known before joining: a member that joins first is given none
+    # and has to notice the metadata change to rejoin, which a loaded machine once missed
+    wait_for("the topic's partitions", lambda: bool(consumer.partitions_for_topic(topic)), 60)
+    consumer.subscribe([topic])
     stop = threading.Event()
 
     def poll() -> None:

@@ -1,13 +1,12 @@
 """Registry-framed Avro against the real schema registry of the local stack (Apicurio, its
 Confluent-compatible API): two schema versions on one topic, bad framing dead-lettered, a
-registry that hangs while the job starts, and refused credentials."""
+registry that hangs or is gone while the job starts (behind a ``TcpGate``, so the tests
+beside it keep theirs), and refused credentials."""
 
 from __future__ import annotations
 
 import copy
 import json
-import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -27,10 +26,12 @@ from leakproof.events import schema_json
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.kafka.registry import RegistryClient
 
-from .helpers import ROOT, Env, assert_offsets_chain, run_cli, stack
+from .helpers import ROOT, Env, assert_offsets_chain, run_cli
+from .tcp_gate import TcpGate
 
 pytestmark = pytest.mark.integration
 REGISTRY = "http://127.0.0.1:8081/apis/ccompat/v7"
+REGISTRY_ADDR = ("127.0.0.1", 8081)
 WEB_SCHEMA = str(ROOT / "src" / "leakproof" / "schemas" / "web_event.avsc")
 V2 = copy.deepcopy(schema_json())
 V2["fields"].append({"name": "country", "type": "string", "default": "??"})
@@ -101,63 +102,61 @@ def test_two_schema_versions_decode_and_bad_framing_is_dead_lettered(env: Env) -
 
 
 @contextmanager
-def registry_hung() -> Iterator[None]:
-    """The registry's process frozen (SIGSTOP): it accepts connections and never answers,
-    as a registry stuck in a long GC or a dead network path does. Its schemas survive."""
-    pid = int((ROOT / ".services" / "registry" / "registry.pid").read_text())
-    os.kill(pid, signal.SIGSTOP)
+def registry_gate() -> Iterator[tuple[TcpGate, str]]:
+    """A gate in front of the stack's registry, and the registry's URL through it: a test
+    takes the registry away from its own job only (the tests beside it keep theirs)."""
+    gate = TcpGate(REGISTRY_ADDR)
     try:
-        yield
+        yield gate, REGISTRY.replace(f":{REGISTRY_ADDR[1]}/", f":{gate.port}/")
     finally:
-        os.kill(pid, signal.SIGCONT)
+        gate.close()
 
 
-@pytest.mark.serial
 def test_a_registry_down_when_the_job_starts_is_waited_for_and_nothing_is_dead_lettered(
         env: Env) -> None:
-    config = framed_config(env, "outage", {"url": REGISTRY, "timeout_s": 2,
-                                           "outage_tolerance_s": 120}, WEB_SCHEMA)
-    spec = GeneratorSpec(seed=2803, events=4_000, sessions=400)
-    run_cli("produce", "--config", config, "--format", "confluent", "--events", "4000",
-            "--sessions", "400", "--seed", "2803")
-    with env.background("--until-idle", "6", config=config, name="outage") as job:
-        with registry_hung():
+    """The registry hangs (it takes connections and never answers, as a process stopped
+    with SIGSTOP or stuck in a long GC does) while the job starts, then answers again."""
+    with registry_gate() as (gate, url):
+        config = framed_config(env, "outage", {"url": url, "timeout_s": 2,
+                                               "outage_tolerance_s": 120}, WEB_SCHEMA)
+        spec = GeneratorSpec(seed=2803, events=4_000, sessions=400)
+        run_cli("produce", "--config", config, "--format", "confluent", "--events", "4000",
+                "--sessions", "400", "--seed", "2803")
+        with env.background("--until-idle", "6", config=config, name="outage") as job:
+            gate.hang()
             time.sleep(20)  # the job starts, plans, and its ranges wait for the registry
             assert job.poll() is None, job.text()[-3000:]
-        assert job.wait(timeout=240) == 0, job.text()[-6000:]
-        text = job.text()
+            gate.open()
+            assert job.wait(timeout=240) == 0, job.text()[-6000:]
+            text = job.text()
+        verify = run_cli("verify", "--config", config, "--spec", spec.as_arg(), check=False)
     assert "schema registry" in text and "retry" in text  # it said it was waiting
-    verify = run_cli("verify", "--config", config, "--spec", spec.as_arg(), check=False)
     assert "EXACT MATCH" in verify.stdout, verify.stdout + verify.stderr
     assert dead_letters(env) == {}
 
 
-@pytest.mark.serial
 def test_a_registry_stopped_before_the_job_starts_is_waited_for_and_nothing_is_dead_lettered(
         env: Env) -> None:
-    """The registry's process stopped (connections refused) before the job starts and
-    started again while its ranges wait; it keeps its schemas on disk, as a production
-    registry does, so it comes back knowing every id."""
-    config = framed_config(env, "stopped", {"url": REGISTRY, "timeout_s": 2,
-                                            "outage_tolerance_s": 180}, WEB_SCHEMA)
-    v1, v2 = GeneratorSpec(seed=2811, events=2_000, sessions=200), \
-        GeneratorSpec(seed=2812, events=2_000, sessions=200)
-    run_cli("produce", "--config", config, "--format", "confluent", "--events", "2000",
-            "--sessions", "200", "--seed", "2811")
-    produce_v2(env, v2)
-    stack("stop", "registry")
-    try:
+    """The registry gone (connections refused) before the job starts, and back while its
+    ranges wait."""
+    with registry_gate() as (gate, url):
+        config = framed_config(env, "stopped", {"url": url, "timeout_s": 2,
+                                                "outage_tolerance_s": 180}, WEB_SCHEMA)
+        v1, v2 = GeneratorSpec(seed=2811, events=2_000, sessions=200), \
+            GeneratorSpec(seed=2812, events=2_000, sessions=200)
+        run_cli("produce", "--config", config, "--format", "confluent", "--events", "2000",
+                "--sessions", "200", "--seed", "2811")
+        produce_v2(env, v2)
+        gate.refuse()
         with env.background("--until-idle", "6", config=config, name="stopped") as job:
             time.sleep(20)  # it starts, plans, and its ranges retry the refused registry
             assert job.poll() is None, job.text()[-3000:]
-            stack("start", "registry")
+            gate.open()
             assert job.wait(timeout=300) == 0, job.text()[-6000:]
             text = job.text()
-    finally:
-        stack("start", "registry")  # a no-op when it is up
+        verify = run_cli("verify", "--config", config, "--spec", v1.as_arg(), "--spec",
+                         v2.as_arg(), check=False)
     assert "schema registry" in text and "Connection refused" in text
-    verify = run_cli("verify", "--config", config, "--spec", v1.as_arg(), "--spec",
-                     v2.as_arg(), check=False)
     assert "EXACT MATCH" in verify.stdout, verify.stdout + verify.stderr
     assert dead_letters(env) == {}
 
