@@ -68,25 +68,26 @@ def carries(obj: Any, marker: str, depth: int = 3) -> bool:
     elif isinstance(obj, (list, tuple, set, frozenset)):
         items = list(obj)[:5000]
     elif hasattr(obj, "__dict__") or hasattr(obj, "__slots__"):
-        fields = dict(getattr(obj, "__dict__", {}))
-        for name in getattr(type(obj), "__slots__", ()):
-            fields[name] = getattr(obj, name, None)
-        if not all(type(obj).__module__.startswith(p) for p in ("leakproof",)):
+        if not type(obj).__module__.startswith("leakproof"):
             return False  # a library's object (a consumer, a socket): not the record
-        items = list(fields.values())
+        items = [*getattr(obj, "__dict__", {}).values(),
+                 *(getattr(obj, name, None) for name in getattr(type(obj), "__slots__", ()))]
     else:
         return False
     return any(carries(x, marker, depth - 1) for x in items)
 
 
+def module_of(frame: FrameType) -> str:
+    return str(frame.f_globals.get("__name__", "?"))
+
+
 def name_of(frame: FrameType) -> str:
-    return f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_qualname}"
+    return f"{module_of(frame)}.{frame.f_code.co_qualname}"
 
 
 def project(frame: FrameType | None) -> FrameType | None:
     """The nearest project frame at or above ``frame``."""
-    while frame is not None and not str(frame.f_globals.get("__name__", "")).startswith(
-            "leakproof"):
+    while frame is not None and not module_of(frame).startswith("leakproof"):
         frame = frame.f_back
     return frame
 
@@ -126,10 +127,6 @@ class Tracer:
         for stop in reversed(chain):
             if "<" not in stop.rpartition(".")[2]:  # a comprehension is no stop
                 self.stops[stop] = None
-
-
-def module_of(frame: FrameType) -> str:
-    return str(frame.f_globals["__name__"])
 
 
 def main(argv: list[str]) -> int:

@@ -197,7 +197,7 @@ class Try:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: object) -> bool:
-        if exc is not None and isinstance(exc, RETRYABLE):
+        if isinstance(exc, RETRYABLE):
             self.error = exc
             return True
         return False

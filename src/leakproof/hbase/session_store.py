@@ -47,8 +47,7 @@ class SessionStore:
         keys = [sid.encode("utf-8") for sid in session_ids]
         for key, cells in get_rows(self._table, keys, per_call=self._batch_size):
             sid = key.decode("utf-8")
-            found[sid] = from_cells(sid, cells, self._model)
-            self._stored[sid] = cells
+            found[sid] = self._known(sid, cells)
         return found
 
     def images(self, session_ids: Iterable[str]) -> dict[str, bytes]:
@@ -61,12 +60,12 @@ class SessionStore:
     def adopt(self, images: Mapping[str, bytes]) -> dict[str, SessionState]:
         """Rows known from their images (``images`` of a store on the same table) instead
         of read: taken for what HBase holds, so writes send only what differs from them."""
-        found: dict[str, SessionState] = {}
-        for sid, image in images.items():
-            cells = marshal.loads(image)
-            found[sid] = from_cells(sid, cells, self._model)
-            self._stored[sid] = cells
-        return found
+        return {sid: self._known(sid, marshal.loads(image)) for sid, image in images.items()}
+
+    def _known(self, sid: str, cells: dict[bytes, bytes]) -> SessionState:
+        """A row as HBase holds it: decoded, and its cells kept for ``write``'s diff."""
+        self._stored[sid] = cells
+        return from_cells(sid, cells, self._model)
 
     def read_expiry(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
         """What expiry needs of the rows that exist among ``session_ids``: last_ts and

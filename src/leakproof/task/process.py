@@ -153,9 +153,8 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
         for r in ranges:
             r.report.moved_keys = sum(not placed(sid.encode(), r.rng.partition, placed_in)
                                       for sid in r.touched)
-    kept = KeptSessions(stores.sessions, stores.kept)
     for step in _apart([r for r in ranges if not r.report.moved_keys]):
-        _steps(step, stores, kept, model, batch_ms=batch_ms, epoch=epoch,
+        _steps(step, stores, model, batch_ms=batch_ms, epoch=epoch,
                close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation,
                owners_in=owners_in, fold_late=fold_late, gap=gap)
     return [r.report for r in ranges]
@@ -208,12 +207,12 @@ def _apart(ranges: Sequence[_Range]) -> list[list[_Range]]:
     return runs
 
 
-def _steps(step: list[_Range], stores: Stores, kept: KeptSessions, model: CompiledModel, *,
-           batch_ms: int,
+def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms: int,
            epoch: int, close_after_ms: int, cell_ts: Mapping[int, int],
            incarnation: str = "", owners_in: int | None = None,
            fold_late: bool = False, gap: GapRule | None = None) -> None:
     """Steps 2-7 for ranges of distinct partitions that touch no session in common."""
+    kept = KeptSessions(stores.sessions, stores.kept)  # the worker's kept rows in front
     topic = step[0].rng.topic
     ts = max(cell_ts[r.rng.partition] for r in step)
     # what the load moves (an old layout's index) at the lowest: if the step is cut into
@@ -239,7 +238,7 @@ def _steps(step: list[_Range], stores: Stores, kept: KeptSessions, model: Compil
     if len(step) > 1 and _overlap([ld.sessions() for ld in loaded]):
         # a session found in one range's index is touched or owed by another: each alone
         for r in step:
-            _steps([r], stores, kept, model, batch_ms=batch_ms, epoch=epoch,
+            _steps([r], stores, model, batch_ms=batch_ms, epoch=epoch,
                    close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation,
                    owners_in=owners_in, fold_late=fold_late, gap=gap)
         return
