@@ -109,14 +109,17 @@ class FakeMetadata:
 
 @dataclass
 class FakeCommitStore:
-    """Committed batches kept in a list, newest last (like the HBase store's rows)."""
+    """Committed batches kept in a list in the order they were written; the newest is the
+    one with the highest batch time, as the HBase store's reverse scan of its row keys finds."""
 
     name: str = "fake"
     rows: list[CommittedBatch] = field(default_factory=list)
     keeps_history: bool = True
 
     def latest(self) -> CommittedBatch | None:
-        return self.rows[-1] if self.rows else None
+        if not self.keeps_history:  # a group / ZooKeeper commit: the last write
+            return self.rows[-1] if self.rows else None
+        return max(self.rows, key=lambda r: r.batch_ms, default=None)
 
     def get(self, batch_ms: int) -> CommittedBatch | None:
         kept = self.rows if self.keeps_history else self.rows[-1:]

@@ -47,13 +47,13 @@ def rig(bounds: dict[int, tuple[int, int] | tuple[int, int, int]],
         stored: dict[int, int] | None = None,
         stored_audit: dict[str, str] | None = None, mirror: bool = True,
         recorded_topic_id: str | None = None, leases: FakeLeaseStore | None = None,
-        topic_id: str = "id-1", **kafka: Any) -> Rig:
+        topic_id: str = "id-1", stored_ms: int = 500, **kafka: Any) -> Rig:
     """A started driver over a topic ``t`` with these [log_start, log_end) per partition
     (and a third number, the stable end, where a transaction is open)."""
     meta = FakeMetadata("t", {p: LogBounds(*b) for p, b in bounds.items()}, topic_id)
     store = FakeCommitStore()
     if stored is not None:
-        store.rows.append(CommittedBatch(500, stored, stored_audit or {}))
+        store.rows.append(CommittedBatch(stored_ms, stored, stored_audit or {}))
     leases = leases or FakeLeaseStore(recorded_topic_id=recorded_topic_id)
     planner = Planner(KafkaConfig("127.0.0.1:9092", "t", "g", **kafka), 1.0, meta)
     started = start_driver("t", "g", leases=leases, store=store, planner=planner,

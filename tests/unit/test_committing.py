@@ -191,3 +191,24 @@ def test_the_chain_is_checked_before_any_task_runs() -> None:
     behind_a_gap = r.plan()
     with pytest.raises(CommitRefused, match="starts at 20 but the last commit ended at 10"):
         r.committer.check_chain(behind_a_gap)
+
+
+def test_a_driver_whose_clock_is_behind_the_newest_commit_keys_its_rows_above_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # a run on a host an hour ahead committed batch 3 600 000; this driver's clock says 2 000
+    r = rig({0: (0, 100)}, stored={0: 0}, stored_ms=3_600_000, max_rate_per_partition=10)
+    with caplog.at_level(logging.WARNING):
+        r.run()
+        r.run()
+    assert [row.batch_ms for row in r.store.rows] == [3_600_000, 3_600_001, 3_600_002]
+    assert [row.audit["batch_time"] for row in r.store.rows[1:]] == ["2000", "3000"]
+    assert r.store.latest().offsets == {0: 20}  # a restart resumes from the chain's head
+    assert r.leases.cell == Lease(1, "3600002")
+    assert sum("is not after the newest commit" in m for m in caplog.messages) == 1
+
+
+def test_a_driver_on_time_keeps_its_batch_times_as_row_keys() -> None:
+    r = rig({0: (0, 100)}, stored={0: 0}, max_rate_per_partition=10)
+    r.run()
+    assert [row.batch_ms for row in r.store.rows] == [500, 2_000]
+    assert "batch_time" not in r.store.rows[1].audit

@@ -38,6 +38,9 @@ class Committer:
         self._unmirrored: tuple[int, dict[int, int]] | None = None  # a group copy still owed
         self.mirror_failures = 0  # copies to the group failed in a row (0: the last landed)
         self.last_batch_ms: int | None = None  # the newest batch this driver committed
+        # the newest row key of the chain: every commit's key is above it (commit_key)
+        self._head_ms: int | None = None
+        self._behind_told = False
 
     @property
     def lease(self) -> Lease:
@@ -62,6 +65,30 @@ class Committer:
         self._lease = lease
         self._chain = {**(latest.offsets if latest else {}), **start.positions}
         self._topic_id = topic_id
+        self._head_ms = latest.batch_ms if latest else None
+
+    def commit_key(self, batch_ms: int) -> int:
+        """The row key (and lease tag) batch ``batch_ms`` commits under: its batch time, or
+        one ms past the chain's newest row when that is not below it.
+
+        A restart, ``offsets show`` and the shell's ``REVERSED => true, LIMIT => 1`` all take
+        the newest row by its key, so the key must follow the chain, not a clock: a driver on
+        a host whose clock is behind the one that committed before (or behind a rewind made
+        on a host ahead) would otherwise write rows below the newest, and the next start
+        would resume from the older head and read every range since again.
+        """
+        head = self._head_ms
+        if head is None or batch_ms > head:
+            return batch_ms
+        if not self._behind_told:
+            self._behind_told = True
+            log.warning(
+                "batch %d is not after the newest commit of %s:%s (%d, %.1f s ahead of this "
+                "batch's clock): this driver's rows are keyed one ms past the previous one "
+                "until its clock passes that commit, so the newest row stays the chain's "
+                "head. Check this host's clock (NTP) and the one that wrote row %d.",
+                batch_ms, self.topic, self.group, head, (head - batch_ms) / 1000, head)
+        return head + 1
 
     def commit(self, plan: BatchPlan, reports: Sequence[TaskReport]) -> Committed:
         """Commit one batch whose tasks returned ``reports``:
@@ -74,7 +101,8 @@ class Committer:
            that passes them;
         5. the lease: compare-and-set from ours to ours-after-this-batch. A retried call
            that finds its own earlier write had its reply lost: not a rival;
-        6. the offsets row (or the group / ZooKeeper commit: ``offsets.store``);
+        6. the offsets row (or the group / ZooKeeper commit: ``offsets.store``), keyed
+           above the chain's newest row (``commit_key``);
         7. the chain and the lease move on; the commit is copied to the Kafka group.
         """
         t0 = time.monotonic()
@@ -100,7 +128,8 @@ class Committer:
         for gap in gaps:
             self._record_gap(gap)
         # 5. the lease
-        new_lease = lease.after(plan.batch_ms)
+        key = self.commit_key(plan.batch_ms)
+        new_lease = lease.after(key)
         crash_point("driver_before_commit")
         if not self._leases.compare_and_set(lease, new_lease):
             holder = self._leases.holder()
@@ -111,13 +140,15 @@ class Committer:
                     f"stops without committing.")
         crash_point("driver_during_commit")
         # 6. the offsets row
-        self._store.put(plan.batch_ms, new_offsets,
-                        audit_cells(plan, totals, gaps, lease, self._topic_id))
+        audit = audit_cells(plan, totals, gaps, lease, self._topic_id)
+        if key != plan.batch_ms:  # keyed past the head: the batch's own time kept beside
+            audit["batch_time"] = str(plan.batch_ms)
+        self._store.put(key, new_offsets, audit)
         crash_point("driver_after_commit")
         # 7. move on
         self._lease, self._chain = new_lease, new_offsets
-        self.last_batch_ms = plan.batch_ms
-        mirrored = self._mirror(plan.batch_ms, new_offsets)
+        self.last_batch_ms = self._head_ms = key
+        mirrored = self._mirror(key, new_offsets)
         return Committed(totals, gaps, new_offsets, moved=True, commit_s=time.monotonic() - t0,
                          mirror_failed=not mirrored)
 
