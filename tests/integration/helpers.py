@@ -335,8 +335,10 @@ def published_once_per_change(env: Env, topic: str,
 # --------------------------------------------------------------------------- the offsets table
 
 
-def offsets_rows(env: Env) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    conn = env.hbase()
+def offsets_rows(env: Env, table_prefix: str | None = None
+                 ) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """The test's offsets rows, oldest first (in the tables of ``table_prefix``, if given)."""
+    conn = env.hbase(table_prefix)
     try:
         if b"stream_kafka_offsets" not in conn.tables():  # the job has not created it yet
             return []

@@ -14,7 +14,7 @@ from kafka import KafkaAdminClient, TopicPartition
 
 from leakproof.generator import GeneratorSpec
 
-from .helpers import Env, log_ends, records, run_cli
+from .helpers import Env, log_ends, offsets_rows, records, run_cli, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -88,3 +88,27 @@ def test_a_backfill_bounded_by_until_time_is_exact_and_diffs_equal_to_the_live_t
     assert found["sample"]["differ"] == [{"row": changed.decode(), "cells": {
         "s:events": [str(int(events) + 1), events.decode()]}}]
     assert found["sample"]["only_b"] == [gone.decode()]
+
+
+def test_a_backfill_stopped_before_its_bound_exits_3_naming_where_it_got_to(env: Env) -> None:
+    spec = GeneratorSpec(seed=4803, events=20_000, sessions=2_000)
+    env.produce(spec)
+    ends = log_ends(env)
+    until = datetime.fromtimestamp(time.time() + 3_600, UTC).isoformat(timespec="seconds")
+    backfill = env.variant("short", hbase={"table_prefix": f"{env.name}sh"},
+                           kafka={"max_rate_per_partition": 600})  # many batches
+    with env.background("--until-time", until, config=backfill, name="short") as job:
+        wait_for("two commits", lambda: len(offsets_rows(env, f"{env.name}sh")) >= 2)
+        said = run_cli("stop", "--config", backfill, "--wait", "60")
+        rc = job.wait(timeout=120)
+        text = job.text()
+    assert rc == 3, f"exit {rc}: {said.stdout}\n{text[-3000:]}"
+    assert "stopped before its bound" in text and "run again with the same bound" in text
+    newest = offsets_rows(env, f"{env.name}sh")[-1][1]
+    got = {p: int(newest[f"offsets:{p}".encode()]) for p in range(4)}
+    short = [p for p in range(4) if got[p] < ends[p]]
+    assert short and all(f"p{p} at {got[p]} of {ends[p]}" in text for p in short), text[-3000:]
+    # the same bound run again finishes the copy: exit 0, exact
+    env.run("--until-time", until, config=backfill)
+    out = run_cli("verify", "--config", backfill, "--spec", spec.as_arg(), check=False)
+    assert out.returncode == 0 and "EXACT MATCH" in out.stdout, out.stdout + out.stderr

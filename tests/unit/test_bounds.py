@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from leakproof.cli import build_parser
-from leakproof.driver.bounds import bound_offsets, clamp, reached
+from leakproof.driver.bounds import bound_offsets, clamp, reached, short_of
 from leakproof.driver.control import RunControl, RunLimits
 from leakproof.errors import OffsetError
 from leakproof.offsets import LogBounds, OffsetRange
@@ -108,3 +108,12 @@ def test_the_command_line_takes_one_bound_with_its_zone() -> None:
                 ["--until-offsets", "0=5", "--until-time", "2026-01-01T00:00:00Z"]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["run", "--config", "c", *bad])
+
+
+def test_a_bound_reached_leaves_no_partition_short_of_it() -> None:
+    assert short_of({0: 100, 1: 50}, {0: 100, 1: 70}) == {}
+
+
+def test_the_partitions_short_of_the_bound_say_where_they_got_to() -> None:
+    # p1 never committed (a run stopped before its first batch): at 0
+    assert short_of({0: 100, 1: 50, 2: 10}, {0: 40, 2: 10}) == {0: (40, 100), 1: (0, 50)}

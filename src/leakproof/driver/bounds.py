@@ -12,7 +12,11 @@ the rest of the job's vocabulary). It is worked out once, when the run starts:
   transaction still open then are read once it commits).
 
 Planning never plans a range past a bound, and the batch whose ranges reach every bound is
-the run's last: the run stops once it has committed (exit 0). A partition that appears while
+the run's last: the run stops once it has committed (exit 0). A bounded run that stops
+before every partition got there (``leakproof stop``, a signal, ``--until-idle`` while the
+bound is still ahead) exits ``BOUND_NOT_REACHED`` instead, naming the partitions short of it:
+a backfill-then-switch recipe (``run --until-time T && sessions diff && switch``) must not
+take a copy that is missing records for complete. A partition that appears while
 a bounded run runs is bounded the same way from where it appears (``--until-offsets``: at
 its log start, so nothing of it is read).
 """
@@ -23,6 +27,16 @@ from collections.abc import Iterable, Mapping
 
 from leakproof.errors import OffsetError
 from leakproof.offsets import LogBounds, OffsetRange
+
+BOUND_NOT_REACHED = 3
+"""``leakproof run``'s exit code when a bounded run stopped short of its bound."""
+
+
+def short_of(until: Mapping[int, int], committed: Mapping[int, int]) -> dict[int, tuple[int, int]]:
+    """The partitions whose committed offset is below their bound: partition -> (committed,
+    bound); a partition never committed counts as at 0. Empty: the bound was reached."""
+    return {p: (committed.get(p, 0), o) for p, o in sorted(until.items())
+            if committed.get(p, 0) < o}
 
 
 def bound_offsets(topic: str, bounds: Mapping[int, LogBounds],

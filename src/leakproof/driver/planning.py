@@ -138,6 +138,12 @@ class Planner:
             for p, o in self._until.items()))
         return dict(self._until)
 
+    @property
+    def until(self) -> dict[int, int] | None:
+        """The bounded run's bound per partition (None: unbounded); read once the stream has
+        stopped (the planning thread extends it as partitions appear)."""
+        return None if self._until is None else dict(self._until)
+
     def plan(self, batch_ms: int, rate: float | None = None) -> BatchPlan:
         """This batch's ranges: from the last planned position up to the rate caps.
 

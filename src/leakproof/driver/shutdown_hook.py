@@ -1,5 +1,6 @@
 """The driver JVM's shutdown hook: a SIGTERM to spark-submit's process group lets the batch
-in flight finish and commit, and a clean stop ends the JVM with exit code 0."""
+in flight finish and commit, and a clean stop ends the JVM with the run's exit code (0, or
+a bounded run's ``BOUND_NOT_REACHED``) rather than 143."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import threading
 from typing import Any
 
+from leakproof.driver.bounds import BOUND_NOT_REACHED
 from leakproof.driver.control import RunControl
 
 log = logging.getLogger(__name__)
@@ -80,18 +82,18 @@ class JvmShutdownHook:
             with contextlib.suppress(Exception):  # the JVM may already be going
                 self._manager.removeShutdownHook(self._thread)
             return
-        if exit_code != 0:
+        if exit_code not in (0, BOUND_NOT_REACHED):
             self._released.set()
             return  # Spark's own hooks go on; the exit code says what happened
         # A tidy SparkContext stop when it comes quickly (during the JVM's shutdown it can
         # block on the cluster manager), then the halt: every commit is already made.
         log.info("the driver JVM is shutting down: stopping the SparkContext and ending the "
-                 "JVM with exit code 0")
+                 "JVM with exit code %d", exit_code)
         stopper = threading.Thread(target=self._stop_context, daemon=True)
         stopper.start()
         stopper.join(5.0)
         with contextlib.suppress(Exception):  # halt never answers: the JVM is gone
-            self._sc._jvm.java.lang.Runtime.getRuntime().halt(0)
+            self._sc._jvm.java.lang.Runtime.getRuntime().halt(exit_code)
         self._released.set()  # only if the halt could not be made
 
     def _stop_context(self) -> None:
