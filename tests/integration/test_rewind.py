@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -173,3 +175,35 @@ def test_reprocessing_recipe_rewinds_the_configured_store(env: Env, store: str) 
     named = rewind(env, "--to-batch", "123", config=fresh, check=False)
     assert named.returncode == 1
     assert ("no offsets row" if store == "hbase" else "keeps no history") in named.stderr
+
+
+def test_a_rewind_from_a_host_an_hour_ahead_is_not_undone_by_a_driver_on_time(
+        env: Env) -> None:
+    """The newest row is the chain's head whatever the hosts' clocks: a driver whose clock
+    is behind the newest row keys its commits above it, so the next start resumes from its
+    own last commit, not from the older row with the later clock."""
+    if shutil.which("faketime") is None:
+        pytest.fail("the clock-skew test needs Debian's faketime: `make system-deps`")
+    first = GeneratorSpec(seed=1530, events=4_000, sessions=400)
+    env.produce(first)
+    env.run("--until-idle", "3")
+    ends = {int(k[len(b"offsets:"):]): int(v) for k, v in offsets_rows(env)[-1][1].items()
+            if k.startswith(b"offsets:")}
+    # the same offsets committed again from a host whose clock is an hour ahead
+    subprocess.run(["faketime", "-f", "+1h", sys.executable, "-m", "leakproof.cli", "offsets",
+                    "rewind", "--config", str(env.path), "--to-offsets",
+                    ",".join(f"{p}={o}" for p, o in sorted(ends.items()))],
+                   capture_output=True, text=True, timeout=240, check=True)
+    ahead = int(offsets_rows(env)[-1][0].rsplit(b":", 1)[1])
+    second = GeneratorSpec(seed=1531, events=4_000, sessions=400,
+                           start_ts=first.start_ts + 7_200_000)
+    env.produce(second)
+    ran = env.run("--until-idle", "3", "--log-format", "json")
+    assert "is not after the newest commit" in ran.stderr
+    keys = [int(k.rsplit(b":", 1)[1]) for k, _ in offsets_rows(env)]
+    assert keys == sorted(keys) and keys[-1] > ahead  # every later row above the rewind's
+    # a third run on time: nothing new, so nothing is read again
+    again = env.run("--until-idle", "3", "--log-format", "json")
+    assert sum(int(b.get("records", 0)) for b in progress_lines(again.stderr)) == 0
+    env.verify(first, second)
+    assert_offsets_chain(env)
