@@ -219,6 +219,28 @@ class FakeLeaseStore:
 
 
 @dataclass
+class FakeTableSet:
+    """Who writes a table set (the lease store's owner cell), the newest commit of each
+    topic and group (the state table's ``last:`` copies) and each topic's open sessions."""
+
+    leases: FakeLeaseStore
+    heads: dict[tuple[str, str], CommittedBatch] = field(default_factory=dict)
+    open: dict[str, int] = field(default_factory=dict)
+
+    def owner(self) -> str | None:
+        return self.leases.tables_owner
+
+    def head_of(self, topic: str, group: str) -> CommittedBatch | None:
+        return self.heads.get((topic, group))
+
+    def open_sessions(self, topic: str) -> int:
+        return self.open.get(topic, 0)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
 class FakeRunRecord:
     """The run record in memory, as HBaseRunRecord keeps it; ``down`` makes calls fail."""
 

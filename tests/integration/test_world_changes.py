@@ -126,6 +126,32 @@ def test_a_second_job_on_the_same_tables_is_refused_while_the_first_runs(env: En
     env.verify(spec, config=green)
 
 
+def test_a_new_group_taking_the_tables_over_with_latest_counts_what_came_in_between(
+        env: Env) -> None:
+    """Blue/green: blue (group it) stops; more sessions arrive; green, a new group set to
+    auto_offset_reset latest (as many production configs are), takes the tables over. It
+    starts where blue's last commit left the tables, not at the log end. A job of another
+    topic on the same tables is refused while the old topic has sessions open."""
+    first = GeneratorSpec(seed=5050, events=3_000, sessions=300)
+    between = GeneratorSpec(seed=5051, events=3_000, sessions=300, start_ts=T0 + 7_200_000)
+    env.produce(first)
+    env.run("--until-idle", "3")
+    env.produce(between)  # while nobody runs
+    green = env.variant("green-latest", kafka={"group_id": "green",
+                                                "auto_offset_reset": "latest"})
+    out = env.run("--until-idle", "3", config=green)
+    assert "taking the tables over from group it" in out.stderr, out.stderr[-3000:]
+    env.verify(first, between, config=green)
+    # a new topic on the same tables: the old topic's open sessions would never close
+    other = f"{env.name}-next"
+    create_topic(env.cfg.kafka, other, 4)
+    moved = env.variant("next-topic", kafka={"topic": other})
+    refused = env.run("--until-idle", "3", config=moved, check=False)
+    assert refused.returncode != 0
+    assert f"written by the job of topic {env.name} (group green), which left" in \
+        refused.stderr and "never closes them" in refused.stderr, refused.stderr[-3000:]
+
+
 WEB_SCHEMA = str(resources.files("leakproof").joinpath("schemas/web_event.avsc"))
 EVENTS = {"schema": WEB_SCHEMA, "session_key": "session_id", "event_time": "ts",
           "sequence": "seq"}

@@ -12,7 +12,7 @@ from leakproof.driver.planning import Planner
 from leakproof.driver.startup import start_driver
 from leakproof.offsets import CommittedBatch, LogBounds
 from leakproof.reports import TaskReport
-from leakproof.testing import FakeCommitStore, FakeLeaseStore, FakeMetadata
+from leakproof.testing import FakeCommitStore, FakeLeaseStore, FakeMetadata, FakeTableSet
 
 
 @dataclass
@@ -47,7 +47,8 @@ def rig(bounds: dict[int, tuple[int, int] | tuple[int, int, int]],
         stored: dict[int, int] | None = None,
         stored_audit: dict[str, str] | None = None, mirror: bool = True,
         recorded_topic_id: str | None = None, leases: FakeLeaseStore | None = None,
-        topic_id: str = "id-1", stored_ms: int = 500, **kafka: Any) -> Rig:
+        topic_id: str = "id-1", stored_ms: int = 500, tables: FakeTableSet | None = None,
+        **kafka: Any) -> Rig:
     """A started driver over a topic ``t`` with these [log_start, log_end) per partition
     (and a third number, the stable end, where a transaction is open)."""
     meta = FakeMetadata("t", {p: LogBounds(*b) for p, b in bounds.items()}, topic_id)
@@ -56,6 +57,7 @@ def rig(bounds: dict[int, tuple[int, int] | tuple[int, int, int]],
         store.rows.append(CommittedBatch(stored_ms, stored, stored_audit or {}))
     leases = leases or FakeLeaseStore(recorded_topic_id=recorded_topic_id)
     planner = Planner(KafkaConfig("127.0.0.1:9092", "t", "g", **kafka), 1.0, meta)
-    started = start_driver("t", "g", leases=leases, store=store, planner=planner,
+    started = start_driver("t", "g", leases=leases, store=store,
+                           tables=tables or FakeTableSet(leases), planner=planner,
                            mirror=meta if mirror else None, holder="start:a", now_ms=1_000)
     return Rig(meta, store, leases, planner, started.committer, started.incarnation)

@@ -10,9 +10,9 @@ from leakproof.commands.rewind import RewindTarget, write_rewind
 from leakproof.config import KafkaConfig
 from leakproof.driver.planning import Planner
 from leakproof.errors import KafkaReadError, OffsetError, TablesOwned
-from leakproof.offsets import LogBounds
+from leakproof.offsets import CommittedBatch, LogBounds
 from leakproof.sessions import fence_key, fence_source, incarnation_of
-from leakproof.testing import FakeCommitStore, FakeLeaseStore, FakeMetadata
+from leakproof.testing import FakeCommitStore, FakeLeaseStore, FakeMetadata, FakeTableSet
 
 from .drivers import rig
 
@@ -112,6 +112,44 @@ def test_a_second_job_on_the_tables_is_refused_while_the_first_runs() -> None:
     leases.tables_owner_running = False  # stopped: its tables are taken over
     rig({0: (0, 10)}, leases=leases)
     assert leases.tables_owner == "t:g"
+
+
+def test_a_new_group_taking_the_tables_over_starts_where_their_last_writer_committed(
+) -> None:
+    # blue (t:blue) read to 40 / 25 and stopped; more records came; green (t:g) starts with
+    # auto_offset_reset latest: it must read from blue's commit, not from the log end
+    leases = FakeLeaseStore(tables_owner="t:blue")
+    tables = FakeTableSet(leases, heads={("t", "blue"): CommittedBatch(
+        900, {0: 40, 1: 25}, {"epoch": "3", "topic_id": "id-1"})})
+    r = rig({0: (0, 100), 1: (0, 60)}, leases=leases, tables=tables,
+            auto_offset_reset="latest")
+    assert r.committer.committed == {0: 40, 1: 25}
+    assert [str(x) for x in r.plan().work] == ["t:0[40,100)", "t:1[25,60)"]
+    assert leases.tables_owner == "t:g"
+
+
+def test_a_takeover_does_not_resume_from_the_groups_own_older_offsets() -> None:
+    # green ran once (to 10), blue took over and read to 70; green takes them back
+    leases = FakeLeaseStore(tables_owner="t:blue")
+    tables = FakeTableSet(leases, heads={("t", "blue"): CommittedBatch(
+        900, {0: 70}, {"epoch": "2", "topic_id": "id-1"})})
+    r = rig({0: (0, 100)}, stored={0: 10}, leases=leases, tables=tables)
+    assert r.committer.committed == {0: 70}
+    r.run()
+    assert [row.offsets for row in r.store.rows] == [{0: 10}, {0: 100}]
+    assert r.store.rows[-1].batch_ms > 900  # keyed above the head it started from
+
+
+def test_a_job_of_another_topic_is_refused_while_the_old_topic_has_open_sessions() -> None:
+    leases = FakeLeaseStore(tables_owner="old:g")
+    tables = FakeTableSet(leases, open={"old": 12})
+    with pytest.raises(TablesOwned, match=r"topic old .* left 12 sessions open; a job of "
+                                          r"topic t never closes them"):
+        rig({0: (0, 10)}, leases=leases, tables=tables)
+    assert leases.cell is None and leases.tables_owner == "old:g"  # nothing taken
+    tables.open["old"] = 0  # the old job ran on until they closed
+    r = rig({0: (0, 10)}, leases=leases, tables=tables)
+    assert r.committer.committed == {0: 0} and leases.tables_owner == "t:g"
 
 
 def test_a_partition_silent_for_idle_after_gets_an_empty_range_as_a_task() -> None:

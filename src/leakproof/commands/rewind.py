@@ -65,8 +65,10 @@ def parse_offsets(text: str) -> dict[int, int]:
 
 def rewound_offsets(target: RewindTarget, store: CommitStore, bounds: Mapping[int, LogBounds],
                     by_time: Mapping[int, int | None] | None,
-                    where: str) -> dict[int, int]:
-    """Where the target points, checked against the log; ``where`` names topic and group."""
+                    where: str, base: CommittedBatch | None = None) -> dict[int, int]:
+    """Where the target points, checked against the log; ``where`` names topic and group.
+    ``base``: where the partitions ``--to-offsets`` leaves out stay (default: the store's
+    newest commit; on a takeover, the previous writer's)."""
     if target.to_batch is not None:
         row = store.get(target.to_batch)
         if row is None:
@@ -81,7 +83,7 @@ def rewound_offsets(target: RewindTarget, store: CommitStore, bounds: Mapping[in
         # nothing that new: the readable end (an open transaction's records may commit)
         offsets = {p: bounds[p].readable_end if o is None else o for p, o in by_time.items()}
     else:
-        latest = _own_latest(store)
+        latest = base if base is not None else _own_latest(store)
         offsets = {**(latest.offsets if latest else {}), **(target.to_offsets or {})}
     for p, o in sorted(offsets.items()):
         if p not in bounds:
@@ -106,6 +108,13 @@ def write_rewind(target: RewindTarget, offsets: Mapping[int, int], store: Commit
     driver's landed over it, saying so.
     """
     latest = _own_latest(store)
+    # the rewind says where this group reads the tables from: it becomes their writer (a
+    # job of another group still running on them is refused, one stopped is fenced), so
+    # its next start resumes from this row rather than from the previous writer's head
+    taken_from = leases.claim_tables(now_ms)
+    if taken_from:
+        log.warning("the rewind takes the tables over from the job of %s (not running): it "
+                    "is fenced and may no longer write them", taken_from)
     epoch = leases.take("rewind").epoch
     if topic_id:  # a rewind accepts the topic as it is now (a recreated one, say)
         # the first topic's id pinned before it is replaced: its fences carry no tag, and a
@@ -241,8 +250,8 @@ def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None,
             conn.close()
     store = open_store(cfg)
     try:
-        latest = _latest(store, dry_run)
-        offsets = rewound_offsets(target, store, bounds, by_time, f"{topic}:{group}")
+        latest = _inherited(cfg, dry_run) or _latest(store, dry_run)
+        offsets = rewound_offsets(target, store, bounds, by_time, f"{topic}:{group}", latest)
         plan = RewindPlan(target, f"{topic}:{group}", store.name,
                           latest.batch_ms if latest else None, plan_moves(offsets, latest),
                           _running(cfg))
@@ -269,6 +278,24 @@ def _latest(store: CommitStore, dry_run: bool) -> CommittedBatch | None:
         if not dry_run:
             raise
         return None
+
+
+def _inherited(cfg: Config, dry_run: bool) -> CommittedBatch | None:
+    """On a takeover, the previous writer's newest commit: the tables hold its events, so
+    it is the rewind's starting point (``driver.startup.takeover``, which also refuses a
+    takeover that would strand another topic's open sessions)."""
+    from leakproof.driver.startup import takeover
+    from leakproof.hbase.state_store import HBaseTableSet
+
+    tables = HBaseTableSet(cfg.hbase)
+    try:
+        return takeover(cfg.kafka.topic, cfg.kafka.group_id, tables)
+    except TableMissing:
+        if not dry_run:
+            raise
+        return None
+    finally:
+        tables.close()
 
 
 def _running(cfg: Config) -> str | None:

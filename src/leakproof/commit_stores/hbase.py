@@ -14,6 +14,7 @@ import happybase
 
 from leakproof.config import Config
 from leakproof.hbase.connection import ConnectionSlot
+from leakproof.hbase.state_store import decode_last, last_row
 from leakproof.offsets import CommittedBatch
 from leakproof.ports.driver import REQUIRED_AUDIT
 
@@ -72,20 +73,12 @@ class LastCommit:
 
     def __init__(self, cfg: Config) -> None:
         self._hb = cfg.hbase
-        self._row = f"last:{cfg.kafka.topic}:{cfg.kafka.group_id}".encode()
+        self._row = last_row(cfg.kafka.topic, cfg.kafka.group_id)
         self._conns = ConnectionSlot(cfg.hbase)
 
     def read(self, conn: happybase.Connection | None = None) -> CommittedBatch | None:
         def read(c: happybase.Connection) -> CommittedBatch | None:
-            cells = c.table(self._hb.state_table).row(self._row)
-            if not cells or b"l:batch_ms" not in cells:
-                return None
-            return CommittedBatch(
-                int(cells[b"l:batch_ms"]),
-                {int(k[len(b"l:p"):]): int(v) for k, v in cells.items()
-                 if k.startswith(b"l:p")},
-                {k: cells[f"l:{k}".encode()].decode() for k in REQUIRED_AUDIT
-                 if f"l:{k}".encode() in cells})
+            return decode_last(c.table(self._hb.state_table).row(self._row))
 
         return read(conn) if conn is not None else self._conns.call("offsets read", read)
 

@@ -55,7 +55,7 @@ from leakproof.errors import (
     KafkaReadError,
     LeakproofError,
 )
-from leakproof.hbase.state_store import HBaseLeaseStore, HBaseRunRecord
+from leakproof.hbase.state_store import HBaseLeaseStore, HBaseRunRecord, HBaseTableSet
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.logs import FIELDS
 from leakproof.model.fingerprint import meaning
@@ -116,7 +116,9 @@ class Job:
             # its own client: the planner's belongs to the generator thread
             mirror = self._closes(KafkaMetadata(cfg.kafka))
         started = start_driver(self.topic, self.group, leases=leases,
-                               store=self._closes(open_store(cfg)), planner=self.planner,
+                               store=self._closes(open_store(cfg)),
+                               tables=self._closes(HBaseTableSet(cfg.hbase)),
+                               planner=self.planner,
                                mirror=mirror, holder=f"start:{uuid.uuid4().hex[:8]}",
                                now_ms=int(time.time() * 1000), model=meaning(cfg.model))
         log.info("driver lease epoch %d for %s:%s", started.lease.epoch, self.topic,

@@ -2,13 +2,15 @@
 driver rig so both start the same way.
 
 0. claim the table set: one job writes it (another one running is refused, one that is
-   not is fenced and its tables taken over);
+   not is fenced and its tables taken over: ``takeover`` says where this one starts, or
+   refuses what would strand another topic's open sessions);
    and check the model: rows written under another model are refused (``fingerprint``);
 1. take the lease (a new epoch: an older driver's commits are refused from here on);
 2. read how far earlier holders' cell timestamps may go -- after the take, so a reservation
    of the old holder that lands later is refused -- and start the cell clock above it;
-3. read the newest committed batch and plan every partition's start from it and the topic
-   id kept beside the lease (a recreated topic is refused here, until a rewind accepts it);
+3. read the newest committed batch (on a takeover, the previous writer's) and plan every
+   partition's start from it and the topic id kept beside the lease (a recreated topic is
+   refused here, until a rewind accepts it);
 4. pin the first topic's id (its fences carry no incarnation tag; a recreated topic's get
    their own, so none of its records is taken for a replay of the old one's), record the
    topic id, then begin committing from that start.
@@ -34,7 +36,7 @@ from leakproof.hbase.connection import (
 from leakproof.lease import Lease
 from leakproof.model.fingerprint import changes, only_added
 from leakproof.offsets import CommittedBatch, StartPlan
-from leakproof.ports.driver import CommitStore, GroupMirror, LeaseStore
+from leakproof.ports.driver import CommitStore, GroupMirror, LeaseStore, TableSet
 from leakproof.sessions import incarnation_of
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,44 @@ def check_model(leases: LeaseStore, model: str) -> None:
             + ".")
 
 
+def takeover(topic: str, group: str, tables: TableSet) -> CommittedBatch | None:
+    """Where a job about to write a table set another job wrote last must start: the
+    offsets follow the tables, not the group.
+
+    The session rows hold exactly the events up to that job's last commit. A job of the
+    same topic (a new group: blue/green, a renamed group) starts there -- not at its own
+    group's older offsets, nor by ``auto_offset_reset``, which would skip (``latest``)
+    or count again (``earliest``) what the tables already hold -- so it returns that commit
+    (None: no takeover, or nothing committed by it). A job of another topic can never close
+    the sessions the old topic left open (only its own partitions' watermarks close them):
+    refused while there are any, naming the way out.
+    """
+    owner = tables.owner()
+    mine = f"{topic}:{group}"
+    if owner is None or owner == mine:
+        return None
+    other_topic, _, other_group = owner.rpartition(":")
+    if other_topic != topic:
+        still_open = tables.open_sessions(other_topic)
+        if still_open:
+            raise TablesOwned(
+                f"the tables were written by the job of topic {other_topic} (group "
+                f"{other_group}), which left {still_open} sessions open; a job of topic "
+                f"{topic} never closes them, so they would stay open for good. Run that job "
+                f"on until they close (with sessions.idle_after_s its quiet partitions close "
+                f"them; `leakproof run --config <its config> --until-idle S`, S past the "
+                f"inactivity gap and grace), or give this job its own hbase.table_prefix")
+        return None
+    head = tables.head_of(topic, other_group)
+    if head is not None:
+        log.warning("taking the tables over from group %s of %s: starting where its last "
+                    "commit (batch %d) left them, %s; this group's own offsets and "
+                    "kafka.auto_offset_reset are not used (they would skip or count again "
+                    "what the session rows hold)", other_group, topic, head.batch_ms,
+                    dict(sorted(head.offsets.items())))
+    return head
+
+
 @dataclass(frozen=True)
 class Started:
     """What a started driver holds: its lease, where it starts, its committer and clock."""
@@ -91,11 +131,17 @@ class Started:
 
 
 def start_driver(topic: str, group: str, *, leases: LeaseStore, store: CommitStore,
-                 planner: Planner, mirror: GroupMirror | None, holder: str, now_ms: int,
-                 model: str | None = None) -> Started:
+                 tables: TableSet, planner: Planner, mirror: GroupMirror | None, holder: str,
+                 now_ms: int, model: str | None = None) -> Started:
     """The steps of the module docstring; any of them may refuse (a LeakproofError).
     ``model``: the configured model's ``fingerprint.meaning`` (None: not checked)."""
-    taken_from = leases.claim_tables(now_ms)  # 0
+    judged = tables.owner()
+    inherited = takeover(topic, group, tables)  # 0
+    taken_from = leases.claim_tables(now_ms)
+    if taken_from != (judged if judged != f"{topic}:{group}" else None):
+        raise TablesOwned(f"the tables of {topic}:{group} changed hands while this job "
+                          f"started (now taken from {taken_from}, judged {judged}); start "
+                          f"it again")
     if taken_from:
         log.warning("took the tables over from the job of %s (not running): it is fenced "
                     "and may no longer write them", taken_from)
@@ -106,7 +152,7 @@ def start_driver(topic: str, group: str, *, leases: LeaseStore, store: CommitSto
         raise TablesOwned(f"the tables of {topic}:{group} were taken over by another job "
                           f"while this one started; it does not write them")
     clock = CellClock.start(now_ms, leases.cell_ts_bound())  # 2
-    latest = store.latest()  # 3
+    latest = inherited if inherited is not None else store.latest()  # 3
     recorded = leases.topic_id()
     start = planner.start(latest, recorded)
     first = leases.first_topic_id(recorded or planner.topic_id)  # 4

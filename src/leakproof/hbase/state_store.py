@@ -21,6 +21,7 @@ Rows (the partitions' ``wm:`` and ``op:`` rows of the same table are ``partition
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import happybase
 
@@ -30,12 +31,29 @@ from leakproof.errors import CommitRefused, TablesOwned
 from leakproof.hbase.connection import ConnectionSlot, check_and_put
 from leakproof.lease import FIRST_EPOCH, Lease
 from leakproof.moved_keys import KeyMoves
-from leakproof.offsets import Gap
+from leakproof.offsets import CommittedBatch, Gap
+from leakproof.ports.driver import REQUIRED_AUDIT
 from leakproof.runs import RUNNING, STOPPED, RunState, stale_after_ms
 
 
 def lease_row(topic: str, group: str) -> bytes:
     return f"lease:{topic}:{group}".encode()
+
+
+def last_row(topic: str, group: str) -> bytes:
+    """The row of the TTL-free copy of a topic and group's newest commit."""
+    return f"last:{topic}:{group}".encode()
+
+
+def decode_last(cells: Mapping[bytes, bytes]) -> CommittedBatch | None:
+    """A ``last:`` row's cells -> the commit it copies (None: no copy yet)."""
+    if not cells or b"l:batch_ms" not in cells:
+        return None
+    return CommittedBatch(
+        int(cells[b"l:batch_ms"]),
+        {int(k[len(b"l:p"):]): int(v) for k, v in cells.items() if k.startswith(b"l:p")},
+        {k: cells[f"l:{k}".encode()].decode() for k in REQUIRED_AUDIT
+         if f"l:{k}".encode() in cells})
 
 
 LEASE_COLUMN = b"l:holder"
@@ -169,6 +187,19 @@ class StateStore:
         owner = self._table.row(b"owner", columns=[b"l:job"]).get(b"l:job")
         return bool(owner == f"{topic}:{group}".encode())
 
+    def table_owner(self) -> str | None:
+        owner = self._table.row(b"owner", columns=[b"l:job"]).get(b"l:job")
+        return owner.decode() if owner else None
+
+    def read_last_commit(self, topic: str, group: str) -> CommittedBatch | None:
+        return decode_last(self._table.row(last_row(topic, group)))
+
+    def open_sessions(self, topic: str) -> int:
+        """The entries of ``topic``'s open-session index rows (``op:<topic>:...``)."""
+        prefix = f"op:{topic}:".encode()
+        return sum(len(cells) for _, cells in self._table.scan(row_prefix=prefix,
+                                                              columns=[b"o"]))
+
     def read_model(self) -> str | None:
         raw = self._table.row(b"model", columns=[b"l:meaning"]).get(b"l:meaning")
         return raw.decode() if raw else None
@@ -208,6 +239,30 @@ class StateStore:
         prefix = f"gap:{topic}:{group}:".encode()
         return [{"row": k.decode(), **{c[2:].decode(): v.decode() for c, v in cells.items()}}
                 for k, cells in self._table.scan(row_prefix=prefix)]
+
+
+class HBaseTableSet:
+    """The state table's account of who writes a table set (``ports.driver.TableSet``)."""
+
+    def __init__(self, cfg: HBaseConfig) -> None:
+        self._cfg = cfg
+        self._conns = ConnectionSlot(cfg)
+
+    def _state(self, conn: happybase.Connection) -> StateStore:
+        return StateStore(conn, self._cfg.state_table)
+
+    def owner(self) -> str | None:
+        return self._conns.call("table owner", lambda c: self._state(c).table_owner())
+
+    def head_of(self, topic: str, group: str) -> CommittedBatch | None:
+        return self._conns.call("offsets read", lambda c: self._state(c).read_last_commit(
+            topic, group))
+
+    def open_sessions(self, topic: str) -> int:
+        return self._conns.call("open sessions", lambda c: self._state(c).open_sessions(topic))
+
+    def close(self) -> None:
+        self._conns.reset()
 
 
 class HBaseLeaseStore:

@@ -16,7 +16,7 @@ from leakproof.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
 from leakproof.runs import RunState
 
 __all__ = ["REQUIRED_AUDIT", "CommitStore", "GroupMirror", "LeaseStore", "Metadata",
-           "RunRecord", "RunState"]
+           "RunRecord", "RunState", "TableSet"]
 
 # The audit keys every commit store gives back from ``latest()``, because the start-up
 # checks read them. epoch: the lease epoch of the driver that committed; topic_id: Kafka's
@@ -103,6 +103,26 @@ class RunRecord(Protocol):
     def request_stop(self, epoch: int) -> None: ...
 
     def stopped(self, epoch: int, detail: str) -> None: ...
+
+
+class TableSet(Protocol):
+    """What a job about to take a table set over must know of the job that wrote it last:
+    who that is, where it got to, and whether it leaves sessions open (``startup.takeover``).
+    """
+
+    def owner(self) -> str | None:
+        """``<topic>:<group>`` of the job that writes the table set (None: none yet)."""
+        ...
+
+    def head_of(self, topic: str, group: str) -> CommittedBatch | None:
+        """That job's newest commit, from the state table's copy (whatever its store)."""
+        ...
+
+    def open_sessions(self, topic: str) -> int:
+        """How many sessions the open-session index of ``topic``'s partitions holds."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class LeaseStore(Protocol):
