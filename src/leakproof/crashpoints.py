@@ -2,9 +2,12 @@
 
 ``LEAKPROOF_CRASH_AT=<name>[@<n>][:executor]`` kills the process the n-th time (default 1st)
 it passes the named point; with ``:executor``, the Spark executor JVM the Python worker runs
-under is killed instead (its whole process tree dies with it); with ``:stall=<s>`` nothing
-is killed: the process sleeps that long there and goes on (a task that stalled past its
-lease check, then writes: a zombie, or the slow attempt of a speculated task). With
+under is killed instead (its whole process tree dies with it); with ``:stall=<file>`` nothing
+is killed: the process waits there until ``<file>`` exists (the test releases it; at most an
+hour) and goes on -- a task that stalled past its lease check, then writes: a zombie, or the
+slow attempt of a speculated task -- and from then on appends the name of every point it
+passes to ``<file>.after`` (``task_done`` once its task's writes are all made), so a test
+waits for conditions, not for a number of seconds the rest must beat. With
 ``LEAKPROOF_CRASH_ONCE=<file>`` only the first process to get there crashes (it creates the
 file and writes its pid there), so a task retried elsewhere passes. Unset, a crash point is
 one dictionary lookup. Used only by tests; documented so that no one is surprised to find it.
@@ -19,13 +22,22 @@ from pathlib import Path
 
 ENV = "LEAKPROOF_CRASH_AT"
 ONCE_ENV = "LEAKPROOF_CRASH_ONCE"
+STALL_LIMIT_S = 3600.0  # a stall no test released ends by itself
 _passes: dict[str, int] = {}
+_resumed: list[Path] = []  # this process stalled and was released: where it tells its points
 
 
 def crash_point(name: str) -> None:
     spec = os.environ.get(ENV)
     if not spec:
         return
+    if _resumed:
+        with _resumed[0].open("a") as out:
+            out.write(name + "\n")
+    _crash(spec, name)
+
+
+def _crash(spec: str, name: str) -> None:
     spec, _, whom = spec.partition(":")
     target, _, nth = spec.partition("@")
     if target != name:
@@ -42,7 +54,11 @@ def crash_point(name: str) -> None:
         os.write(fd, b"%d" % os.getpid())  # whose fault it is: a test may stop its executor
         os.close(fd)
     if whom.startswith("stall="):
-        time.sleep(float(whom.removeprefix("stall=")))
+        release = Path(whom.removeprefix("stall="))
+        deadline = time.monotonic() + STALL_LIMIT_S
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _resumed.append(release.with_name(release.name + ".after"))
         return
     pid = executor_jvm(os.getpid()) if whom == "executor" else os.getpid()
     os.kill(pid or os.getpid(), signal.SIGKILL)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from contextlib import AbstractContextManager
+from pathlib import Path
 
 import pytest
 
@@ -19,11 +20,14 @@ from leakproof.generator import GeneratorSpec
 from .helpers import (
     Background,
     Env,
+    audit_total,
     background,
     finish_exact,
     offsets_rows,
     published_once_per_change,
+    records,
     require_standalone,
+    run_cli,
     stack,
     standalone_submit,
     wait_for,
@@ -115,13 +119,14 @@ def test_whole_worker_killed_mid_stream(env: Env) -> None:
     assert "worker lost" in text
 
 
-def stalling(env: Env, config: str, label: str, stall_s: int
-             ) -> AbstractContextManager[Background]:
-    """spark-submit whose first Python worker to reach its third range's lease check sleeps
-    ``stall_s`` there, alive, then writes; it leaves its pid in ``<label>.stalled``. The job
-    runs on idle past the stall, so the sleeper's writes land while it still runs."""
-    return submit(env, config, label, "--until-idle", str(stall_s + 10),
-                  executor_env={"LEAKPROOF_CRASH_AT": f"task_after_lease_check@3:stall={stall_s}",
+def stalling(env: Env, config: str, label: str) -> AbstractContextManager[Background]:
+    """spark-submit whose first Python worker to reach its third range's lease check waits
+    there, alive, until the test releases it (``release``), then writes; it leaves its pid in
+    ``<label>.stalled``. The job runs until the test stops it (``stop_after_stall``), so the
+    sleeper's writes land while it still runs."""
+    return submit(env, config, label, "--until-idle", "900",
+                  executor_env={"LEAKPROOF_CRASH_AT": "task_after_lease_check@3:stall="
+                                                      f"{env.tmp / f'{label}.release'}",
                                 "LEAKPROOF_CRASH_ONCE": str(env.tmp / f"{label}.stalled")})
 
 
@@ -132,6 +137,23 @@ def stalled_pid(env: Env, label: str) -> int:
     return int(marker.read_text())
 
 
+def release(env: Env, label: str, pid: int) -> None:
+    """Let the stalled worker go on, and wait until it has made its writes (or died with its
+    executor: a lost executor's worker may be killed before it wakes)."""
+    (env.tmp / f"{label}.release").touch()
+    after = env.tmp / f"{label}.release.after"
+    wait_for("the stalled attempt's writes", lambda: not Path(f"/proc/{pid}").exists() or (
+        after.exists() and "task_done" in after.read_text().split()), timeout=240)
+
+
+def stop_after_stall(env: Env, spec: GeneratorSpec, job: Background) -> str:
+    """Every record committed, then ``leakproof stop``; the run held to the oracle."""
+    wait_for("every record committed", lambda: audit_total(env, b"records") >= records(spec),
+             timeout=300)
+    run_cli("stop", "--config", str(env.path), "--wait", "120")
+    return finish_exact(env, spec, job)
+
+
 def committed_within(env: Env, seconds: float, what: str) -> float:
     """Waits for a commit newer than now (at most ``seconds``); how long it took."""
     t0, rows = time.monotonic(), {k for k, _ in offsets_rows(env)}
@@ -139,11 +161,10 @@ def committed_within(env: Env, seconds: float, what: str) -> float:
     return time.monotonic() - t0
 
 
-@pytest.mark.serial  # timing: with three test modules beside it, no copy ran within 43 s
 def test_speculation_with_the_slow_attempt_writing_after_its_copy_is_exact(env: Env) -> None:
     """``spark.speculation=true``: a task stalls right after its lease check (the Python
-    worker of the first executor to get there sleeps 25 s), Spark runs a copy on the other
-    executor, the batch commits and later batches move the same sessions on; the stalled
+    worker of the first executor to get there waits until released), Spark runs a copy on
+    the other executor, the batch commits and later batches move the same sessions on; the stalled
     attempt -- its Python worker left alive (``spark.python.task.killTimeout``) -- then
     writes what it folded from the rows as they were. Every session exact, each closed
     summary published once per change."""
@@ -158,12 +179,16 @@ def test_speculation_with_the_slow_attempt_writing_after_its_copy_is_exact(env: 
                              "spark.speculation.quantile": "0.5",
                              "spark.speculation.multiplier": "1.5",
                              "spark.speculation.minTaskRuntime": "1s",
+                             # a batch that is one task (placement not yet learned) is
+                             # speculated too: Spark's quantile rule needs two tasks
+                             "spark.speculation.task.duration.threshold": "5s",
                              "spark.python.task.killTimeout": "120s"}})
-    with stalling(env, config, "speculation", stall_s=25) as job:
-        stalled_pid(env, "speculation")
+    with stalling(env, config, "speculation") as job:
+        pid = stalled_pid(env, "speculation")
         # the copy finishes the batch while the original sleeps on
-        copied = committed_within(env, 23, "a commit while the attempt stalls")
-        finish_exact(env, spec, job)
+        copied = committed_within(env, 240, "a commit while the attempt stalls")
+        release(env, "speculation", pid)
+        stop_after_stall(env, spec, job)
     print(f"speculation: a stalled attempt's batch committed {copied:.1f}s into the stall")
     assert len(published_once_per_change(env, topic)) > 500
 
@@ -185,13 +210,15 @@ def test_a_lost_executors_python_worker_writing_after_the_rerun_is_exact(env: En
                                              "spark.network.timeout": "8s",
                                              "spark.network.timeoutInterval": "2s",
                                              "spark.python.task.killTimeout": "120s"}})
-    with stalling(env, config, "executor-lost", stall_s=50) as job:
-        jvm = executor_jvm(stalled_pid(env, "executor-lost"))
+    with stalling(env, config, "executor-lost") as job:
+        pid = stalled_pid(env, "executor-lost")
+        jvm = executor_jvm(pid)
         assert jvm is not None, "the stalled Python worker has no executor JVM above it"
         os.kill(jvm, signal.SIGSTOP)
         try:
-            lost_s = committed_within(env, 46, "a commit without the stopped executor")
+            lost_s = committed_within(env, 240, "a commit without the stopped executor")
         finally:
             os.kill(jvm, signal.SIGCONT)  # (the worker kills it, or it finds itself lost)
-        finish_exact(env, spec, job)
+        release(env, "executor-lost", pid)
+        stop_after_stall(env, spec, job)
     print(f"executor lost: the batch committed {lost_s:.1f}s after its executor stopped")

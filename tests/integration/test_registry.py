@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,7 +25,7 @@ from leakproof.events import schema_json
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.kafka.registry import RegistryClient
 
-from .helpers import ROOT, Env, assert_offsets_chain, run_cli
+from .helpers import ROOT, Env, assert_offsets_chain, run_cli, wait_for
 from .tcp_gate import TcpGate
 
 pytestmark = pytest.mark.integration
@@ -124,7 +123,9 @@ def test_a_registry_down_when_the_job_starts_is_waited_for_and_nothing_is_dead_l
                 "--sessions", "400", "--seed", "2803")
         with env.background("--until-idle", "6", config=config, name="outage") as job:
             gate.hang()
-            time.sleep(20)  # the job starts, plans, and its ranges wait for the registry
+            # the job starts, plans, and its ranges wait for the registry
+            wait_for("the ranges waiting for the registry", lambda: job.poll() is not None or (
+                "schema registry" in job.text() and "retry" in job.text()), timeout=300)
             assert job.poll() is None, job.text()[-3000:]
             gate.open()
             assert job.wait(timeout=240) == 0, job.text()[-6000:]
@@ -149,7 +150,10 @@ def test_a_registry_stopped_before_the_job_starts_is_waited_for_and_nothing_is_d
         produce_v2(env, v2)
         gate.refuse()
         with env.background("--until-idle", "6", config=config, name="stopped") as job:
-            time.sleep(20)  # it starts, plans, and its ranges retry the refused registry
+            # it starts, plans, and its ranges retry the refused registry
+            wait_for("the ranges retrying the registry", lambda: job.poll() is not None or (
+                "schema registry" in job.text() and "Connection refused" in job.text()),
+                timeout=300)
             assert job.poll() is None, job.text()[-3000:]
             gate.open()
             assert job.wait(timeout=300) == 0, job.text()[-6000:]

@@ -353,6 +353,7 @@ def _may_close(partition: int, owners_in: int | None, owner_watermarks: Mapping[
     if owners_in is None:
         return None
 
+    crash_point("task_done")  # every write of these ranges made (fault tests wait for it)
     def may_close(sid: str, last_ts: int) -> bool:
         owner = home(key_of(sid).encode(), owners_in)
         return owner == partition or owner_watermarks.get(owner, NO_WATERMARK) > \
