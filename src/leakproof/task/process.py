@@ -323,6 +323,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
         r.report.late, r.report.duplicates = result.late, result.duplicates
         r.report.sessions = len(result.touched)
         r.report.closed = len(result.closed_now)
+    crash_point("task_done")  # every write of these ranges made (fault tests wait for it)
 
 
 def _publish(stores: Stores, model: CompiledModel, topic: str, rng: OffsetRange,
@@ -353,7 +354,6 @@ def _may_close(partition: int, owners_in: int | None, owner_watermarks: Mapping[
     if owners_in is None:
         return None
 
-    crash_point("task_done")  # every write of these ranges made (fault tests wait for it)
     def may_close(sid: str, last_ts: int) -> bool:
         owner = home(key_of(sid).encode(), owners_in)
         return owner == partition or owner_watermarks.get(owner, NO_WATERMARK) > \
