@@ -101,7 +101,7 @@ wait $cds; cat "$results/cds.log"  # without the archive the tests only run slow
 
 # TEST_WORKERS: how many quiet integration tests run at once in the full run (on two cores
 # three finish the tier in 1 000-1 070 s, against 1 290 s for two: most of a test is waiting
-# on batches; the speculation test, whose copy did not come in time beside three, is serial)
+# on batches)
 workers=${TEST_WORKERS:-3}
 if [ $mode = fast ]; then
   step "integration tests, two at a time (no faults, cluster, slow or serial tests)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -33,7 +34,17 @@ from leakproof.errors import RegistryRefused
 from leakproof.generator import GeneratorSpec
 from leakproof.kafka.registry import RegistryClient
 
-from .helpers import ROOT, Env, require_yarn, run_cli, standalone_submit, submit_yarn
+from .helpers import (
+    ROOT,
+    Env,
+    lag_report,
+    records,
+    require_yarn,
+    run_cli,
+    standalone_submit,
+    submit_yarn,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -152,13 +163,24 @@ def test_exact_across_several_ticket_expiries(tmp_path: Path) -> None:
                 time.sleep(18)
             for e in envs:
                 e.produce(spec)
-        time.sleep(12)  # the last wave is read and committed
+        produced = records(*waves)
+        for e, c in zip(envs, configs, strict=True):  # the last wave read and committed
+            wait_for(f"{e.name}: every wave committed",
+                     functools.partial(committed_all, e, c, produced), timeout=300)
         for job in running:
             job.signal_group(15)
         for job in running:
             assert job.wait(120) == 0, job.text()[-4000:]
     for e, c in zip(envs, configs, strict=True):
         e.verify(*waves, config=c)
+
+
+def committed_all(env: Env, config: str, produced: int) -> bool:
+    """Whether the job of ``config`` committed all ``produced`` records (its lag report,
+    read through the secured services as an operator would)."""
+    report = lag_report(env, config)
+    return report["total_lag"] == 0 and sum(
+        p["committed"] or 0 for p in report["partitions"]) >= produced
 
 
 def test_secured_ports_refuse_clients_without_kerberos() -> None:
