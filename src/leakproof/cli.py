@@ -203,11 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
     model = cmd("model", "check the event model (events:, aggregates:) against its schema and "
                          "the topic's newest records; writes nothing")
     model.add_argument("action", choices=["check", "accept"],
-                       help="check: check it, writing nothing; accept: record it as the model "
-                            "the session rows are written under (added aggregates only, "
-                            "unless --force)")
+                       help="check: check it, writing nothing; accept: record it and the "
+                            "session settings as the meaning the session rows are written "
+                            "under (added aggregates only, unless --force)")
     model.add_argument("--force", action="store_true",
-                       help="accept: record any change, not only added aggregates")
+                       help="accept: record any change the rows can be folded on from, not "
+                            "only added aggregates")
     model.add_argument("--sample", type=int, default=20, metavar="N",
                        help="fold the newest N records and print the rows they would give "
                             "(0: check the schema only)")

@@ -11,10 +11,10 @@ from importlib import resources
 
 import pytest
 import yaml
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions
 
-from leakproof import config
+from leakproof import codec, config
 from leakproof.commands.produce import create_topic, send_events
 from leakproof.driver.job import Job
 from leakproof.errors import OffsetError
@@ -165,25 +165,54 @@ def test_a_model_changed_over_existing_rows_is_refused_naming_the_change(env: En
     changed = model_config(env, "m2", {**first, "bytes": {"fn": "max", "field": "bytes"}})
     refused = env.run(config=changed, check=False)
     assert refused.returncode != 0
-    assert "aggregate bytes changed from fn: sum, field: bytes to fn: max, field: bytes" in \
+    assert "aggregates.bytes changed from fn: sum, field: bytes to fn: max, field: bytes" in \
         refused.stderr, refused.stderr[-3000:]
     added = model_config(env, "m3", {**first, "clicks": {"fn": "count",
                                                            "where": "event_type == 'click'"}})
     refused = env.run(config=added, check=False)
     assert refused.returncode != 0 and "leakproof model accept" in refused.stderr
     accepted = run_cli("model", "accept", "--config", added)
-    assert "aggregate clicks added" in accepted.stdout
+    assert "aggregates.clicks added" in accepted.stdout
     env.produce(GeneratorSpec(seed=5071, events=500, sessions=50,
                               start_ts=T0 + 7_200_000))
     env.run("--until-idle", "3", config=added)  # the new cell counts from here on
 
 
-def model_config(env: Env, label: str, aggregates: Mapping[str, object]) -> str:
+def test_session_settings_are_meaning_and_force_takes_no_change_the_rows_cannot_survive(
+        env: Env) -> None:
+    """Split by the gap, ``sessions.late`` says what a row's aggregates hold: changed over
+    the rows, the start is refused naming the key. A sequence dropped there would leave
+    rows whose first / last the fold cannot order (every batch failing): ``model accept
+    --force`` refuses it, naming why and the way out, and records nothing."""
+    env.produce(GeneratorSpec(seed=5072, events=400, sessions=40))
+    aggregates = {"events": {"fn": "count"}, "entry_url": {"fn": "first", "field": "url"}}
+    gap = {"sessions": {"by": "gap", "inactivity_gap_s": 60, "grace_s": 5}}
+    first = model_config(env, "g1", aggregates, **gap)
+    env.run("--until-idle", "3", config=first)
+    folded = model_config(env, "g2", aggregates,
+                          sessions={**gap["sessions"], "late": "fold"})
+    refused = env.run(config=folded, check=False)
+    assert refused.returncode != 0
+    assert "sessions.late changed from count to fold" in refused.stderr, refused.stderr[-3000:]
+    unsequenced = model_config(env, "g3", aggregates, **gap, sequence=None)
+    forced = run_cli("model", "accept", "--force", "--config", unsequenced, check=False)
+    assert forced.returncode != 0
+    said = forced.stdout + forced.stderr
+    assert "events.sequence changed from seq to none: with sessions.by: gap" in said, said
+    assert "hbase.table_prefix" in said and "leakproof sessions diff" in said
+    env.produce(GeneratorSpec(seed=5073, events=200, sessions=20, start_ts=T0 + 7_200_000))
+    env.run("--until-idle", "3", config=first)  # nothing recorded: the rows' model goes on
+
+
+def model_config(env: Env, label: str, aggregates: Mapping[str, object],
+                 sessions: Mapping[str, object] | None = None, **events: object) -> str:
     """The test's config with the event model declared in full (``events:`` and
-    ``aggregates:``) instead of the shipped web model."""
+    ``aggregates:``, ``events`` changing keys of it) instead of the shipped web model."""
     path = env.tmp / f"{label}.yml"
     data = yaml.safe_load(env.path.read_text())
-    data.update(events=EVENTS, aggregates=aggregates)
+    data.update(events={k: v for k, v in {**EVENTS, **events}.items() if v is not None},
+                aggregates=aggregates)
+    data["sessions"].update(sessions or {})
     path.write_text(yaml.safe_dump(data))
     return str(path)
 
@@ -204,6 +233,49 @@ def test_quiet_partitions_close_their_sessions_with_the_wall_clock(env: Env) -> 
         f"q{i}": "closed" for i in range(40)}
     assert {sid: row["events"] for sid, row in rows.items()} == {
         f"q{i}": "3" for i in range(40)}
+
+
+def test_quiet_partitions_close_their_sessions_with_the_shipped_idle_default(
+        env: Env) -> None:
+    """``sessions.idle_after_s`` left out, as config.yml ships it: a partition the job has
+    read nothing of for the inactivity gap moves on, and every session closes, exact."""
+    assert "idle_after_s" not in yaml.safe_load(env.path.read_text())["sessions"]
+    now = int(time.time() * 1000)
+    env.produce_events([event(f"d{i}", seq, now - 3_000 + seq * 1_000) for i in range(40)
+                        for seq in range(3)])
+    quick = env.variant("quick", sessions={"inactivity_gap_s": 4, "grace_s": 1})
+    env.run("--until-idle", "20", config=quick, timeout=120)
+    rows = session_rows(env)
+    assert {sid: (row["state"], row["events"]) for sid, row in rows.items()} == {
+        f"d{i}": ("closed", "3") for i in range(40)}
+
+
+def test_records_stamped_an_hour_back_close_no_session_before_its_silence(env: Env) -> None:
+    """A mirrored topic (MirrorMaker 2, a Connect source, a backfill) stamps its records
+    with their event times, here an hour back: that age is the upstream's lag, not silence.
+    A run that reads them and stays quiet for less than gap + grace leaves every session
+    open; a run quiet for longer closes them all, exact."""
+    hour_back = int(time.time() * 1000) - 3_600_000
+    events = [event(f"m{i}", seq, hour_back + seq * 1_000) for i in range(40)
+              for seq in range(3)]
+    producer = KafkaProducer(bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}", acks="all")
+    try:
+        for e in events:  # each record stamped with its event's time, as MirrorMaker keeps it
+            producer.send(env.name, key=codec.encode_key(e), value=codec.encode_value(e),
+                          timestamp_ms=e.ts)
+        producer.flush()
+    finally:
+        producer.close()
+    mirrored = env.variant("mirrored", sessions={"inactivity_gap_s": 20, "grace_s": 1,
+                                                 "idle_after_s": 2})
+    env.run("--until-idle", "8", config=mirrored, timeout=120)  # ticks, 8 s quiet at most
+    rows = session_rows(env)
+    assert {sid: (row["state"], row["events"]) for sid, row in rows.items()} == {
+        f"m{i}": ("open", "3") for i in range(40)}
+    env.run("--until-idle", "35", config=mirrored, timeout=150)  # quiet past gap + grace
+    rows = session_rows(env)
+    assert {sid: (row["state"], row["events"], row["late_events"])
+            for sid, row in rows.items()} == {f"m{i}": ("closed", "3", "0") for i in range(40)}
 
 
 def test_one_producer_an_hour_fast_closes_no_session_early(env: Env) -> None:

@@ -26,6 +26,19 @@ def test_shipped_config_loads_with_documented_values() -> None:
     assert cfg.sessions.close_after_ms == (1800 + 60) * 1000
 
 
+def test_idle_advance_is_on_by_default_as_long_as_the_gap_and_null_turns_it_off() -> None:
+    assert config.load(ROOT / "config.yml").sessions.idle_after_s == 1800
+    assert config.from_dict(minimal()).sessions.idle_after_s == 1800
+    gap = {"inactivity_gap_s": 30, "grace_s": 5}
+    assert config.from_dict({**minimal(), "sessions": gap}).sessions.idle_after_s == 30
+    assert config.from_dict({**minimal(), "sessions": {**gap, "idle_after_s": 10}}
+                            ).sessions.idle_after_s == 10
+    assert config.from_dict({**minimal(), "sessions": {**gap, "idle_after_s": None}}
+                            ).sessions.idle_after_s is None
+    with pytest.raises(ConfigError, match=r"'sessions\.idle_after_s' must be > 0, got -1"):
+        config.from_dict({**minimal(), "sessions": {"idle_after_s": -1}})
+
+
 def test_defaults_fill_optional_sections() -> None:
     cfg = config.from_dict(minimal())
     assert cfg.kafka.auto_offset_reset == "earliest"

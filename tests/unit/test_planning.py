@@ -157,13 +157,30 @@ def test_a_partition_silent_for_idle_after_gets_an_empty_range_as_a_task() -> No
     planner = Planner(KafkaConfig("127.0.0.1:9092", "t", "g"), 0.01, meta, idle_after_s=0.05)
     planner.start(None)
     first = planner.plan(1_000)
-    assert first.idle == () and [str(r) for r in first.work] == ["t:0[0,10)"]
+    assert first.idle == {} and [str(r) for r in first.work] == ["t:0[0,10)"]
     time.sleep(0.06)
     meta.bounds[0] = LogBounds(0, 12)  # p0 still gets records: never idle
     later = planner.plan(2_000)
-    assert later.idle == (1,) and [str(r) for r in later.work] == ["t:0[10,12)", "t:1[0,0)"]
-    assert planner.plan(3_000).idle == ()  # at most once per idle_after_s
-    assert Planner(KafkaConfig("127.0.0.1:9092", "t", "g"), 0.01, meta).plan(4_000).idle == ()
+    assert list(later.idle) == [1] and [str(r) for r in later.work] == ["t:0[10,12)",
+                                                                        "t:1[0,0)"]
+    assert 60 <= later.idle[1] < 1_000  # silent since the start: this process's clock
+    assert planner.plan(3_000).idle == {}  # at most once per idle_after_s
+    assert Planner(KafkaConfig("127.0.0.1:9092", "t", "g"), 0.01, meta).plan(4_000).idle == {}
+
+
+def test_silence_is_timed_from_the_last_read_not_from_the_records_timestamps() -> None:
+    """A mirrored topic's records carry their event times, an hour old: a partition just
+    read is not silent, whatever its records' timestamps say; one read nothing of for
+    ``idle_after_s`` is, by that long."""
+    meta = FakeMetadata("t", {0: LogBounds(0, 10)})
+    meta.record_ms = {0: [int(time.time() * 1000) - 3_600_000] * 10}  # an hour old
+    planner = Planner(KafkaConfig("127.0.0.1:9092", "t", "g"), 0.01, meta, idle_after_s=0.05)
+    planner.start(None)
+    assert planner.plan(1_000).idle == {}  # read now
+    assert planner.plan(2_000).idle == {}  # nothing new, but read a moment ago
+    time.sleep(0.06)
+    due = planner.plan(3_000).idle
+    assert list(due) == [0] and 50 <= due[0] < 1_000
 
 
 def times(at: dict[int, int], length: int) -> list[int]:
@@ -209,4 +226,4 @@ def test_a_partition_an_open_transaction_holds_is_not_idle() -> None:
     planner.start(None)
     planner.plan(1_000)
     time.sleep(0.03)
-    assert planner.plan(2_000).idle == ()
+    assert planner.plan(2_000).idle == {}

@@ -401,26 +401,33 @@ def test_without_partitions_added_the_old_partition_closes_it_early() -> None:
     assert [(r.partition, r.closed, r.late) for r in reports] == [(0, 1, 0), (2, 0, 20)]
 
 
-def test_an_idle_partitions_watermark_moves_on_with_the_clock_from_its_newest_record() -> None:
-    """An empty range is an idle tick (``sessions.idle_after_s``): the watermark the newest
-    record left moves on by the time since that record's Kafka timestamp, so a quiet
-    partition's sessions close ``inactivity_gap + grace`` after their last event."""
+def test_an_idle_partitions_watermark_moves_on_by_its_silence_from_its_newest_record() -> None:
+    """An idle tick (``sessions.idle_after_s``) moves the watermark the newest record left on
+    by how long the driver has read nothing of the partition -- never by the age of that
+    record's Kafka timestamp: here the records are an hour old (a mirrored topic keeps its
+    event times), and a tick a second after the read closes nothing; a minute of silence
+    closes the session, ``inactivity_gap + grace`` after its last event."""
     rig = Rig(with_output=True)
     stores = Stores(rig.sessions, rig.partitions, rig.dead, rig.lease, lambda p: rig.sink)
     t0 = 1_767_225_600_000
     recs = [replace(r, timestamp=t0 + 5) for r in records(ev("a", 0, t0), ev("a", 1, t0 + 5))]
+    now = t0 + 3_600_000  # the job reads them an hour after their timestamps
 
-    def run(work: list[Rec], batch_ms: int, start: int = 0) -> TaskReport:
+    def run(work: list[Rec], batch_ms: int, start: int = 0,
+            idle: dict[int, int] | None = None) -> TaskReport:
         rng = OffsetRange("t", 0, start, start + len(work))
         return process_ranges([(rng, work)], decode, stores, compile_model(web_model()),
                               batch_ms=batch_ms, epoch=1, close_after_ms=CLOSE_MS,
-                              cell_ts={0: batch_ms})[0]
+                              cell_ts={0: batch_ms}, idle=idle)[0]
 
-    run(recs, t0 + 100)
+    run(recs, now)
     assert rig.partitions.state[("t", 0)][b"w:record_ts"] == str(t0 + 5).encode()
-    assert run([], t0 + 30_000, start=2).closed == 0  # 30 s quiet: the watermark at t0 + 30 s
+    assert run([], now + 1_000, start=2, idle={0: 1_000}).closed == 0  # just read
+    assert run([], now + 1_000, start=2).closed == 0  # an empty range alone: no tick
+    assert rig.partitions.state[("t", 0)][b"w:watermark"] == str(t0 + 5 + 1_000).encode()
+    assert run([], now + 30_000, start=2, idle={0: 30_000}).closed == 0  # at t0 + 30 s
     assert rig.sessions.readable()["a"]["state"] == "open"
-    assert run([], t0 + 61_000, start=2).closed == 1  # past last_ts + gap + grace
+    assert run([], now + 61_000, start=2, idle={0: 61_000}).closed == 1  # past gap + grace
     assert rig.sessions.readable()["a"]["state"] == "closed"
     assert [key for _, recs_ in rig.sink.committed for key, _ in recs_] == [b"a"]
     # the record's anchor stays: a later tick moves on from the same newest record

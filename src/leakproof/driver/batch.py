@@ -28,8 +28,9 @@ class BatchPlan:
     their rows (``task.process``);
     ``cell_ts`` the HBase timestamp its writes start at (``cell_clock``; 0 until stamped);
     ``last``: a bounded run's last batch, its ranges reaching every partition's bound
-    (``driver/bounds.py``); ``idle``: partitions silent for ``sessions.idle_after_s``, whose
-    empty ranges run as tasks so their watermarks move on with the wall clock;
+    (``driver/bounds.py``); ``idle``: partitions silent for ``sessions.idle_after_s``, each
+    with how long (ms, the driver's own clock), whose empty ranges run as tasks so their
+    watermarks move on by that silence;
     ``unread_ts`` the timestamp (epoch ms) of each partition's oldest unread record once the
     batch is read, for lag in seconds (absent: nothing unread; None: it could not be read).
     """
@@ -45,7 +46,7 @@ class BatchPlan:
     owners_in: int | None = None
     cell_ts: int = 0
     last: bool = False
-    idle: tuple[int, ...] = ()
+    idle: Mapping[int, int] = field(default_factory=dict)
     unread_ts: Mapping[int, int | None] = field(default_factory=dict)
 
     @property

@@ -23,7 +23,7 @@ def run_tasks(cfg: Config, plan: BatchPlan, rdd: Any, epoch: int, incarnation: s
     thread then runs later batches as one task: ``key_guard``)."""
     if not plan.work:
         return []
-    batch_ms, owners_in = plan.batch_ms, plan.owners_in
+    batch_ms, owners_in, idle = plan.batch_ms, plan.owners_in, dict(plan.idle)
 
     def tasks(check: int | None, cell_ts: dict[int, int]
               ) -> Callable[[Iterator[tuple[OffsetRange, ...]]], Iterator[TaskReport]]:
@@ -32,7 +32,8 @@ def run_tasks(cfg: Config, plan: BatchPlan, rdd: Any, epoch: int, incarnation: s
 
             for ranges in runs:  # in partition order, each its own fence and report
                 yield from run_ranges(cfg, batch_ms, ranges, epoch, check, cell_ts=cell_ts,
-                                      incarnation=incarnation, owners_in=owners_in)
+                                      incarnation=incarnation, owners_in=owners_in,
+                                      idle=idle)
         return task
 
     try:  # the Spark UI's job list then says which ranges each batch read

@@ -120,7 +120,8 @@ class Job:
                                tables=self._closes(HBaseTableSet(cfg.hbase)),
                                planner=self.planner,
                                mirror=mirror, holder=f"start:{uuid.uuid4().hex[:8]}",
-                               now_ms=int(time.time() * 1000), model=meaning(cfg.model))
+                               now_ms=int(time.time() * 1000),
+                               model=meaning(cfg.model, cfg.sessions))
         log.info("driver lease epoch %d for %s:%s", started.lease.epoch, self.topic,
                  self.group)
         self.committer, self._clock = started.committer, started.clock

@@ -178,18 +178,24 @@ class Planner:
                          unread_ts=self._oldest_unread(ranges, bounds, held))
 
     def _idle(self, ranges: Sequence[OffsetRange], bounds: Mapping[int, LogBounds]
-              ) -> tuple[int, ...]:
+              ) -> dict[int, int]:
         """The partitions silent for ``sessions.idle_after_s`` whose watermark is due to
-        move on with the wall clock (an empty range each: ``task.index``), each at most once
-        per ``idle_after_s`` (and per batch interval). A partition with records it does not
-        read yet is not silent: one an open transaction holds (its records may commit), or a
-        bounded run's partition at its bound. A bounded run (a backfill) never ticks: it
-        reads history, where the wall clock says nothing of event time."""
+        move on (an empty range each: ``task.index``), each at most once per
+        ``idle_after_s`` (and per batch interval), with how long each has been silent (ms).
+
+        Silence is measured on this job's own clock: since it last planned records of the
+        partition, or since it started for one it has not read. Never from a record's
+        timestamp: a mirrored topic, a Connect source or a backfill stamps records with
+        their event times, an hour old or more, and that age is the upstream's lag, not
+        silence. A partition with records it does not read yet is not silent: one an open
+        transaction holds (its records may commit), or a bounded run's partition at its
+        bound. A bounded run (a backfill) never ticks: it reads history, where the clock
+        says nothing of event time."""
         if self._idle_after_s is None or self._until is not None:
-            return ()
+            return {}
         now = time.monotonic()
         every = max(self._idle_after_s, self._interval_s)
-        due = []
+        due = {}
         for r in ranges:
             waiting = r.until_offset < bounds[r.partition].log_end
             if r.count or waiting:
@@ -199,8 +205,8 @@ class Planner:
             if now - quiet >= self._idle_after_s and \
                     now - self._ticked.get(r.partition, quiet) >= every:
                 self._ticked[r.partition] = now
-                due.append(r.partition)
-        return tuple(due)
+                due[r.partition] = round((now - quiet) * 1000)
+        return due
 
     def _bound_appeared(self, appeared: Mapping[int, int], bounds: Mapping[int, LogBounds]
                         ) -> None:

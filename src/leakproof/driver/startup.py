@@ -34,7 +34,7 @@ from leakproof.hbase.connection import (
     ttl_refusal,
 )
 from leakproof.lease import Lease
-from leakproof.model.fingerprint import changes, only_added
+from leakproof.model.fingerprint import beyond_force, changes, only_added
 from leakproof.offsets import CommittedBatch, StartPlan
 from leakproof.ports.driver import CommitStore, GroupMirror, LeaseStore, TableSet
 from leakproof.sessions import incarnation_of
@@ -61,23 +61,32 @@ def prepare_tables(cfg: HBaseConfig) -> None:
 
 
 def check_model(leases: LeaseStore, model: str) -> None:
-    """Record the model the first time; refuse one whose meaning differs from the rows'."""
+    """Record the model the first time; refuse one whose meaning differs from the rows'.
+    A recorded meaning of an older version (without the session settings) that agrees is
+    recorded again, complete (``fingerprint``: it is read as the configured settings)."""
     recorded = leases.recorded_model()
     if recorded is None:
         leases.record_model(model)
         return
     found = changes(recorded, model)
-    if found:
-        raise ConfigError(
-            f"the event model changed over existing session rows: {'; '.join(map(str, found))}. "
-            f"Folded on, every open session would mix both meanings. Either give the job new "
-            f"tables (a new hbase.table_prefix) and reprocess from the start (leakproof "
-            f"sessions diff compares the two), or"
-            + (" record the added aggregates with `leakproof model accept --config <this "
-               "config>` (their cells count the events applied from then on)"
-               if only_added(found) else
-               " restore the model; `leakproof model accept --force` records it anyway")
-            + ".")
+    if not found:
+        if recorded != model:
+            leases.record_model(model)
+        return
+    stuck = beyond_force(found, model)
+    raise ConfigError(
+        f"the event model or session settings changed over existing session rows: "
+        f"{'; '.join(map(str, found))}. Folded on, every open session would mix both "
+        f"meanings. Either give the job new tables (a new hbase.table_prefix) and reprocess "
+        f"from the start (leakproof sessions diff compares the two), or"
+        + (" record the added aggregates with `leakproof model accept --config <this "
+           "config>` (their cells count the events applied from then on)"
+           if only_added(found) else
+           " restore the config; `leakproof model accept --force` records it anyway"
+           if not stuck else
+           " restore the config (`leakproof model accept --force` cannot take it: "
+           + "; ".join(stuck) + ")")
+        + ".")
 
 
 def takeover(topic: str, group: str, tables: TableSet) -> CommittedBatch | None:

@@ -67,7 +67,10 @@ class StoredPartition(NamedTuple):
     (``kept_rows``: whose kept rows still hold); the width of its index's buckets (0:
     not recorded -- a row written before the width was kept); and the Kafka timestamp of
     the newest record it read with the watermark then (-1: none), from which an idle
-    partition's watermark moves on with the wall clock (``sessions.idle_after_s``)."""
+    partition's watermark moves on by the silence the driver measured
+    (``sessions.idle_after_s``; the timestamp only says a record was read);
+    ``dead_until``: the highest offset a range of it ever dead-lettered (-1: none), so a
+    replay knows when an earlier attempt may have dead-lettered a record it now decodes."""
 
     state: PartitionState
     cutoff: int

@@ -63,7 +63,7 @@ class Wanted:
     partition: int
     touched: frozenset[str]
     newest_ts: int
-    idle_at: int | None = None  # an idle tick's batch time: the watermark follows the clock
+    idle_ms: int | None = None  # an idle tick: how long the partition has been silent
 
 
 def load(partitions: PartitionRows, sessions: SessionRows, kept: KeptSessions, topic: str,
@@ -125,10 +125,12 @@ def load(partitions: PartitionRows, sessions: SessionRows, kept: KeptSessions, t
 
 def _idle(stored: StoredPartition, wanted: Wanted) -> int:
     """An idle tick's watermark: the one the partition's newest record left, moved on by
-    the wall-clock time since that record's timestamp (NO_WATERMARK: not an idle tick)."""
-    if wanted.idle_at is None or stored.record_ts < 0 or wanted.idle_at <= stored.record_ts:
+    how long the driver has read nothing of it (NO_WATERMARK: not an idle tick, or no
+    record read yet). Every tick of a silence moves on from that same watermark, so ticks
+    never add up; the record's own timestamp plays no part (``driver.planning._idle``)."""
+    if wanted.idle_ms is None or stored.record_ts < 0 or stored.record_wm == NO_WATERMARK:
         return NO_WATERMARK
-    return stored.record_wm + (wanted.idle_at - stored.record_ts)
+    return stored.record_wm + wanted.idle_ms
 
 
 def save(partitions: PartitionRows, topic: str,

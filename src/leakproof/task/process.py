@@ -118,7 +118,8 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
                    close_after_ms: int, cell_ts: Mapping[int, int],
                    placed_in: int | None = None, lead_ms: int | None = None,
                    incarnation: str = "", owners_in: int | None = None,
-                   fold_late: bool = False, gap: GapRule | None = None) -> list[TaskReport]:
+                   fold_late: bool = False, gap: GapRule | None = None,
+                   idle: Mapping[int, int] | None = None) -> list[TaskReport]:
     """Steps 1-7 of the module docstring for ranges of one topic, in order; returns each
     range's counts and timings.
 
@@ -144,7 +145,9 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
     an event's key is a visitor's, its events split into sessions by that rule
     (``gap_fold``): the load reads the visitors' rows (``stores.visits``) first, and the
     writes list new sessions there before their rows, and delete the rows of sessions
-    merged away (or whose start moved) after them.
+    merged away (or whose start moved) after them. ``idle``: the partitions silent for
+    ``sessions.idle_after_s``, with how long (ms, the driver's clock): an empty range of
+    one is an idle tick, moving its watermark on by that silence (``task.index``).
     """
     ranges = [_read(rng, records, decode, lead_ms) for rng, records in work]
     if len({r.rng.topic for r in ranges}) > 1:
@@ -156,7 +159,7 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
     for step in _apart([r for r in ranges if not r.report.moved_keys]):
         _steps(step, stores, model, batch_ms=batch_ms, epoch=epoch,
                close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation,
-               owners_in=owners_in, fold_late=fold_late, gap=gap)
+               owners_in=owners_in, fold_late=fold_late, gap=gap, idle=idle or {})
     return [r.report for r in ranges]
 
 
@@ -210,7 +213,8 @@ def _apart(ranges: Sequence[_Range]) -> list[list[_Range]]:
 def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms: int,
            epoch: int, close_after_ms: int, cell_ts: Mapping[int, int],
            incarnation: str = "", owners_in: int | None = None,
-           fold_late: bool = False, gap: GapRule | None = None) -> None:
+           fold_late: bool = False, gap: GapRule | None = None,
+           idle: Mapping[int, int] | None = None) -> None:
     """Steps 2-7 for ranges of distinct partitions that touch no session in common."""
     kept = KeptSessions(stores.sessions, stores.kept)  # the worker's kept rows in front
     topic = step[0].rng.topic
@@ -227,7 +231,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     wanted = [index.Wanted(r.rng.partition, sessions,
                            max((e.ts if lead is None else min(e.ts, lead)
                                 for _, e, lead in r.events), default=NO_WATERMARK),
-                           None if r.rng.count else batch_ms)  # an empty range: idle tick
+                           None if r.rng.count else (idle or {}).get(r.rng.partition))
               for r, sessions in zip(step, reachable, strict=True)]
     loaded = index.load(stores.partitions, stores.sessions, kept, topic, close_after_ms, wanted,
                         ts=first_ts, incarnation=incarnation,
@@ -240,7 +244,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
         for r in step:
             _steps([r], stores, model, batch_ms=batch_ms, epoch=epoch,
                    close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation,
-                   owners_in=owners_in, fold_late=fold_late, gap=gap)
+                   owners_in=owners_in, fold_late=fold_late, gap=gap, idle=idle)
         return
     shares = _shares([r.report.records for r in step])
     load_s = time.monotonic() - t0

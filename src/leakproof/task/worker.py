@@ -148,14 +148,15 @@ def waves(ranges: Sequence[OffsetRange], most: int = WAVE_RECORDS
 
 def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch: int,
                placed_in: int | None = None, *, cell_ts: Mapping[int, int],
-               incarnation: str = "", owners_in: int | None = None
-               ) -> list[TaskReport]:
+               incarnation: str = "", owners_in: int | None = None,
+               idle: Mapping[int, int] | None = None) -> list[TaskReport]:
     """A task's ranges end to end (``task.process``), a wave at a time (``waves``), riding
     out an HBase outage: every step is idempotent, so a wave interrupted by one is redone
     whole. ``placed_in``: check the keys against that partition count (``moved_keys``);
     ``cell_ts``: each partition's cell timestamp (``cell_clock``); ``incarnation``: the
     fence tag of a recreated topic (``sessions.fence_key``); ``owners_in``: the partition
-    count of a topic that grew (``task.process``).
+    count of a topic that grew (``task.process``); ``idle``: how long each idle
+    partition has been silent, ms (``task.process``).
 
     A wave whose writes failed or timed out forgets the rows kept for its partitions: a
     timed-out call may still land, so what HBase holds is read again, never assumed."""
@@ -182,7 +183,8 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
                                       lead_ms=round(cfg.sessions.grace_s * 1000),
                                       cell_ts=cell_ts, placed_in=placed_in,
                                       incarnation=incarnation, owners_in=owners_in,
-                                      fold_late=cfg.sessions.late == "fold", gap=rule)
+                                      fold_late=cfg.sessions.late == "fold", gap=rule,
+                                      idle=idle)
                 for rng, report in zip(wave, done, strict=True):
                     # the first range found the topic's consumer or made it; the others use it
                     report.gaps = tuple(gaps[rng])
