@@ -9,7 +9,7 @@ record an event, its session's row is read (or taken from the kept rows), the ev
 folded into the session, the session becomes cells and the cells a put. Its *stops* are the
 project functions on the call stack at those places, from the task's entry down: what a
 reader follows to see where a record goes. A call is *upward* when the caller's floor is
-below the callee's (the floors of ``tests/unit/test_layers.py``: core, ports, adapters,
+below the callee's (the floors of ``leakproof/floors.py``: core, ports, adapters,
 task, driver, ...): any such call in the whole task is counted, not only on the trip.
 
     python scripts/trip.py           # make trip: the stops in order, the counts, upward calls
@@ -27,14 +27,14 @@ from types import FrameType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests" / "unit")]
+sys.path[:0] = [str(ROOT / "src")]
 
 from kafka import KafkaAdminClient  # noqa: E402
-from test_layers import floor, modules  # type: ignore[import-not-found]  # noqa: E402
 
 from leakproof import config  # noqa: E402
 from leakproof.commands.produce import create_topic, send_events  # noqa: E402
 from leakproof.events import WebEvent  # noqa: E402
+from leakproof.floors import floor, modules  # noqa: E402
 from leakproof.hbase.connection import connect, ensure_tables  # noqa: E402
 from leakproof.hbase.state_store import HBaseLeaseStore  # noqa: E402
 from leakproof.offsets import OffsetRange  # noqa: E402

@@ -1,6 +1,6 @@
 """Imports point one way: every module's imports (at the top or inside a function) reach
 only its own floor or those below, and no two modules import each other, even through
-others. The floors are the package's folders (``leakproof/__init__.py`` names them)."""
+others. The floors are the package's folders, in ``leakproof/floors.py``."""
 
 from __future__ import annotations
 
@@ -9,24 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from leakproof.floors import FLOORS, floor
+from leakproof.floors import modules as package_modules
+
 SRC = Path(__file__).resolve().parents[2] / "src"
-# from the ground up; a module's floor is its folder's, else the top level's (the pure core)
-FLOORS = ("core", "ports", "adapters", "task", "driver", "commands", "cli")
-FOLDER_FLOOR = {"ports": "ports", "kafka": "adapters", "hbase": "adapters",
-                "commit_stores": "adapters", "task": "task", "driver": "driver",
-                "commands": "commands"}
-# top-level modules that are not pure: the Kerberos login (a KDC client), the entry
-# points, and the unit tests' fakes (the real stores over a fake table)
-MODULE_FLOOR = {"leakproof.kerberos": "adapters", "leakproof.cli": "cli",
-                "leakproof.__main__": "cli", "leakproof.testing": "task"}
 
 
 def modules() -> dict[str, Path]:
-    found = {}
-    for path in (SRC / "leakproof").rglob("*.py"):
-        parts = path.relative_to(SRC).with_suffix("").parts
-        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return found
+    return package_modules(SRC)
 
 
 def imports(name: str, path: Path, known: set[str]) -> set[str]:
@@ -45,11 +35,6 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
         elif isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
     return {m for m in out if m in known and m != name}
-
-
-def floor(name: str) -> int:
-    folder = name.split(".")[1] if "." in name else ""
-    return FLOORS.index(MODULE_FLOOR.get(name) or FOLDER_FLOOR.get(folder, "core"))
 
 
 GRAPH = {name: imports(name, path, set(modules())) for name, path in modules().items()}
