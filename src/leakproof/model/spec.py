@@ -3,7 +3,8 @@
 ``read_model`` turns the two YAML sections into a ``Model`` (frozen, hashable, picklable: it
 travels to the executors inside the config, schema text and all) and checks it whole against
 the reader schema before anything runs. Every error is a ConfigError naming the key, and for
-a ``where`` the column, so a bad model stops the job at start, never on an executor.
+a ``where`` the column, so a bad model stops the job at start, never on an executor. Keys and
+choices are checked with the config's section reader (``config.reader``), as every section is.
 
 Without ``events:`` / ``aggregates:`` the shipped web model applies (``models/web.yml``).
 """
@@ -22,7 +23,7 @@ from typing import Any, Literal, get_args
 
 import yaml
 
-from leakproof.config_keys import no_unknown_keys, one_of
+from leakproof.config.reader import no_unknown_keys, one_of
 from leakproof.errors import ConfigError
 from leakproof.model import schema as avro
 from leakproof.model import where
@@ -98,7 +99,7 @@ def read_model(events: Mapping[str, Any] | None, aggregates: Mapping[str, Any] |
         raise ConfigError("'aggregates' is required with 'events': the cells of a session "
                           "row (for example {events: {fn: count}})")
     ev = dict(events or {})
-    # events.registry is the input's (config.py reads it)
+    # events.registry is the input's (config.security reads it)
     no_unknown_keys(ev, "events", {"schema", "session_key", "event_time", "sequence", "format",
                                    "registry"})
     fmt = one_of(ev.get("format", "avro"), "events.format", Format)
@@ -169,9 +170,8 @@ def _aggregate(name: Any, spec: Any) -> Aggregate:
     if cond is not None and not isinstance(cond, str):
         raise ConfigError(f"'{key}.where' must be an expression (text), got {cond!r}")
     extra = {k: v for k, v in spec.items() if k not in ("fn", "field", "where")}
-    if extra and ":" not in fn:
-        raise ConfigError(f"unknown key '{key}.{sorted(extra)[0]}'; valid keys here: field, "
-                          f"fn, where")
+    if ":" not in fn:  # a built-in takes no options; a Python aggregate's are its own
+        no_unknown_keys(spec, key, {"fn", "field", "where"})
     try:
         options = json.dumps(extra, sort_keys=True)
     except TypeError as exc:
