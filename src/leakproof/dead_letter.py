@@ -23,6 +23,15 @@ PENDING, SENT = "pending", "sent"
 Headers = Sequence[tuple[str, bytes | None]]
 
 
+def source(topic: str, incarnation: str = "") -> str:
+    """The name a topic's dead letters go under -- their row keys' first part and their
+    copies' origin header: the topic's, or ``<topic>~<tag>`` for a topic recreated under the
+    same name (``tag`` its incarnation, as its fences carry it: ``sessions.fence_key``).
+    A recreated topic's offsets start again at 0: under the old name its dead letters
+    would take the old ones' rows and their redrive marks."""
+    return f"{topic}~{incarnation}" if incarnation else topic
+
+
 def origin(topic: str, partition: int, offset: int) -> str:
     """The origin header's value: the coordinates of the record a copy was made of."""
     return f"{topic}:{partition}:{offset}"
@@ -93,8 +102,9 @@ class RedriveMark:
 
 @dataclass(frozen=True)
 class DeadLetter:
-    """One dead-letter row, read back. ``timestamp_ms`` is the record's Kafka timestamp
-    (None in rows written before it was kept: then ``time_ms`` is the batch's)."""
+    """One dead-letter row, read back. ``topic`` is the name its row goes under (``source``:
+    with a recreated topic's tag). ``timestamp_ms`` is the record's Kafka timestamp (None in
+    rows written before it was kept: then ``time_ms`` is the batch's)."""
 
     topic: str
     partition: int

@@ -12,14 +12,17 @@ Everything else is ``sessions.PartitionFolder``'s: the watermark, lateness, dupl
 fences, closing and the open set. How a replay after a crash keeps the same answer:
 
 - A session row keeps, with its fence, the offsets of this partition it took (folded,
-  counted late or as duplicates) that were not committed when it was written
-  (``SessionState.took``: offsets below a range's first are committed and dropped). Every
-  range starts at the committed offset, so an event is a replay exactly when a row of its
-  visitor took its offset, however the replaying ranges are cut; a merged row took what its
-  parts took. (A
-  fence alone cannot say it: the rows a replay reads may hold what the first attempt did
-  after the event -- grown, merged, closed -- and the row that reaches the event need not be
-  the one that took it.) A row an attempt of the range wrote counts as seen by the range.
+  counted late or as duplicates; ``SessionState.took``), those below the first offset of the
+  range that wrote it as one span from 0, its *mark*: every range starts at the committed
+  offset, so every record below it was folded and its writes landed, whichever rows they
+  went to. Nothing is dropped from a row's offsets, a merged row took what its parts took,
+  and a range that reads an event again reads the row now holding it: so an event is a
+  replay exactly when a row of its visitor took its offset -- in a crash's replay, however
+  its ranges are cut, and in every re-read of committed offsets (a rewind, another group
+  from the earliest offset). (A fence alone cannot say it: the rows a replay reads may hold
+  what the first attempt did after the event -- grown, merged, closed -- and a torn put may
+  land a row that took a later offset without one that took an earlier.) A row an attempt
+  of the range wrote counts as seen by the range.
   What the replay then decides for the events no landed row took is decided on those rows:
   the same as the first attempt, but where a neighbouring session already shows that
   attempt's later effects (closed by its end, or grown past a maximum duration): then an
@@ -38,6 +41,7 @@ from leakproof.events import Event
 from leakproof.model.compiled import CompiledModel
 from leakproof.sessions import (
     CLOSED,
+    OPEN,
     FoldResult,
     MayClose,
     Outcome,
@@ -104,7 +108,8 @@ class GapFolder(PartitionFolder):
                 if taken and taken.bounds()[1] >= first_offset:
                     self._seen[s.session_id] = s
 
-    def feed(self, offset: int, event: Event, lead: int | None = None) -> Outcome:
+    def feed(self, offset: int, event: Event, lead: int | None = None,
+             redriven: bool = False) -> Outcome:
         visitor, ts, seq, record = event
         watermark_before = self._step(offset, ts, lead)
         mine = self._visits.setdefault(visitor, [])
@@ -128,21 +133,24 @@ class GapFolder(PartitionFolder):
         # the outcome first, then the fence of the session it would write: that one holds
         # the event if an earlier attempt's write of it landed
         stale = [s for s in joined if s.closed or s.expired(watermark_before, self._close_after_ms)]
-        if stale and not self._fold_late:
+        if stale and not (self._fold_late or redriven):  # a re-driven copy folds: a repair
             return self._counted(Outcome.LATE, stale[0], offset)
         holder = next((s for s in joined if seq is not None and seq in s.seqs), None)
         if holder is not None:
             return self._counted(Outcome.DUPLICATE, holder, offset)
         target = self._merge(mine, joined)
-        if stale:  # counted, and folded in: the session it lands in is closed
-            target.late_events += 1
-            target.state = CLOSED
         self._next(target, ts, seq, record, ts)
         self._take(target, offset)
         self._rekey(target, session_key(visitor, target.first_ts))
-        if stale:
-            self._closed_late.add(target.session_id)
-        return self._count(Outcome.LATE if stale else Outcome.APPLIED, target)
+        if stale:  # counted, and folded in: the session it lands in is closed -- unless it
+            # joined a live one too: then it stays open until the watermark passes its end
+            target.late_events += not redriven  # a re-driven copy: a repair, not late
+            if len(stale) < len(joined):
+                target.state = OPEN
+            else:
+                target.state = CLOSED
+                self._closed_late.add(target.session_id)
+        return self._count(Outcome.LATE if stale and not redriven else Outcome.APPLIED, target)
 
     def _reach(self, mine: list[SessionState], ts: int) -> list[SessionState]:
         """The visitor's sessions the event reaches, in start order."""
@@ -179,8 +187,6 @@ class GapFolder(PartitionFolder):
                 target.fences[k] = max(offset, target.fences.get(k, -1))
             for k, offsets in other.took.items():
                 target.took[k] = target.took.get(k, SeqSet()) | offsets
-            if other.closed:
-                target.state = CLOSED
             target.absorbed = target.absorbed | other.absorbed | {other.session_id}
             mine.remove(other)
             self._remove(other)
@@ -210,16 +216,18 @@ class GapFolder(PartitionFolder):
         return self._count(outcome, s)
 
     def _take(self, s: SessionState, offset: int) -> None:
-        """``s`` holds the event at ``offset``: its fence and its uncommitted offsets say so
-        (those below the range's first are committed: no range reads them again)."""
+        """``s`` holds the event at ``offset``: its fence and its offsets say so. Those below
+        the range's first are committed, so done: they become the one span from 0 that
+        every row the range writes carries (the mark, docs/DESIGN.md: whatever reads them
+        again -- a rewind, another group -- finds them there)."""
         key = self._fence_key
         if offset > s.fences.get(key, -1):
             s.fences[key] = offset
         taken = s.took.get(key)
         if taken is None:
             taken = s.took[key] = SeqSet()
-        elif taken and taken.bounds()[0] < self._first:  # once per row and range
-            taken = s.took[key] = taken.since(self._first)
+        if self._first and not taken.through(self._first - 1):  # once per row and range
+            taken = s.took[key] = taken | SeqSet([(0, self._first - 1)])
         taken.add(offset)
 
     def _count(self, outcome: Outcome, s: SessionState, touched: bool = True) -> Outcome:

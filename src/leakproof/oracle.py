@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import operator
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from leakproof import moved_keys
@@ -72,13 +72,15 @@ def expected_rows(partitions: Mapping[int, Iterable[Event]], close_after_ms: int
                   model: Model, fold_late: bool = False) -> dict[str, dict[str, str]]:
     """session -> {column: text value} for events given per partition in offset order
     (``fold_late``: ``sessions.late: fold``, a late event counted and folded in)."""
-    return _rows(((p, e) for p, events in partitions.items() for e in events),
+    return _rows(((p, e, False) for p, events in partitions.items() for e in events),
                  close_after_ms, model, fold_late=fold_late)
 
 
 def expected_rows_merged(partitions: Mapping[int, Sequence[tuple[int, Event]]],
                          close_after_ms: int, model: Model, owners_in: int | None = None,
-                         fold_late: bool = False) -> dict[str, dict[str, str]]:
+                         fold_late: bool = False,
+                         redriven: Mapping[int, Collection[int]] | None = None
+                         ) -> dict[str, dict[str, str]]:
     """As ``expected_rows`` for (record timestamp, event) pairs per partition, where a
     session may have records in several partitions (its key moved when partitions were
     added): the partitions are merged by record timestamp (each keeps its offset order),
@@ -86,19 +88,32 @@ def expected_rows_merged(partitions: Mapping[int, Sequence[tuple[int, Event]]],
     closed by the watermark of the partition of its newest record -- or, once the topic
     grew (``owners_in``: its partition count), once the partition Kafka's default
     partitioner gives its key has passed it, and that partition had events of it or one
-    that had has passed it too (the job closes it there, or hands it over from there)."""
-    merged = heapq.merge(*([(ts, p, e) for ts, e in seq] for p, seq in sorted(partitions.items())),
-                         key=lambda x: (x[0], x[1]))
+    that had has passed it too (the job closes it there, or hands it over from there).
+    ``redriven``: per partition, the places in its sequence of the events whose records
+    are re-driven dead letters: a repair, such an event is folded in as with ``fold_late``
+    even when late, and not counted late."""
     owner = None if owners_in is None else (
         lambda sid: moved_keys.home(sid.encode(), owners_in))
-    return _rows(((p, e) for _, p, e in merged), close_after_ms, model, owner, fold_late)
+    return _rows(_merged(partitions, redriven), close_after_ms, model, owner, fold_late)
 
 
-def _rows(events: Iterable[tuple[int, Event]], close_after_ms: int, model: Model,
+def _merged(partitions: Mapping[int, Sequence[tuple[int, Event]]],
+            redriven: Mapping[int, Collection[int]] | None
+            ) -> Iterator[tuple[int, Event, bool]]:
+    """(partition, event, re-driven) of every partition, merged by record timestamp."""
+    flagged = redriven or {}
+    merged = heapq.merge(*([(ts, p, e, i in flagged.get(p, ())) for i, (ts, e) in enumerate(seq)]
+                           for p, seq in sorted(partitions.items())),
+                         key=lambda x: (x[0], x[1]))
+    return ((p, e, again) for _, p, e, again in merged)
+
+
+def _rows(events: Iterable[tuple[int, Event, bool]], close_after_ms: int, model: Model,
           owner: Callable[[str], int] | None = None, fold_late: bool = False
           ) -> dict[str, dict[str, str]]:
-    """The fold, independently of ``sessions``: (partition, event) in the order the job
-    meets them within each partition; a watermark per partition."""
+    """The fold, independently of ``sessions``: (partition, event, re-driven) in the order
+    the job meets them within each partition; a watermark per partition. A re-driven
+    event that is late is folded in as with ``fold_late``, and not counted late."""
     fields = model.fields()
     sequenced = model.sequence is not None
     conditions = {a.name: where.parse(a.where) if a.where else None for a in model.aggregates}
@@ -111,15 +126,15 @@ def _rows(events: Iterable[tuple[int, Event]], close_after_ms: int, model: Model
     watermark: dict[int, int] = defaultdict(lambda: -1)
     last_in: dict[str, int] = {}  # the partition of a session's newest record
     seen_in: dict[str, set[int]] = defaultdict(set)  # the partitions with records of it
-    for p, e in events:
+    for p, e, redriven in events:
         is_late = (e.session_id in newest
                    and watermark[p] > newest[e.session_id] + close_after_ms)
-        if is_late and not fold_late:
+        if is_late and not (fold_late or redriven):
             late[e.session_id] += 1
         elif sequenced and (e.session_id, e.seq) in applied_keys:
             dups[e.session_id] += 1
         else:
-            late[e.session_id] += is_late  # folded in as well (sessions.late: fold)
+            late[e.session_id] += is_late and not redriven  # folded in as well (late: fold)
             applied_keys.add((e.session_id, e.seq))
             applied[e.session_id].append(e)
             newest[e.session_id] = max(newest.get(e.session_id, e.ts), e.ts)
@@ -177,8 +192,9 @@ def expected_gap_rows(partitions: Mapping[int, Iterable[Event]], close_after_ms:
       close_after_ms``); with a sequence it is a *duplicate* when a session it joins applied
       its seq. ``late: count`` judges late first and counts it in the first expired session;
       ``late: fold`` judges duplicate first, then folds a late event in like any other, its
-      session counting it and closed for good. A duplicate counts in the first session that
-      holds its seq. Neither is applied (but a folded late event);
+      session counting it and closed for good -- unless a session it joins is live (neither
+      closed nor expired): then that one's end decides, as any session's. A duplicate counts
+      in the first session that holds its seq. Neither is applied (but a folded late event);
     - applied, it and the sessions it joins become one (none: it starts a session, never
       late): the events, ``late_events`` and ``duplicates`` of both together.
 
@@ -190,21 +206,22 @@ def expected_gap_rows(partitions: Mapping[int, Iterable[Event]], close_after_ms:
     above every seq of the sessions they joined when they came (sessions that merge add
     theirs).
     """
-    return _gap_rows(((p, e) for p, events in partitions.items() for e in events),
+    return _gap_rows(((p, e, False) for p, events in partitions.items() for e in events),
                      close_after_ms, gap_ms, model, max_duration_ms, fold_late)
 
 
 def expected_gap_rows_merged(partitions: Mapping[int, Sequence[tuple[int, Event]]],
                              close_after_ms: int, gap_ms: int, model: Model, *,
                              max_duration_ms: int | None = None,
-                             fold_late: bool = False) -> dict[str, dict[str, str]]:
+                             fold_late: bool = False,
+                             redriven: Mapping[int, Collection[int]] | None = None
+                             ) -> dict[str, dict[str, str]]:
     """``expected_gap_rows`` for (record timestamp, event) pairs per partition: the
     partitions merged by record timestamp, each in its offset order (a visitor whose key
     moved when partitions were added has events in several); each event judged by its own
-    partition's watermark."""
-    merged = heapq.merge(*([(ts, p, e) for ts, e in seq] for p, seq in sorted(partitions.items())),
-                         key=lambda x: (x[0], x[1]))
-    return _gap_rows(((p, e) for _, p, e in merged), close_after_ms, gap_ms, model,
+    partition's watermark. ``redriven`` as ``expected_rows_merged``'s: a late re-driven
+    event is folded in as with ``fold_late``, and not counted late."""
+    return _gap_rows(_merged(partitions, redriven), close_after_ms, gap_ms, model,
                      max_duration_ms, fold_late)
 
 
@@ -229,14 +246,15 @@ class _GapSession:
         return max(e.ts for _, e in self.events)
 
 
-def _gap_rows(events: Iterable[tuple[int, Event]], close_after_ms: int, gap_ms: int,
+def _gap_rows(events: Iterable[tuple[int, Event, bool]], close_after_ms: int, gap_ms: int,
               model: Model, max_duration_ms: int | None, fold_late: bool
               ) -> dict[str, dict[str, str]]:
-    """``expected_gap_rows`` over (partition, event) in the order the job meets them."""
+    """``expected_gap_rows`` over (partition, event, re-driven) in the order the job meets
+    them."""
     sequenced = model.sequence is not None
     watermark: dict[int, int] = defaultdict(lambda: -1)
     visitors: dict[str, list[_GapSession]] = defaultdict(list)
-    for arrival, (p, e) in enumerate(events):
+    for arrival, (p, e, redriven) in enumerate(events):
         mark, t = watermark[p], e.ts
         watermark[p] = max(mark, t)
         sessions = visitors[e.session_id]
@@ -256,7 +274,7 @@ def _gap_rows(events: Iterable[tuple[int, Event]], close_after_ms: int, gap_ms: 
             s.closed = True  # its range closes it, whatever comes after
         holding = [s for s in joined if sequenced
                    and any(applied.seq == e.seq for _, applied in s.events)]
-        if expired and not fold_late:
+        if expired and not (fold_late or redriven):
             expired[0].late += 1
             expired[0].partition = p
         elif holding:
@@ -274,9 +292,10 @@ def _gap_rows(events: Iterable[tuple[int, Event]], close_after_ms: int, gap_ms: 
                 merged.dups += s.dups
                 merged.closed = merged.closed or s.closed
             merged.events.sort(key=lambda x: x[0])
-            if expired:
-                merged.late += 1
-                merged.closed = True
+            if expired:  # closed for good, unless a live session joined it: then it
+                merged.late += not redriven  # closes as any other, once past its end
+                # (a re-driven copy is a repair, not counted late)
+                merged.closed = len(expired) == len(joined)
             sessions.append(merged)
     conditions = {a.name: where.parse(a.where) if a.where else None for a in model.aggregates}
     python = {a.name: load_python(a) for a in model.aggregates if a.python}

@@ -42,6 +42,8 @@ class TaskReport:
     rows_kept: int = 0  # touched session rows the worker kept from the partition's last range
     # keys Kafka's default partitioner puts in another partition: the range wrote nothing
     moved_keys: int = 0
+    # dead letters an earlier attempt of the range wrote whose records it decoded now
+    withdrawn: int = 0
 
     @property
     def dead_letters(self) -> int:

@@ -10,8 +10,8 @@ is not the lowest / highest seq of ``f:seqs`` (the usual case needs no cell: eve
 costs HBase a memstore insert, its largest cost in ``make bench``), or where the row already
 has that cell, which must stay true. Split by the gap without a sequence, ``f:o:<name>``
 holds the event time a ``first`` / ``last`` value came from, ``f:absorbed`` the row keys
-of the sessions a merged one took in, and ``f:t:<topic>:<partition>`` the offsets it took
-that were not committed yet when it was written.
+of the sessions a merged one took in, and ``f:t:<topic>:<partition>`` the offsets it took,
+every offset committed when it was written as one span from 0 (its mark, ``gap_fold``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from leakproof.sessions import SeqSet, SessionState
 _FENCE_PREFIX = "f:p:"
 # the row keys a merged session absorbed (``sessions.by: gap``): their rows are its
 ABSORBED = b"f:absorbed"
-# split by the gap: per source partition, the offsets the row took that were not committed
-# when it was written (a replay skips exactly them)
+# split by the gap: per source partition, the offsets the row took and, as one span from 0,
+# those committed when it was written (a replay or a re-read skips exactly them)
 _TOOK_PREFIX = "f:t:"
 _TOOK = _TOOK_PREFIX.encode()
 _FENCE = _FENCE_PREFIX.encode()

@@ -7,7 +7,9 @@ batch boundaries fall (a replay gives the same answer as the first run):
 - The partition watermark W is the highest event time seen in the partition so far. Every valid
   event advances it, also one that is skipped as already applied.
 - A session expires once W > last_ts + inactivity_gap + grace. An event for an expired (or
-  closed) session is *late*: counted in ``late_events``, not folded into the aggregates.
+  closed) session is *late*: counted in ``late_events``, not folded into the aggregates
+  (folded too with ``sessions.late: fold``). A dead letter's re-driven copy is a repair, not a
+  late event: folded, closed session or not, and not counted late.
 - Each session row carries a fence per ``topic:partition``: the offset of the last event it
   applied. An event at or below the fence was applied before this replay and is skipped.
 - With a sequence (``events.sequence``), each session row keeps the set of seqs it applied.
@@ -127,9 +129,9 @@ class SeqSet:
     def ranges(self) -> list[tuple[int, int]]:
         return list(zip(self._lo, self._hi, strict=True))
 
-    def since(self, first: int) -> SeqSet:
-        """The set without the numbers below ``first``."""
-        return SeqSet((max(lo, first), hi) for lo, hi in self.ranges() if hi >= first)
+    def through(self, last: int) -> bool:
+        """Whether the set holds every number from 0 to ``last``."""
+        return bool(self._lo) and self._lo[0] <= 0 and self._hi[0] >= last
 
     def __or__(self, other: SeqSet) -> SeqSet:
         return SeqSet([*self.ranges(), *other.ranges()])
@@ -182,7 +184,8 @@ class SessionState:
     seqs: SeqSet = field(default_factory=SeqSet)
     fences: dict[str, int] = field(default_factory=dict)
     # split by the gap: the row keys of sessions merged into this one (``gap_fold``), and
-    # per fence key the offsets it took that were not yet committed when it was written
+    # per fence key the offsets it took, and as one span from 0 every offset committed when
+    # it was written (its mark)
     absorbed: frozenset[str] = frozenset()
     took: dict[str, SeqSet] = field(default_factory=dict)
 
@@ -346,11 +349,16 @@ class PartitionFolder:
         if watermark > self._watermark:
             self._watermark = watermark
 
-    def feed(self, offset: int, event: Event, lead: int | None = None) -> Outcome:
+    def feed(self, offset: int, event: Event, lead: int | None = None,
+             redriven: bool = False) -> Outcome:
         """Fold one event; events must come in increasing offset order.
 
         ``lead``: the most this event may move the watermark to (its record's Kafka
-        timestamp + grace, ``lead_of``); None: its event time.
+        timestamp + grace, ``lead_of``); None: its event time. ``redriven``: its record is
+        a dead letter's re-driven copy (``dead_letter.ORIGIN_HEADER``): a repair, not a late
+        arrival -- folded into its session even when that is closed or expired, whatever
+        ``sessions.late`` says, and not counted late (a repair that left its event out would
+        leave the session short). A replay or a duplicate all the same.
         """
         sid, ts, seq, record = event
         watermark_before = self._step(offset, ts, lead)
@@ -367,9 +375,12 @@ class PartitionFolder:
                 self._apply(values, orders, record, offset if seq is None else seq)
                 outcome = Outcome.APPLIED
             elif s.closed or s.expired(watermark_before, self._close_after_ms):
-                if self._fold_late and seq is not None and seq in s.seqs:
+                if (self._fold_late or redriven) and seq is not None and seq in s.seqs:
                     s.duplicates += 1
                     outcome = Outcome.DUPLICATE
+                elif redriven:  # a repair, not a late arrival: folded, a closed row stays so
+                    self._next(s, ts, seq, record, offset)
+                    outcome = Outcome.APPLIED
                 else:
                     s.late_events += 1
                     if self._fold_late:  # counted, and folded in: a closed row stays closed

@@ -10,7 +10,7 @@ Kafka and HBase in tests/integration.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -623,9 +623,15 @@ class FakeDeadLetters(DeadLetterStore):
         self.table = table if table is not None else FakeTable(b"web_events_dead_letter")
         super().__init__(self.table)
 
-    def write(self, errors: Iterable[DecodeError], batch_ms: int, *, ts: int) -> None:
+    def write(self, errors: Iterable[DecodeError], batch_ms: int, *, ts: int,
+              incarnation: str = "") -> None:
         self.journal.step("dead letters")
-        super().write(errors, batch_ms, ts=ts)
+        super().write(errors, batch_ms, ts=ts, incarnation=incarnation)
+
+    def withdraw(self, topic: str, partition: int, offsets: Collection[int], *, ts: int
+                 ) -> int:
+        self.journal.step("dead letters withdrawn")
+        return super().withdraw(topic, partition, offsets, ts=ts)
 
     @property
     def rows(self) -> dict[tuple[str, int, int], str]:

@@ -2,7 +2,8 @@
 visits split into sessions by the gap, then late events that bridge two closed visits or come
 before a visit's first event; exact against the oracle (``verify``), through a driver SIGKILL
 in the middle of a merge, and the closed-sessions topic, read back at read_committed and
-compacted by key, ends as the session set."""
+compacted by key, ends as the session set; and rewinds and another group over the same
+tables fold nothing again."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from kafka import KafkaConsumer
 from leakproof.commands.produce import create_topic
 from leakproof.events import WebEvent
 
-from .helpers import KAFKA, Env, session_rows
+from .helpers import KAFKA, Env, audit_total, log_ends, run_cli, session_rows
 
 pytestmark = pytest.mark.integration
 
@@ -148,3 +149,38 @@ def test_quiet_partitions_close_their_visitors_sessions_with_the_wall_clock(env:
     assert {key: (row["events"], row["state"]) for key, row in rows.items()} == {
         f"q{i}:{now - 3_000:013d}": ("3", "closed") for i in range(24)}
     assert set(compacted(topic)) == set(rows)
+
+
+def test_re_reads_of_committed_offsets_over_the_same_tables_fold_nothing_again(env: Env
+                                                                               ) -> None:
+    """600 visitors' pages, in time order, read in a dozen batches (a visitor's session is
+    written by several); then, over the same tables, a rewind to 0, a rewind to the middle,
+    and another group from the earliest offset: each re-read skips every committed record
+    (its visitor's rows say so), and the rows stay the oracle's."""
+    visitors = [f"v{i:03d}" for i in range(600)]
+    pages = sorted((WebEvent(v, "u-" + v, k, T0 + i * 100 + k * 10_000 + (k // 2) * 5 * MIN,
+                             "pageview", f"/{k}", 200, 10 + k)
+                    for i, v in enumerate(visitors) for k in range(4)),
+                   key=lambda e: e.ts)  # two visits each, a page of each visit per burst
+    env.produce_events(pages)
+    by_gap = {"by": "gap", "inactivity_gap_s": 60, "grace_s": 5}
+    capped = env.variant("gap-capped", sessions=by_gap, kafka={"max_rate_per_partition": 60})
+    plain = env.variant("gap", sessions=by_gap)
+    env.run("--until-idle", "3", config=capped)
+    assert len(session_rows(env)) == 2 * len(visitors)
+    env.verify(config=plain)
+    ends = log_ends(env)
+    for to in ({p: 0 for p in ends}, {p: end // 2 for p, end in ends.items()}):
+        replayed = audit_total(env, b"replayed")
+        run_cli("offsets", "rewind", "--config", plain, "--to-offsets",
+                ",".join(f"{p}={o}" for p, o in sorted(to.items())))
+        env.run("--until-idle", "3", config=plain)
+        assert audit_total(env, b"replayed") - replayed == sum(
+            end - to[p] for p, end in ends.items())
+        env.verify(config=plain)
+    # another group takes the tables over, from the earliest offset
+    group = env.variant("gap-group", sessions=by_gap,
+                        kafka={"group_id": "it2", "auto_offset_reset": "earliest"})
+    env.run("--until-idle", "3", config=group)
+    env.verify(config=group)
+    assert len(session_rows(env)) == 2 * len(visitors)

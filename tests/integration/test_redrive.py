@@ -14,6 +14,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from leakproof.kafka.registry import RegistryClient
 
 from .helpers import KAFKA, Env, background, log_ends, records, run_cli, wait_for
 from .test_registry import REGISTRY, WEB_SCHEMA, framed_config
+from .test_topic_changes import recreate
 
 # every test here takes registry ids it predicts: one at a time (see ``register_at``)
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("registry-ids")]
@@ -227,3 +229,168 @@ def test_a_redrive_killed_half_way_and_run_again_sends_each_record_once(
     out = run_cli("verify", "--config", path, "--spec", good.as_arg(), "--spec", late.as_arg(),
                   check=False)
     assert out.returncode == 0 and "EXACT MATCH" in out.stdout, out.stdout + out.stderr
+
+
+# ----------------------------------------- a redrive repairs exactly: the two recipes
+
+MODES = [pytest.param("id", True, id="id-seq"), pytest.param("id", False, id="id-plain"),
+         pytest.param("gap", True, id="gap-seq"), pytest.param("gap", False, id="gap-plain")]
+
+
+def recipe_config(env: Env, by: str, sequenced: bool, gap_s: int) -> str:
+    """Registry-framed input read with the web schema, split by ``by``, with or without a
+    sequence, sessions closing ``gap_s`` + 5 s after their last event, ``late: count``."""
+    path = Path(framed_config(env, f"recipe-{by}-{sequenced}", schema=WEB_SCHEMA))
+    data = yaml.safe_load(path.read_text())
+    data["sessions"].update({"by": by, "inactivity_gap_s": gap_s, "grace_s": 5,
+                             "late": "count"})
+    if not sequenced:
+        del data["events"]["sequence"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def web_schema_id(env: Env) -> int:
+    """The id the registry gives the web schema (registered for the topic)."""
+    return registry().register(f"{env.name}-value", json.dumps(schema_json()))
+
+
+def send_with(env: Env, events: list[Any], schema_id: Callable[[int], int]) -> None:
+    """``events`` in order, event ``i`` framed with ``schema_id(i)``."""
+    parsed = fastavro.parse_schema(schema_json())
+    producer = KafkaProducer(bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}", acks="all")
+    try:
+        for i, e in enumerate(events):
+            producer.send(env.name, key=codec.encode_key(e),
+                          value=codec.encode_confluent(e.to_record(), schema_id(i), parsed))
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def session_rows(env: Env, by: str) -> dict[str, list[dict[bytes, bytes]]]:
+    """Each session key's rows (a visitor's, split by the gap: one per session)."""
+    conn = env.hbase()
+    try:
+        out: dict[str, list[dict[bytes, bytes]]] = {}
+        for key, cells in conn.table(env.cfg.hbase.sessions_table).scan(
+                columns=[b"s:state", b"s:events"]):
+            sid = key.decode().rsplit(":", 1)[0] if by == "gap" else key.decode()
+            out.setdefault(sid, []).append(cells)
+        return out
+    finally:
+        conn.close()
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(("by", "sequenced"), MODES[:3])
+def test_a_replay_that_decodes_what_the_crashed_batch_dead_lettered_leaves_nothing_to_redrive(
+        env: Env, by: str, sequenced: bool) -> None:
+    """A bad hour dead-lettered, the driver killed before that batch commits: a redrive then
+    leaves its dead letters (in flight). The schema registered, the restart's replay decodes
+    and folds them and withdraws their dead letters: the redrive finds none, and every
+    session is exact (no event counted twice, none a duplicate)."""
+    path = recipe_config(env, by, sequenced, 1_800)
+    good = GeneratorSpec(seed=5211, events=1_500, sessions=150)
+    late = GeneratorSpec(seed=5212, events=600, sessions=60)
+    good_id = web_schema_id(env)
+    send_with(env, generate(good), lambda _: good_id)
+    env.run("--until-idle", "3", config=path)
+    late_id = an_id_to_come(env)
+    send_with(env, generate(late), lambda _: late_id)
+    crashed = env.run("--until-idle", "3", config=path, check=False,
+                      env={"LEAKPROOF_CRASH_AT": "driver_before_commit"})
+    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    dead = listed(path)
+    assert 0 < len(dead) <= records(late)
+    held = cli_json("deadletters", "redrive", "--config", path, "--dry-run")
+    assert (held["selected"], held.get("in_flight")) == (0, len(dead))
+
+    register_at(env, late_id)  # the cause fixed; the job restarts and replays the batch
+    env.run("--until-idle", "3", config=path)
+    assert listed(path) == []  # withdrawn: the replay decoded every one of them
+    done = cli_json("deadletters", "redrive", "--config", path)
+    assert (done["selected"], done["sent"], done.get("in_flight")) == (0, 0, 0)
+    assert copies_by_origin(env) == Counter()
+    env.run("--until-idle", "3", config=path)
+    out = run_cli("verify", "--config", path, "--spec", good.as_arg(), "--spec", late.as_arg(),
+                  check=False)
+    assert out.returncode == 0 and "EXACT MATCH" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(("by", "sequenced"), MODES)
+def test_dead_letters_redriven_after_their_sessions_closed_repair_them_exactly(
+        env: Env, by: str, sequenced: bool) -> None:
+    """A bad hour in the middle of the visits: its records dead-lettered, and every visit
+    closed by events hours later. The schema registered, the dead letters re-driven, the
+    job run on: the copies fold into their closed sessions (``late: count`` notwithstanding):
+    every visit holds each of its events once, and every session is exact. (Produced in
+    order, none late or repeated, and never a think time past the gap: so each visit's
+    event count is known without the oracle.)"""
+    path = recipe_config(env, by, sequenced, 1_000)
+    spec = GeneratorSpec(seed=5221, events=2_000, sessions=200, late_fraction=0.0,
+                         duplicate_fraction=0.0)
+    closer = GeneratorSpec(seed=5222, events=120, sessions=60, late_fraction=0.0,
+                           duplicate_fraction=0.0, start_ts=spec.start_ts + 4 * 3_600_000)
+    events = generate(spec)
+    hour = (spec.start_ts + 100_000, spec.start_ts + 250_000)  # in the middle of the visits
+    bad = {i for i, e in enumerate(events) if hour[0] <= e.ts < hour[1]}
+    good_id = web_schema_id(env)
+    late_id = an_id_to_come(env)
+    send_with(env, events, lambda i: late_id if i in bad else good_id)
+    send_with(env, generate(closer), lambda _: good_id)
+    env.run("--until-idle", "3", config=path)
+    dead = listed(path)
+    assert len(dead) == len(bad) > 100
+    short = {events[i].session_id for i in bad}
+    now = session_rows(env, by)
+    assert all(r[b"s:state"] == b"closed" for sid in short for r in now.get(sid, [])), \
+        "the sessions closed before the redrive"
+
+    register_at(env, late_id)
+    done = cli_json("deadletters", "redrive", "--config", path)
+    assert (done["selected"], done["sent"]) == (len(bad), len(bad))
+    assert done.get("in_flight") == 0  # every batch committed: none held
+    env.run("--until-idle", "3", config=path)
+    held = Counter(e.session_id for e in [*events, *generate(closer)])
+    rows = session_rows(env, by)
+    assert {sid: sum(int(r[b"s:events"]) for r in rows.get(sid, [])) for sid in held} == held
+    # the oracle (no seeds: these runs' fractions are not produce's)
+    out = run_cli("verify", "--config", path, check=False)
+    assert out.returncode == 0 and "EXACT MATCH" in out.stdout, out.stdout + out.stderr
+    assert f"({len(bad)} re-driven)" in out.stdout
+
+
+def test_a_recreated_topics_dead_letters_are_its_own_and_are_redriven(env: Env) -> None:
+    """Dead letters re-driven, then the topic deleted and recreated (its offsets from 0
+    again) and rewound: the new topic's bad records go under its incarnation tag, not into
+    the old rows with their ``sent`` marks, and a redrive sends them. Every visit whole."""
+    path = recipe_config(env, "id", True, 1_800)
+    old = GeneratorSpec(seed=5231, events=300, sessions=30, late_fraction=0.0,
+                        duplicate_fraction=0.0)
+    new = GeneratorSpec(seed=5232, events=300, sessions=30, late_fraction=0.0,
+                        duplicate_fraction=0.0)
+    first_id = an_id_to_come(env)
+    send_with(env, generate(old), lambda _: first_id)
+    env.run("--until-idle", "3", config=path)
+    register_at(env, first_id)
+    assert cli_json("deadletters", "redrive", "--config", path)["sent"] == records(old)
+    env.run("--until-idle", "3", config=path)
+
+    recreate(env)
+    second_id = an_id_to_come(env)
+    send_with(env, generate(new), lambda _: second_id)  # the same offsets as the old ones
+    run_cli("offsets", "rewind", "--config", path, "--to-offsets", "0=0,1=0,2=0,3=0")
+    env.run("--until-idle", "3", config=path)
+    dead = listed(path)
+    assert len(dead) == records(new) and {d["state"] for d in dead} == {"waiting"}
+    assert {d["topic"].partition("~")[0] for d in dead} == {env.name}
+    assert all(d["topic"].startswith(f"{env.name}~") for d in dead)
+    register_at(env, second_id)
+    done = cli_json("deadletters", "redrive", "--config", path)
+    assert (done["selected"], done["sent"]) == (records(new), records(new))
+    assert set(copies_by_origin(env).values()) == {1}
+    env.run("--until-idle", "3", config=path)
+    held = Counter(e.session_id for spec in (old, new) for e in generate(spec))
+    rows = session_rows(env, "id")
+    assert {sid: sum(int(r[b"s:events"]) for r in rows.get(sid, [])) for sid in held} == held

@@ -1,7 +1,8 @@
 """Sessions split by the gap (``sessions.by: gap``) through ``process_ranges`` over the
 fakes of the real stores: a visitor's day in literals, crashes at every write step, torn
-writes, summaries with tombstones, and random arrivals checked against the oracle (which
-shares no code with the fold). Gap 1 s, sessions close 1.5 s after their last event."""
+writes, summaries with tombstones, re-reads of committed offsets (rewinds), and random
+arrivals checked against the oracle (which shares no code with the fold). Gap 1 s, sessions
+close 1.5 s after their last event."""
 
 from __future__ import annotations
 
@@ -488,3 +489,146 @@ def test_a_second_crash_never_lowers_the_first_ones_mark() -> None:
             rig.run(crashed, start=start)
     cells = rig.partitions.state[("t", 0)]
     assert int(cells[b"w:pending"]) > 9_000
+
+
+# --- re-reads of committed offsets: a rewind, another group from the earliest offset
+
+def test_a_rewind_over_the_same_tables_folds_nothing_again() -> None:
+    """c's first session is written by both ranges: the second's row keeps only its own
+    offsets explicitly, the first range's as the span below its first offset (its mark)."""
+    rig = Rig()
+    rig.run([ev("c", 0, "/a"), ev("c", 500, "/b"), ev("d", 100)])
+    rig.run([ev("c", 900, "/c"), ev("c", 5_000, "/d")])
+    clean = rig.sessions.readable()
+    assert rig.sessions.cells[session_key("c", 0)][b"f:t:t:0"] == b"0-3"
+    assert rig.sessions.cells[session_key("d", 100)][b"f:t:t:0"] == b"2"
+    for start in (0, 2, 4, 0):  # to 0, to the middle, to the last offset, to 0 again
+        report = rig.run(rig.sent[start:], start=start)
+        assert (report.replayed, report.applied) == (len(rig.sent) - start, 0), start
+        assert rig.sessions.readable() == clean == rig.expected()
+
+
+def test_a_rewind_reads_what_is_new_once_and_the_old_not_again() -> None:
+    rig = Rig()
+    rig.run([ev("c", 0), ev("c", 500)])
+    rig.run([ev("c", 900)])
+    rig.sent += [ev("c", 1_300), ev("c", 400, "/between")]  # produced, not read yet
+    report = rig.run(rig.sent, start=0)  # rewound to 0: three old offsets, two new
+    assert (report.replayed, report.applied) == (3, 2)
+    assert rig.sessions.readable()[session_key("c", 0)]["hits"] == "5"
+    assert rig.sessions.readable() == rig.expected()
+
+
+def test_a_mark_never_goes_down() -> None:
+    """c:0 is written by the range from 2 (mark 0-1); after a rewind to 0 a new page of c
+    at 5 rewrites it: the mark stays, the new offset joins it one by one."""
+    rig = Rig()
+    rig.run([ev("d", 0), ev("d", 100)])
+    rig.run([ev("c", 0), ev("c", 500)])
+    rig.run([ev("e", 0)])
+    cell = session_key("c", 0)
+    assert rig.sessions.cells[cell][b"f:t:t:0"] == b"0-3"
+    rig.sent.append(ev("c", 900))
+    report = rig.run(rig.sent, start=0)
+    assert (report.replayed, report.applied) == (5, 1)
+    assert rig.sessions.cells[cell][b"f:t:t:0"] == b"0-3,5"
+    rig.run([ev("c", 1_000)])  # the range from 6: everything below is committed
+    assert rig.sessions.cells[cell][b"f:t:t:0"] == b"0-6"
+    assert rig.sessions.readable() == rig.expected()
+
+
+@pytest.mark.parametrize("torn", [0, 1])
+def test_a_torn_put_after_a_rewind_is_replayed_exactly(torn: int) -> None:
+    """The range after a rewind to 0 writes two rows, one landing: its replay skips the
+    committed offsets by the marks and the uncommitted one that landed by its offset."""
+    rig = Rig()
+    rig.run([ev("c", 0), ev("d", 0)])
+    rig.run([ev("c", 300), ev("d", 300)])
+    rig.sent += [ev("c", 600), ev("d", 600)]
+    rig.sessions.tear_after = torn
+    with pytest.raises(Crash):
+        rig.run(rig.sent, start=0)
+    rig.run(rig.sent, start=0)
+    assert rig.sessions.readable() == rig.expected()
+
+
+def test_a_merge_carries_both_marks() -> None:
+    """A late page bridges c's two sessions, written by ranges with different firsts: the
+    merged row carries the higher mark and the other's offsets above it."""
+    rig = Rig(fold_late=True)
+    rig.run([ev("c", 0), ev("c", 1_800)])
+    rig.run([ev("c", 2_000)])  # the second session, rewritten with its mark at 2
+    rig.run([ev("c", 900, "/bridge")])
+    assert rig.sessions.cells[session_key("c", 0)][b"f:t:t:0"] == b"0-3"
+    clean = rig.sessions.readable()
+    report = rig.run(rig.sent, start=0)
+    assert report.replayed == 4 and rig.sessions.readable() == clean == rig.expected()
+
+
+def test_with_late_fold_a_straggler_bridging_into_a_live_session_keeps_it_open() -> None:
+    """900 bridges c:0 (closed) and c:1800 (live): the merged session stays open, so 2 500
+    joins it; it closes, and its summary goes out again, once the watermark passes 2 500."""
+    rig = Rig(fold_late=True)
+    rig.run([ev("c", 0, "/a"), ev("c", 1_800, "/b")])  # 1 800 > 0 + 1 500: c:0 closes
+    assert rig.sessions.readable()[session_key("c", 0)]["state"] == "closed"
+    assert rig.run([ev("c", 900, "/bridge")]).late == 1
+    merged = rig.sessions.readable()[session_key("c", 0)]
+    assert (merged["hits"], merged["state"], merged["late_events"]) == ("3", "open", "1")
+    assert rig.partitions.index  # listed open again
+    assert rig.run([ev("c", 2_500, "/c")]).late == 0
+    assert rig.sessions.readable() == rig.expected()
+    rig.run([ev("z", 9_000)])
+    rows = rig.sessions.readable()
+    assert (rows[session_key("c", 0)]["hits"], rows[session_key("c", 0)]["state"]) == (
+        "4", "closed")
+    assert rows == rig.expected()
+    assert b'"hits": "4"' in (rig.summaries()[session_key("c", 0)] or b"")
+    assert session_key("c", 1_800) not in rig.summaries()  # never closed: nothing to undo
+
+
+def rewinding_run(seed: int, sequenced: bool, fold_late: bool,
+                  max_duration_ms: int | None) -> Rig:
+    """``crashing_run``, then the same events read again two or three times over the same
+    tables -- from 0 (a rewind to the start, or another group from the earliest offset) or
+    from a random offset (a rewind to the middle) -- in ranges cut anew, with crashes and
+    torn puts, and a few new events arriving between the re-reads."""
+    rig = crashing_run(seed, sequenced, fold_late, max_duration_ms)
+    rnd = random.Random(seed + 10_000)
+    for _ in range(rnd.randrange(2, 4)):
+        read = len(rig.sent)  # a rewind goes back from here, never past it
+        for visitor in ("a", "e"):
+            if rnd.random() < 0.5:
+                rig.sent.append(ev(visitor, rnd.randrange(0, 40_000), "/new",
+                                   n=rnd.randrange(0, 30) if sequenced else None))
+        i = rnd.choice((0, 0, rnd.randrange(0, read + 1)))
+        while i < len(rig.sent):
+            n = rnd.randrange(1, 9)
+            if rnd.random() < 0.2:
+                rig.journal.crash_at = rnd.choice([*STEPS, "lease"])
+            elif rnd.random() < 0.15:
+                rig.sessions.tear_after = rnd.randrange(0, 4)
+            try:
+                rig.run(rig.sent[i:i + n], start=i)
+                i += n
+            except Crash:
+                pass
+            rig.journal.crash_at, rig.sessions.tear_after = None, None
+    return rig
+
+
+@pytest.mark.parametrize("fold_late", [False, True])
+def test_rewinds_over_crashes_and_torn_puts_leave_the_oracles_rows(fold_late: bool) -> None:
+    for seed in range(150):
+        rig = rewinding_run(seed, False, fold_late, None)
+        assert rig.sessions.readable() == rig.expected(), seed
+
+
+@pytest.mark.parametrize(("sequenced", "max_duration_ms"), [(True, None), (False, 2_500),
+                                                            (True, 2_500)])
+def test_rewinds_with_a_sequence_or_a_maximum_count_every_event_once(
+        sequenced: bool, max_duration_ms: int | None) -> None:
+    for seed in range(150):
+        rig = rewinding_run(seed, sequenced, False, max_duration_ms)
+        counted = sum(int(r["hits"]) + int(r["late_events"]) + int(r.get("duplicates", 0))
+                      for r in rig.sessions.readable().values())
+        assert counted == len(rig.sent), seed

@@ -12,19 +12,38 @@ from datetime import UTC, datetime
 from typing import Any
 
 from leakproof.config import Config
-from leakproof.dead_letter import DeadLetter, Selection
-from leakproof.errors import LeakproofError
+from leakproof.dead_letter import DeadLetter, Selection, source
+from leakproof.errors import LeakproofError, TableMissing
 
 PRINTABLE = frozenset(string.printable.encode()) - frozenset(b"\t\n\r\x0b\x0c")
 
 
+def current_source(cfg: Config) -> str:
+    """The name the dead letters of the topic the job reads now go under
+    (``dead_letter.source``): tagged when the topic was recreated under its name, as its
+    fences are (``sessions.incarnation_of``, from the ids the state table keeps)."""
+    from leakproof.hbase.state_store import HBaseLeaseStore
+    from leakproof.sessions import incarnation_of
+
+    leases = HBaseLeaseStore(cfg.hbase, cfg.kafka.topic, cfg.kafka.group_id)
+    try:
+        tag = incarnation_of(leases.topic_id(), leases.first_topic_id(None))
+    except TableMissing:  # the job never ran: the topic's first incarnation
+        tag = ""
+    finally:
+        leases.close()
+    return source(cfg.kafka.topic, tag)
+
+
 def letters(cfg: Config, selection: Selection) -> Iterator[DeadLetter]:
-    """The dead letters of ``cfg``'s topic the selection takes, in row-key order."""
+    """The dead letters of ``cfg``'s topic (as it is now) the selection takes, in row-key
+    order."""
     from leakproof.hbase.dead_letters import DeadLetterRows
 
+    name = current_source(cfg)
     rows = DeadLetterRows(cfg.hbase)
     try:
-        yield from rows.letters(cfg.kafka.topic, selection)
+        yield from rows.letters(name, selection)
     finally:
         rows.close()
 
@@ -36,13 +55,14 @@ def one(cfg: Config, coordinates: str) -> DeadLetter:
     partition, _, offset = coordinates.partition(":")
     if not partition.isdigit() or not offset.isdigit():
         raise LeakproofError(f"{coordinates!r} is not PARTITION:OFFSET (two whole numbers)")
+    name = current_source(cfg)
     rows = DeadLetterRows(cfg.hbase)
     try:
-        found = rows.get(cfg.kafka.topic, int(partition), int(offset))
+        found = rows.get(name, int(partition), int(offset))
     finally:
         rows.close()
     if found is None:
-        raise LeakproofError(f"no dead letter {cfg.kafka.topic}:{partition}:{offset} in "
+        raise LeakproofError(f"no dead letter {name}:{partition}:{offset} in "
                              f"{cfg.hbase.full_name(cfg.hbase.dead_letter_table)}")
     return found
 
@@ -82,7 +102,8 @@ def redrive_state(letter: DeadLetter) -> str:
     if mark is None:
         return "waiting"
     if mark.state == "sent":
-        return f"sent as {letter.topic}:{letter.partition}:{mark.copy_offset} at {when(mark.at_ms)}"
+        topic = letter.topic.partition("~")[0]  # the copy is in the topic, whatever its tag
+        return f"sent as {topic}:{letter.partition}:{mark.copy_offset} at {when(mark.at_ms)}"
     return f"pending since {when(mark.at_ms)} (transactional id {mark.txn})"
 
 

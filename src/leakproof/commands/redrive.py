@@ -20,6 +20,11 @@ argument):
 
 A crash anywhere leaves each row either unmarked (nothing sent), ``pending`` (its copy
 committed or not: step 2 of the next redrive tells which) or ``sent``.
+
+Only the dead letters of offsets the job has committed are taken: a row at or past its
+partition's committed offset belongs to a batch still in flight, whose replay may decode
+the record after all (its cause fixed) and withdraw the row (``task.process``). Such rows
+are left, counted in ``in_flight``, for a redrive after the job has committed them.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import islice
 
@@ -46,12 +51,14 @@ PROGRESS_S = 1.0  # a progress line at most this often
 @dataclass
 class RedriveReport:
     """What a redrive did (or, dry, would do): rows selected, sent now, found sent by an
-    interrupted redrive (marked now), and left to another redrive that moved them first."""
+    interrupted redrive (marked now), and left to another redrive that moved them first;
+    and the rows the selection takes that it left, their batch still in flight."""
 
     selected: int = 0
     sent: int = 0
     found: int = 0
     taken: int = 0
+    in_flight: int = 0
     by_partition: dict[int, int] = field(default_factory=dict)  # selected, per partition
     started: float = field(default_factory=time.monotonic)
 
@@ -66,13 +73,16 @@ class RedriveReport:
         left = max(0, self.selected - self.done)
         eta = f"about {left / rate:.0f}s left" if rate and left else "done" if not left else ""
         pct = 100.0 * self.done / self.selected if self.selected else 100.0
+        held = (f", {self.in_flight} left: their batch is not committed yet"
+                if self.in_flight else "")
         return (f"redrive of {topic}: {self.done}/{self.selected} ({pct:.0f}%): {self.sent} "
                 f"sent, {self.found} found sent already, {self.taken} taken by another "
-                f"redrive; {rate:.0f}/s; {eta}").rstrip("; ")
+                f"redrive{held}; {rate:.0f}/s; {eta}").rstrip("; ")
 
     def as_json(self) -> dict[str, object]:
         return {"selected": self.selected, "sent": self.sent, "found": self.found,
-                "taken": self.taken, "by_partition": dict(sorted(self.by_partition.items())),
+                "taken": self.taken, "in_flight": self.in_flight,
+                "by_partition": dict(sorted(self.by_partition.items())),
                 "seconds": round(time.monotonic() - self.started, 3)}
 
 
@@ -115,26 +125,41 @@ class Progress:
             self._say(self.report.line(self._topic))
 
 
-def count(rows: DeadLetterRows, topic: str, selection: Selection) -> RedriveReport:
-    """The rows a redrive of ``selection`` takes, per partition (read without their bytes)."""
+def count(rows: DeadLetterRows, topic: str, selection: Selection,
+          committed: Mapping[int, int] | None = None) -> RedriveReport:
+    """The rows a redrive of ``selection`` takes, per partition (read without their bytes);
+    with ``committed`` (each partition's committed offset) only those below it, the others
+    counted in ``in_flight``."""
     report = RedriveReport()
     for letter in _selected(rows, topic, selection, brief=True):
+        if not settled(letter, committed):
+            report.in_flight += 1
+            continue
         report.selected += 1
         report.by_partition[letter.partition] = report.by_partition.get(letter.partition, 0) + 1
     return report
 
 
+def settled(letter: DeadLetter, committed: Mapping[int, int] | None) -> bool:
+    """Whether the job committed the batch that read ``letter``'s record (None: taken as
+    known to be so); a partition it never committed holds none."""
+    return committed is None or letter.offset < committed.get(letter.partition, 0)
+
+
 def redrive_partition(rows: DeadLetterRows, target: RedriveTarget, topic: str, partition: int,
                       selection: Selection, pace: Pace, progress: Progress,
-                      now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
-    """The steps of the module docstring for the selected dead letters of one partition."""
+                      now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                      committed: Mapping[int, int] | None = None) -> None:
+    """The steps of the module docstring for the selected dead letters of one partition
+    (with ``committed``: those below its committed offset)."""
     report, txn = progress.report, target.txn_id
     only = replace(selection, partitions=frozenset({partition}))
     # 1. fence every older producer of this partition's id; the end read after it
     end = target.fence()
     # 2. copies an interrupted redrive committed before the fence lie in [scan_from, end)
     pending = [letter.mark.scan_from for letter in _selected(rows, topic, only, brief=True)
-               if letter.mark is not None and letter.mark.state == PENDING]
+               if letter.mark is not None and letter.mark.state == PENDING
+               and settled(letter, committed)]
     found = target.copies(min(pending), end) if pending else {}
     if found:
         log.info("%s partition %d: %d dead letters an interrupted redrive sent are in the "
@@ -142,6 +167,8 @@ def redrive_partition(rows: DeadLetterRows, target: RedriveTarget, topic: str, p
     # 3. the rest in chunks: mark pending, one transaction, mark sent
     chunk: list[DeadLetter] = []
     for letter in _selected(rows, topic, only):
+        if not settled(letter, committed):
+            continue  # its batch is in flight (``count`` told)
         if letter.origin in found:
             sent = RedriveMark(SENT, txn, now_ms(), copy_offset=found[letter.origin])
             if rows.mark(letter, sent):
@@ -191,30 +218,55 @@ def redrive(cfg: Config, selection: Selection, rate: float | None,
             say: Callable[[str], None], dry_run: bool = False) -> RedriveReport:
     """Re-drive the selected dead letters of ``cfg``'s topic (``dry_run``: count them and
     send nothing, mark nothing); progress through ``say``."""
+    from leakproof.commands.dead_letters import current_source
     from leakproof.hbase.dead_letters import DeadLetterRows as HBaseRows
     from leakproof.kafka.redrive import TransactionalPartition, transactional_id
 
     topic = cfg.kafka.topic
+    name = current_source(cfg)  # the rows of the topic as it is now (recreated: tagged)
+    committed = committed_offsets(cfg)
     rows = HBaseRows(cfg.hbase)
     try:
-        planned = count(rows, topic, selection)
+        planned = count(rows, name, selection, committed)
+        if planned.in_flight:
+            log.warning("%s: %d selected dead letters are at or past their partition's "
+                        "committed offset (committed: %s): their batch is still in flight, "
+                        "and its replay may decode them after all; not re-driving them now",
+                        topic, planned.in_flight, dict(sorted(committed.items())))
         if dry_run or not planned.selected:
             return planned
-        progress = Progress(topic, RedriveReport(planned.selected,
-                                                 by_partition=planned.by_partition), say)
+        progress = Progress(name, RedriveReport(planned.selected,
+                                                 by_partition=planned.by_partition,
+                                                 in_flight=planned.in_flight), say)
         pace = Pace(rate)
         table = cfg.hbase.full_name(cfg.hbase.dead_letter_table)
         for partition in sorted(planned.by_partition):
             target = TransactionalPartition(cfg.kafka, topic, partition,
                                             transactional_id(table, topic, partition))
             try:
-                redrive_partition(rows, target, topic, partition, selection, pace, progress)
+                redrive_partition(rows, target, name, partition, selection, pace, progress,
+                                  committed=committed)
             finally:
                 target.close()
         progress.tick(final=True)
         return progress.report
     finally:
         rows.close()
+
+
+def committed_offsets(cfg: Config) -> dict[int, int]:
+    """Each partition's offset the job committed last (none yet: an empty map)."""
+    from leakproof.commit_stores import open_store
+    from leakproof.errors import TableMissing
+
+    store = open_store(cfg)
+    try:
+        latest = store.latest()
+    except TableMissing:  # the job never ran: nothing is committed
+        latest = None
+    finally:
+        store.close()
+    return dict(latest.offsets) if latest is not None else {}
 
 
 def print_redrive(cfg: Config, selection: Selection, rate: float | None, dry_run: bool,

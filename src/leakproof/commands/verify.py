@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from leakproof import oracle
+from leakproof.commands.dead_letters import current_source
 from leakproof.config import Config
 from leakproof.dead_letter import SENT, RedriveMark, origin, origin_of, parse_origin
 from leakproof.driver.bounds import bound_offsets, clamp
@@ -120,8 +121,10 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], until_ms: int | None = N
 
     A record a redrive sent back (a copy naming it is in the topic) was a dead letter when
     the job read it, whatever it decodes to now: its events count through its copy, so the
-    oracle folds the copy and takes the record as a dead letter. Each such record must have
-    one copy, carrying its bytes, and each row marked re-driven a copy. ``say`` hears
+    oracle folds the copy -- even into a closed session, as the job does -- and takes the
+    record as a dead letter. Each such record must have one copy, carrying its bytes, and
+    each row marked re-driven a copy (the rows of the topic as it is now: a recreated
+    topic's go under its tag, ``dead_letter.source``). ``say`` hears
     each step and, while the topic is read, how far it got.
     """
     verdict = Verdict()
@@ -131,10 +134,15 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], until_ms: int | None = N
     got = read_records(cfg, until_ms, say)
     tell(f"read {sum(map(len, got.events.values()))} events and {len(got.bad)} bad records; "
          f"folding them with the oracle")
-    redriven = {(p, o) for t, p, o in filter(None, map(parse_origin, got.copies)) if t == topic}
+    name = current_source(cfg)  # what its dead letters go under (recreated: tagged)
+    redriven = {(p, o) for t, p, o in filter(None, map(parse_origin, got.copies)) if t == name}
     stamped = {p: [(ts, e) for (offset, e), ts in zip(evs, got.stamps[p], strict=True)
                    if (p, offset) not in redriven] for p, evs in got.events.items()}
     per_partition = {p: [e for _, e in seq] for p, seq in stamped.items()}
+    # the copies among them fold even into a closed session, whatever sessions.late says
+    copy_at = {(p, rec.offset) for found in got.copies.values() for p, rec in found}
+    again = {p: [i for i, offset in enumerate(o for o, _ in evs if (p, o) not in redriven)
+                 if (p, offset) in copy_at] for p, evs in got.events.items()}
     bad = got.bad
     verdict.redriven = len(redriven)
     # the seeds' events are WebEvents: compared field by field with the records read back
@@ -158,20 +166,21 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], until_ms: int | None = N
         expected = oracle.expected_gap_rows_merged(
             stamped, cfg.sessions.close_after_ms, cfg.sessions.gap_ms, cfg.model,
             max_duration_ms=cfg.sessions.max_duration_ms,
-            fold_late=cfg.sessions.late == "fold")
+            fold_late=cfg.sessions.late == "fold", redriven=again)
     else:
         # once partitions were added, the job closes a session only in its key's partition
         grown = HBaseLeaseStore(cfg.hbase, cfg.kafka.topic,
                                 cfg.kafka.group_id).key_moves().grown
         expected = oracle.expected_rows_merged(stamped, cfg.sessions.close_after_ms,
                                                cfg.model, len(stamped) if grown else None,
-                                               fold_late=cfg.sessions.late == "fold")
+                                               fold_late=cfg.sessions.late == "fold",
+                                               redriven=again)
     tell(f"{len(expected)} sessions expected; reading the session rows and dead letters "
          f"from HBase")
     conn = connect(cfg.hbase)
     try:
         actual = scan_readable(conn.table(cfg.hbase.sessions_table))
-        dead = DeadLetterStore(conn.table(cfg.hbase.dead_letter_table)).scan(cfg.kafka.topic)
+        dead = DeadLetterStore(conn.table(cfg.hbase.dead_letter_table)).scan(name)
     finally:
         conn.close()
     verdict.sessions = len(actual)
@@ -187,7 +196,7 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], until_ms: int | None = N
         if cells is not None and (cells.get(b"d:value") != b.value or cells.get(b"d:key") != b.key):
             verdict.problems.append(f"dead letter {b.partition}:{b.offset} does not hold the "
                                     f"raw bytes")
-    verdict.problems += _redrive_problems(topic, got.copies, dead, whole=until_ms is None)
+    verdict.problems += _redrive_problems(name, got.copies, dead, whole=until_ms is None)
     return verdict
 
 

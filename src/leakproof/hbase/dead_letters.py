@@ -1,16 +1,19 @@
-"""The dead-letter table: row ``<topic>:<partition>:<offset, 20 digits>``, family ``d``.
+"""The dead-letter table: row ``<topic>:<partition>:<offset, 20 digits>``, family ``d``
+(``<topic>~<tag>:...`` for a topic recreated under the same name: ``dead_letter.source``).
 
 Keeps the raw key and value bytes exactly as Kafka had them (a null is recorded as a flag,
 since HBase has no null cell), the record's Kafka timestamp and headers, the error text and
 type, and the batch time; a record that is itself a re-driven copy also names the dead letter
-it came from (``redriven_from``). Writing the same record twice writes the same row: replays
-stay idempotent. A redrive keeps its mark in ``d:redrive`` (``dead_letter.RedriveMark``),
-which the job never writes, moved by checkAndPut only.
+it came from (``redriven_from``). Writing the same record twice writes the same row:
+replays stay idempotent; a replay that decodes a record an earlier attempt dead-lettered
+(its cause fixed in between) withdraws the row (``withdraw``). A redrive keeps its mark in
+``d:redrive`` (``dead_letter.RedriveMark``), which the job never writes, moved by
+checkAndPut only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 
 import happybase
 
@@ -23,6 +26,7 @@ from leakproof.dead_letter import (
     decode_headers,
     encode_headers,
     origin_of,
+    source,
 )
 from leakproof.errors import DecodeError
 from leakproof.hbase.connection import ConnectionSlot, check_and_put
@@ -81,11 +85,32 @@ class DeadLetterStore:
     def __init__(self, table: happybase.Table) -> None:
         self._table = table
 
-    def write(self, errors: Iterable[DecodeError], batch_ms: int, *, ts: int) -> None:
-        """One row per record, every cell at timestamp ``ts`` (a late copy loses)."""
+    def write(self, errors: Iterable[DecodeError], batch_ms: int, *, ts: int,
+              incarnation: str = "") -> None:
+        """One row per record, every cell at timestamp ``ts`` (a late copy loses), under
+        its topic's name tagged with ``incarnation`` (``dead_letter.source``)."""
         with self._table.batch(batch_size=500, timestamp=ts) as batch:
             for err in errors:
-                batch.put(row_key(err.topic, err.partition, err.offset), to_cells(err, batch_ms))
+                batch.put(row_key(source(err.topic, incarnation), err.partition, err.offset),
+                          to_cells(err, batch_ms))
+
+    def withdraw(self, topic: str, partition: int, offsets: Collection[int], *, ts: int
+                 ) -> int:
+        """Delete the rows among ``offsets`` no redrive has marked (one scan of their span,
+        then the deletes at ``ts``: a late copy of the earlier attempt's put stays hidden).
+        A marked row stays: its copy in the topic carries its events."""
+        if not offsets:
+            return 0
+        start, stop = row_key(topic, partition, min(offsets)), row_key(topic, partition,
+                                                                       max(offsets) + 1)
+        gone = [key for key, cells in self._table.scan(row_start=start, row_stop=stop,
+                                                       columns=[b"d:kind", REDRIVE])
+                if REDRIVE not in cells and int(key.rsplit(b":", 1)[1]) in offsets]
+        if gone:
+            with self._table.batch(timestamp=ts) as batch:
+                for key in gone:
+                    batch.delete(key)
+        return len(gone)
 
     def scan(self, topic: str) -> dict[tuple[int, int], dict[bytes, bytes]]:
         """(partition, offset) -> cells, for every dead letter of ``topic``."""

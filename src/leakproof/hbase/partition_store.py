@@ -4,7 +4,8 @@
   index's bucket width): written after the partition's session rows and open-session index,
   so it never runs ahead of them; ``pending`` and the writer tokens before any session row.
   With an output topic it also holds the partition's outbox (``outbox.py``), written before
-  the session rows.
+  the session rows; and ``dead_until``, the highest offset a range dead-lettered, before its
+  dead letters (``StoredPartition.dead_until``).
 - ``op:<topic>:<partition>:<bucket>`` family ``o`` (open session -> its last_ts): the open
   sessions by bucket of last_ts (``open_index``), so a range reads only what may expire.
 
@@ -26,6 +27,8 @@ from leakproof.open_index import MAX_BUCKET, MAX_WIDTH, Entry, IndexChanges, buc
 from leakproof.outbox import PUBLISHED, Outbox
 from leakproof.ports.task import Mark, PartitionSave, StoredPartition
 from leakproof.sessions import NO_WATERMARK, PartitionState
+
+DEAD_UNTIL = b"w:dead_until"
 
 
 def _wm_row(topic: str, partition: int) -> bytes:
@@ -58,7 +61,8 @@ def stored_partition(cells: Mapping[bytes, bytes]) -> StoredPartition:
                            writer_token(cells),
                            int(cells.get(b"w:width", b"0")),
                            int(cells.get(b"w:record_ts", b"-1")),
-                           int(cells.get(b"w:record_wm", b"%d" % NO_WATERMARK)))
+                           int(cells.get(b"w:record_wm", b"%d" % NO_WATERMARK)),
+                           int(cells.get(DEAD_UNTIL, b"-1")))
 
 
 def writer_token(cells: Mapping[bytes, bytes]) -> bytes:
@@ -121,10 +125,12 @@ class PartitionStore:
         each will publish; ``w:foreign`` for the partitions in ``foreign``: one put per
         partition, all in one call at timestamp ``ts``, before any session row is written."""
         with self._table.batch(timestamp=ts) as batch:
-            for partition, pending, outbox, writer in marks:
+            for partition, pending, outbox, writer, dead_until in marks:
                 cells = {b"w:pending": str(pending).encode(), b"w:writer": writer}
                 if outbox is not None:
                     cells.update(outbox.encode())
+                if dead_until >= 0:
+                    cells[DEAD_UNTIL] = str(dead_until).encode()
                 batch.put(_wm_row(topic, partition), cells)
             for other, partition in foreign:
                 batch.put(_wm_row(other, partition), {b"w:foreign": new_token()})

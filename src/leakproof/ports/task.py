@@ -8,7 +8,7 @@ PartitionStore`` (PartitionRows), ``hbase.dead_letters.DeadLetterStore`` (DeadLe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from leakproof.errors import DecodeError
@@ -80,16 +80,20 @@ class StoredPartition(NamedTuple):
     width: int = 0
     record_ts: int = -1
     record_wm: int = NO_WATERMARK
+    dead_until: int = -1
 
 
 class Mark(NamedTuple):
     """What a range puts in its partition's row before it writes a session row: its pending
-    mark (its watermark), its outbox if any, and a fresh writer token."""
+    mark (its watermark), its outbox if any, a fresh writer token, and -- before it writes
+    dead letters -- the highest offset it dead-letters (``StoredPartition.dead_until``,
+    never lowered; -1: it writes none, the cell is left as it is)."""
 
     partition: int
     pending: int
     outbox: Outbox | None
     writer: bytes
+    dead_until: int = -1
 
 
 class SessionRows(Protocol):
@@ -207,9 +211,19 @@ class LeaseCheck(Protocol):
 
 
 class DeadLetters(Protocol):
-    def write(self, errors: Iterable[DecodeError], batch_ms: int, *, ts: int) -> None:
-        """One row per undecodable record, keyed by topic, partition and offset, its cells
-        at timestamp ``ts``."""
+    def write(self, errors: Iterable[DecodeError], batch_ms: int, *, ts: int,
+              incarnation: str = "") -> None:
+        """One row per undecodable record, keyed by topic (tagged with ``incarnation``, a
+        recreated topic's: ``dead_letter.source``), partition and offset, its cells at
+        timestamp ``ts``."""
+        ...
+
+    def withdraw(self, topic: str, partition: int, offsets: Collection[int], *, ts: int
+                 ) -> int:
+        """Delete, at timestamp ``ts``, the dead letters among ``offsets`` of the partition
+        that no redrive has marked (``topic``: the name they go under, ``dead_letter.
+        source``): an earlier attempt of the range wrote them, and this one decoded their
+        records. Returns how many went."""
         ...
 
 

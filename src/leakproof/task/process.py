@@ -4,11 +4,14 @@
 2. load: the partitions' watermarks, the touched sessions' rows (or the ones this worker
    kept from the partition's last range, while no one else wrote it: ``kept_rows``), and the
    open sessions that may expire in each range (``index.load``);
-3. fold each range's events into its sessions (fences skip what an earlier attempt applied);
+3. fold each range's events into its sessions (fences skip what an earlier attempt applied;
+   a re-driven dead letter's copy folds even into a closed session);
 4. if this driver still holds the lease: the pending marks with fresh writer tokens (with
-   the outboxes, with an output topic), then the session rows, aggregate and fence in one
-   put per row;
-5. the dead letters;
+   the outboxes, with an output topic, and the highest offset each range dead-letters),
+   then the session rows, aggregate and fence in one put per row;
+5. the dead letters; in a replay of offsets an earlier attempt dead-lettered, the rows of
+   records it now decoded and took into account (not skipped as replays) are withdrawn:
+   their cause was fixed in between, and left there a redrive would count them again;
 6. the open-session indexes, then the watermarks -- last, so neither runs ahead of the
    session rows (``index.save``); the touched rows are kept for the partitions' next ranges;
 7. each range's closed sessions' summaries, in one Kafka transaction with its outbox's
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 
 from leakproof import open_index
 from leakproof.crashpoints import crash_point
+from leakproof.dead_letter import origin_of, source
 from leakproof.errors import CommitRefused, DecodeError
 from leakproof.events import Event
 from leakproof.gap_fold import (
@@ -68,6 +72,7 @@ from leakproof.sessions import (
     NO_WATERMARK,
     FoldResult,
     MayClose,
+    Outcome,
     PartitionFolder,
     fence_key,
     lead_of,
@@ -102,6 +107,9 @@ class _Range:
     dead: list[DecodeError]
     touched: frozenset[str]
     newest_record_ts: int = -1  # the newest Kafka timestamp among its records
+    # the offsets of its events whose records are re-driven dead letters: they fold even
+    # into a closed session (``sessions.PartitionFolder.feed``)
+    redriven: frozenset[int] = frozenset()
 
 
 def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, stores: Stores,
@@ -173,6 +181,7 @@ def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode,
     dead: list[DecodeError] = []
     keep, topic, partition = events.append, rng.topic, rng.partition
     newest = -1
+    redriven: set[int] = set()
     for rec in records:  # once per record: locals only
         if rec.timestamp > newest:
             newest = rec.timestamp
@@ -181,6 +190,8 @@ def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode,
                            offset=rec.offset, timestamp=rec.timestamp, headers=rec.headers)
             keep((rec.offset, event, None if lead_ms is None else lead_of(rec.timestamp,
                                                                           lead_ms)))
+            if rec.headers and origin_of(rec.headers) is not None:
+                redriven.add(rec.offset)
         except DecodeError as err:
             err.timestamp, err.headers = rec.timestamp, rec.headers  # its dead letter keeps them
             dead.append(err)
@@ -188,7 +199,7 @@ def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode,
     report.records = len(events) + len(dead)
     report.read_s = time.monotonic() - t0
     return _Range(rng, report, events, dead, frozenset(e.session_id for _, e, _ in events),
-                  newest)
+                  newest, frozenset(redriven))
 
 
 def _apart(ranges: Sequence[_Range]) -> list[list[_Range]]:
@@ -253,6 +264,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     after = {w.partition: max(ld.state.watermark, w.newest_ts)
              for w, ld in zip(wanted, loaded, strict=True)}
     results = []
+    decoded: list[list[int]] = []  # per range: offsets whose dead letters are withdrawn
     for r, ld, share in zip(step, loaded, shares, strict=True):
         t1 = time.monotonic()
         owners = {p: max(mark, after.get(p, mark)) for p, mark in ld.owner_watermarks.items()}
@@ -262,8 +274,19 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
                                   fold_late) if gap is None else
                   GapFolder(model, key, close_after_ms, gap, ld.state, ld.rows, may_close,
                             fold_late, r.rng.from_offset))
-        for offset, event, lead in r.events:
-            folder.feed(offset, event, lead)
+        redriven = r.redriven
+        taken: list[int] = []
+        if ld.stored.dead_until >= r.rng.from_offset:  # an earlier attempt dead-lettered
+            for offset, event, lead in r.events:
+                if folder.feed(offset, event, lead, offset in redriven) is not Outcome.REPLAYED:
+                    taken.append(offset)
+        elif redriven:
+            for offset, event, lead in r.events:
+                folder.feed(offset, event, lead, offset in redriven)
+        else:  # the usual range: no copies, nothing to withdraw
+            for offset, event, lead in r.events:
+                folder.feed(offset, event, lead)
+        decoded.append([o for o in taken if o <= ld.stored.dead_until])
         folder.advance(ld.idle_watermark)
         results.append(folder.finish())
         r.report.expiring = len(ld.found)
@@ -289,7 +312,8 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     # The writer tokens go first too: from here on no worker may trust the rows it kept for
     # these partitions, nor for the others whose fences the touched rows bear.
     stores.partitions.begin_writes(topic, [
-        Mark(r.rng.partition, max(_pending(result), ld.stored.check_below), outbox, token)
+        Mark(r.rng.partition, max(_pending(result), ld.stored.check_below), outbox, token,
+             max(ld.stored.dead_until, r.dead[-1].offset) if r.dead else -1)
         for r, ld, result, outbox, token in zip(step, loaded, results, outboxes, tokens,
                                                 strict=True)],
         foreign(((topic, r.rng.partition), ld.rows.values())
@@ -305,7 +329,12 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
         crash_point("task_after_session_deletes")
         stores.visits.drop(_unlisted(reachable, loaded, results), ts=ts)
     # 5. dead letters
-    stores.dead_letters.write([err for r in step for err in r.dead], batch_ms, ts=ts)
+    stores.dead_letters.write([err for r in step for err in r.dead], batch_ms, ts=ts,
+                              incarnation=incarnation)
+    for r, offsets in zip(step, decoded, strict=True):
+        if offsets:
+            r.report.withdrawn = stores.dead_letters.withdraw(
+                source(topic, incarnation), r.rng.partition, offsets, ts=ts)
     # 6. the indexes (the owners' entries for sessions left open here first), then the
     # watermarks
     _hand_over(stores.partitions, topic, results, owners_in, close_after_ms, ts, key_of)
