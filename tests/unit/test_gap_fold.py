@@ -7,6 +7,7 @@ close 1.5 s after their last event."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -429,25 +430,32 @@ def crashing_run(seed: int, sequenced: bool, fold_late: bool,
     return rig
 
 
+# a run through crashes and torn puts, and the same followed by re-reads from 0 or the middle
+RUNS = [pytest.param(lambda *a: crashing_run(*a), id="crashes"),
+        pytest.param(lambda *a: rewinding_run(*a), id="rewinds")]
+
+
+@pytest.mark.parametrize("run", RUNS)
 @pytest.mark.parametrize("fold_late", [False, True])
-def test_crashes_and_torn_puts_anywhere_leave_the_oracles_rows(fold_late: bool) -> None:
+def test_crashes_torn_puts_and_rewinds_leave_the_oracles_rows(
+        run: Callable[..., Rig], fold_late: bool) -> None:
     for seed in range(150):
-        rig = crashing_run(seed, False, fold_late, None)
+        rig = run(seed, False, fold_late, None)
         assert rig.sessions.readable() == rig.expected(), seed
 
 
+@pytest.mark.parametrize("run", RUNS)
 @pytest.mark.parametrize(("sequenced", "max_duration_ms"), [(True, None), (False, 2_500),
                                                             (True, 2_500)])
 def test_with_a_sequence_or_a_maximum_no_event_is_lost_or_counted_twice(
-        sequenced: bool, max_duration_ms: int | None) -> None:
+        run: Callable[..., Rig], sequenced: bool, max_duration_ms: int | None) -> None:
     """Where a replay's reads already show what the first attempt did after an event (a
     neighbour closed, or grown past the maximum), the event may be judged another way --
     late rather than a duplicate, or in the neighbour -- but it counts once (DESIGN)."""
     for seed in range(150):
-        rig = crashing_run(seed, sequenced, False, max_duration_ms)
-        rows = rig.sessions.readable()
+        rig = run(seed, sequenced, False, max_duration_ms)
         counted = sum(int(r["hits"]) + int(r["late_events"]) + int(r.get("duplicates", 0))
-                      for r in rows.values())
+                      for r in rig.sessions.readable().values())
         assert counted == len(rig.sent), seed
 
 
@@ -614,21 +622,3 @@ def rewinding_run(seed: int, sequenced: bool, fold_late: bool,
                 pass
             rig.journal.crash_at, rig.sessions.tear_after = None, None
     return rig
-
-
-@pytest.mark.parametrize("fold_late", [False, True])
-def test_rewinds_over_crashes_and_torn_puts_leave_the_oracles_rows(fold_late: bool) -> None:
-    for seed in range(150):
-        rig = rewinding_run(seed, False, fold_late, None)
-        assert rig.sessions.readable() == rig.expected(), seed
-
-
-@pytest.mark.parametrize(("sequenced", "max_duration_ms"), [(True, None), (False, 2_500),
-                                                            (True, 2_500)])
-def test_rewinds_with_a_sequence_or_a_maximum_count_every_event_once(
-        sequenced: bool, max_duration_ms: int | None) -> None:
-    for seed in range(150):
-        rig = rewinding_run(seed, sequenced, False, max_duration_ms)
-        counted = sum(int(r["hits"]) + int(r["late_events"]) + int(r.get("duplicates", 0))
-                      for r in rig.sessions.readable().values())
-        assert counted == len(rig.sent), seed
