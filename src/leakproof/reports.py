@@ -78,6 +78,7 @@ class BatchTotals:
     expiring: int = 0
     client_stalls: int = 0
     rows_kept: int = 0  # touched rows not read: the worker kept them (of ``sessions``)
+    withdrawn: int = 0  # dead letters of records a replay decoded after all, deleted
 
     @classmethod
     def of(cls, reports: Iterable[TaskReport]) -> BatchTotals:
@@ -96,7 +97,8 @@ class BatchTotals:
                    consumers_cached=sum(r.consumer_cached for r in reports),
                    expiring=sum(r.expiring for r in reports),
                    client_stalls=sum(r.client_stalls for r in reports),
-                   rows_kept=sum(r.rows_kept for r in reports))
+                   rows_kept=sum(r.rows_kept for r in reports),
+                   withdrawn=sum(r.withdrawn for r in reports))
 
     def counts(self) -> dict[str, int]:
         return {c: getattr(self, c) for c in COUNTS}

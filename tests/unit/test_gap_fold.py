@@ -90,7 +90,7 @@ class Rig:
                               gap=GapRule(GAP, self.max_duration_ms))[0]
 
     def expected(self) -> dict[str, dict[str, str]]:
-        return expected_gap_rows({0: self.sent}, CLOSE, GAP, self.m,
+        return expected_gap_rows({0: self.sent}, self.close_after_ms, GAP, self.m,
                                  max_duration_ms=self.max_duration_ms, fold_late=self.fold_late)
 
     def summaries(self) -> dict[str, bytes | None]:

@@ -8,8 +8,10 @@ from datetime import datetime
 
 import pytest
 
-from leakproof.driver.batch import BatchOutcome, BatchPlan, Committed, batch_millis
+from leakproof.driver.batch import BatchOutcome, BatchPlan, Committed, audit_cells, batch_millis
 from leakproof.driver.progress import Progress, log_line, progress_record, ranges_text
+from leakproof.driver.progress import text_line as log_text
+from leakproof.lease import Lease
 from leakproof.logs import JsonFormatter
 from leakproof.offsets import Gap, LogBounds, OffsetRange
 from leakproof.reports import BatchTotals, TaskReport
@@ -77,3 +79,16 @@ def test_a_wide_batchs_line_summarises_its_ranges() -> None:
     assert ranges_text(few) == "p0:10->20 p3:10->20"
     wide = [{"partition": p, "from": 0, "until": 1 + p % 9} for p in range(240)]
     assert ranges_text(wide) == "240 partitions p0..p239, 1-9 records each"
+
+
+def test_dead_letters_a_replay_withdrew_are_counted_in_the_line_and_the_audit() -> None:
+    plan = outcome().plan
+    totals = BatchTotals.of([TaskReport(0, 0, 10, records=10, applied=10, withdrawn=3),
+                             TaskReport(1, 5, 5, withdrawn=1)])
+    done = BatchOutcome(plan, Committed(totals, (), {0: 10, 1: 5}, True, 0.01), 1.0)
+    rec = progress_record(done, now_ms=1_700_000_000_000)
+    assert rec["withdrawn"] == 4
+    assert "dead 0, withdrawn 4) |" in log_text(rec)
+    assert audit_cells(plan, totals, (), Lease(1, "x"), None, now_ms=1)["withdrawn"] == "4"
+    quiet = BatchTotals.of([TaskReport(0, 0, 10, records=10, applied=10)])
+    assert "withdrawn" not in audit_cells(plan, quiet, (), Lease(1, "x"), None, now_ms=1)
