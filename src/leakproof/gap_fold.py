@@ -113,10 +113,12 @@ class GapFolder(PartitionFolder):
         visitor, ts, seq, record = event
         watermark_before = self._step(offset, ts, lead)
         mine = self._visits.setdefault(visitor, [])
-        key = self._fence_key
-        for s in mine:
+        key, gap = self._fence_key, self._gap
+        for s in mine:  # the row holding the event spans it (folded) or reached it (late,
+            # duplicate) when it took it, and rows only grow: so only such a row is asked,
+            # and the answer depends on the tables, not on which rows the range loaded
             taken = s.took.get(key)
-            if taken is not None and offset in taken:  # an earlier attempt's write landed
+            if taken is not None and offset in taken and s.first_ts - gap < ts < s.last_ts + gap:
                 return self._count(Outcome.REPLAYED, s, touched=False)
         joined = self._joined(self._reach(mine, ts), ts)
         if not joined:  # no session reaches it: it starts one
