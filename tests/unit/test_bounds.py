@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from leakproof.cli import build_parser
-from leakproof.driver.bounds import bound_offsets, clamp, reached, short_of
+from leakproof.driver.bounds import bound_offsets, clamp, reached, short_of, shortfall
 from leakproof.driver.control import RunControl, RunLimits
 from leakproof.errors import OffsetError
 from leakproof.offsets import LogBounds, OffsetRange
@@ -117,3 +117,8 @@ def test_a_bound_reached_leaves_no_partition_short_of_it() -> None:
 def test_the_partitions_short_of_the_bound_say_where_they_got_to() -> None:
     # p1 never committed (a run stopped before its first batch): at 0
     assert short_of({0: 100, 1: 50, 2: 10}, {0: 40, 2: 10}) == {0: (40, 100), 1: (0, 50)}
+
+
+def test_the_shortfall_is_the_line_a_stopped_backfill_logs() -> None:
+    assert shortfall({0: 100, 1: 50}, {0: 40, 1: 50}) == "p0 at 40 of 100"
+    assert shortfall({0: 100}, {0: 100}) is None and shortfall(None, {0: 3}) is None

@@ -412,22 +412,29 @@ def crashing_run(seed: int, sequenced: bool, fold_late: bool,
     rig = Rig(SEQUENCED if sequenced else PLAIN, fold_late=fold_late,
               max_duration_ms=max_duration_ms)
     rig.sent = list(events)
-    i = 0
-    while i < len(events):
-        n = rnd.randrange(1, 7)
+    read_through(rig, rnd, 0, longest=6, idle_ticks=True)
+    return rig
+
+
+def read_through(rig: Rig, rnd: random.Random, i: int, longest: int,
+                 idle_ticks: bool = False) -> None:
+    """Read ``rig.sent`` from offset ``i`` to its end in ranges of 1 to ``longest`` events,
+    a fifth of them stopped at a random write step, some torn part way through their put;
+    each stopped range is read again from its first offset."""
+    while i < len(rig.sent):
+        n = rnd.randrange(1, longest + 1)
         if rnd.random() < 0.2:
             rig.journal.crash_at = rnd.choice([*STEPS, "lease"])
         elif rnd.random() < 0.15:
             rig.sessions.tear_after = rnd.randrange(0, 4)
         try:
-            rig.run(events[i:i + n], start=i)
+            rig.run(rig.sent[i:i + n], start=i)
             i += n
         except Crash:
             pass
         rig.journal.crash_at, rig.sessions.tear_after = None, None
-        if rnd.random() < 0.1:
+        if idle_ticks and rnd.random() < 0.1:
             rig.run([], start=i)  # an idle tick
-    return rig
 
 
 # a run through crashes and torn puts, and the same followed by re-reads from 0 or the middle
@@ -608,19 +615,7 @@ def rewinding_run(seed: int, sequenced: bool, fold_late: bool,
             if rnd.random() < 0.5:
                 rig.sent.append(ev(visitor, rnd.randrange(0, 40_000), "/new",
                                    n=rnd.randrange(0, 30) if sequenced else None))
-        i = rnd.choice((0, 0, rnd.randrange(0, read + 1)))
-        while i < len(rig.sent):
-            n = rnd.randrange(1, 9)
-            if rnd.random() < 0.2:
-                rig.journal.crash_at = rnd.choice([*STEPS, "lease"])
-            elif rnd.random() < 0.15:
-                rig.sessions.tear_after = rnd.randrange(0, 4)
-            try:
-                rig.run(rig.sent[i:i + n], start=i)
-                i += n
-            except Crash:
-                pass
-            rig.journal.crash_at, rig.sessions.tear_after = None, None
+        read_through(rig, rnd, rnd.choice((0, 0, rnd.randrange(0, read + 1))), longest=8)
     return rig
 
 

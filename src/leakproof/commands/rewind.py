@@ -289,7 +289,7 @@ def _inherited(cfg: Config, dry_run: bool) -> CommittedBatch | None:
 
     tables = HBaseTableSet(cfg.hbase)
     try:
-        return takeover(cfg.kafka.topic, cfg.kafka.group_id, tables)
+        return takeover(cfg.kafka.topic, cfg.kafka.group_id, tables.owner(), tables)
     except TableMissing:
         if not dry_run:
             raise

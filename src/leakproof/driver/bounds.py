@@ -39,6 +39,13 @@ def short_of(until: Mapping[int, int], committed: Mapping[int, int]) -> dict[int
             if committed.get(p, 0) < o}
 
 
+def shortfall(until: Mapping[int, int] | None, committed: Mapping[int, int]) -> str | None:
+    """Where each partition short of its bound got to (``p0 at 120 of 400, ...``); None: the
+    run is unbounded or reached its bound."""
+    short = short_of(until, committed) if until is not None else {}
+    return ", ".join(f"p{p} at {at} of {bound}" for p, (at, bound) in short.items()) or None
+
+
 def bound_offsets(topic: str, bounds: Mapping[int, LogBounds],
                   until_offsets: Mapping[int, int] | None = None,
                   by_time: Mapping[int, int | None] | None = None) -> dict[int, int]:

@@ -31,7 +31,7 @@ from leakproof.commit_stores import open_store
 from leakproof.config import Config
 from leakproof.crashpoints import crash_point
 from leakproof.driver.batch import BatchOutcome, BatchPlan, batch_millis
-from leakproof.driver.bounds import BOUND_NOT_REACHED, short_of
+from leakproof.driver.bounds import BOUND_NOT_REACHED, shortfall
 from leakproof.driver.committing import Committer
 from leakproof.driver.control import RunControl, RunLimits
 from leakproof.driver.dispatch import run_tasks
@@ -370,24 +370,15 @@ class Job:
                          "stop_reason": self.control.stop_reason, "last_batch_ms": last,
                          "offsets": committed}})
             rc, how = 0, f"stopped ({self.control.stop_reason})"
-        if rc == 0:
-            rc, how = self._bound_kept(rc, how, committed)
+        short = shortfall(self.planner.until if self.planner else None, committed)
+        if rc == 0 and short:  # a backfill stopped early is never taken for a finished copy
+            log.error("the bounded run (%s) stopped before its bound: %s. The tables do not "
+                      "yet hold every record up to it; run again with the same bound to "
+                      "finish (exit %d)", self.control.limits.bound(), short,
+                      BOUND_NOT_REACHED)
+            rc, how = BOUND_NOT_REACHED, f"{how}; bound not reached: {short}"
         return rc, json.dumps({"exit": rc, "how": how, "last_batch_ms": last,
                                "offsets": committed})
-
-    def _bound_kept(self, rc: int, how: str, committed: dict[int, int]) -> tuple[int, str]:
-        """A bounded run that stopped before its bound: exit ``BOUND_NOT_REACHED``, naming
-        where each partition short of it got to, so a backfill stopped early is never taken
-        for a complete copy."""
-        until = self.planner.until if self.planner is not None else None
-        short = short_of(until, committed) if until is not None else {}
-        if not short:
-            return rc, how
-        where = ", ".join(f"p{p} at {at} of {bound}" for p, (at, bound) in short.items())
-        log.error("the bounded run (%s) stopped before its bound: %s. The tables do not yet "
-                  "hold every record up to it; run again with the same bound to finish "
-                  "(exit %d)", self.control.limits.bound(), where, BOUND_NOT_REACHED)
-        return BOUND_NOT_REACHED, f"{how}; bound not reached: {where}"
 
     def _start_metrics(self, sc: Any) -> None:
         from leakproof.driver import metrics

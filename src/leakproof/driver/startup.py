@@ -89,9 +89,11 @@ def check_model(leases: LeaseStore, model: str) -> None:
         + ".")
 
 
-def takeover(topic: str, group: str, tables: TableSet) -> CommittedBatch | None:
+def takeover(topic: str, group: str, owner: str | None, tables: TableSet
+             ) -> CommittedBatch | None:
     """Where a job about to write a table set another job wrote last must start: the
-    offsets follow the tables, not the group.
+    offsets follow the tables, not the group. ``owner``: ``tables.owner()``, read by the
+    caller, which checks that the claim takes the tables over from that same job.
 
     The session rows hold exactly the events up to that job's last commit. A job of the
     same topic (a new group: blue/green, a renamed group) starts there -- not at its own
@@ -101,9 +103,7 @@ def takeover(topic: str, group: str, tables: TableSet) -> CommittedBatch | None:
     the sessions the old topic left open (only its own partitions' watermarks close them):
     refused while there are any, naming the way out.
     """
-    owner = tables.owner()
-    mine = f"{topic}:{group}"
-    if owner is None or owner == mine:
+    if owner is None or owner == f"{topic}:{group}":
         return None
     other_topic, _, other_group = owner.rpartition(":")
     if other_topic != topic:
@@ -145,7 +145,7 @@ def start_driver(topic: str, group: str, *, leases: LeaseStore, store: CommitSto
     """The steps of the module docstring; any of them may refuse (a LeakproofError).
     ``model``: the configured model's ``fingerprint.meaning`` (None: not checked)."""
     judged = tables.owner()
-    inherited = takeover(topic, group, tables)  # 0
+    inherited = takeover(topic, group, judged, tables)  # 0
     taken_from = leases.claim_tables(now_ms)
     if taken_from != (judged if judged != f"{topic}:{group}" else None):
         raise TablesOwned(f"the tables of {topic}:{group} changed hands while this job "

@@ -274,19 +274,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
                                   fold_late) if gap is None else
                   GapFolder(model, key, close_after_ms, gap, ld.state, ld.rows, may_close,
                             fold_late, r.rng.from_offset))
-        redriven = r.redriven
-        taken: list[int] = []
-        if ld.stored.dead_until >= r.rng.from_offset:  # an earlier attempt dead-lettered
-            for offset, event, lead in r.events:
-                if folder.feed(offset, event, lead, offset in redriven) is not Outcome.REPLAYED:
-                    taken.append(offset)
-        elif redriven:
-            for offset, event, lead in r.events:
-                folder.feed(offset, event, lead, offset in redriven)
-        else:  # the usual range: no copies, nothing to withdraw
-            for offset, event, lead in r.events:
-                folder.feed(offset, event, lead)
-        decoded.append([o for o in taken if o <= ld.stored.dead_until])
+        decoded.append(_fold(folder, r, ld.stored.dead_until))
         folder.advance(ld.idle_watermark)
         results.append(folder.finish())
         r.report.expiring = len(ld.found)
@@ -357,6 +345,26 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
         r.report.sessions = len(result.touched)
         r.report.closed = len(result.closed_now)
     crash_point("task_done")  # every write of these ranges made (fault tests wait for it)
+
+
+def _fold(folder: PartitionFolder | GapFolder, r: _Range, dead_until: int) -> list[int]:
+    """Step 3 for one range: its events fed to its folder, in offset order. Returns the
+    offsets whose dead letters an earlier attempt wrote and this one took into account
+    (not skipped as replays): their rows are withdrawn in step 5. The usual range -- no
+    re-driven copies, nothing dead-lettered at or past its start -- feeds with nothing more
+    per event."""
+    redriven = r.redriven
+    if dead_until >= r.rng.from_offset:  # an earlier attempt dead-lettered
+        taken = [offset for offset, event, lead in r.events
+                 if folder.feed(offset, event, lead, offset in redriven) is not Outcome.REPLAYED]
+        return [o for o in taken if o <= dead_until]
+    if redriven:
+        for offset, event, lead in r.events:
+            folder.feed(offset, event, lead, offset in redriven)
+    else:
+        for offset, event, lead in r.events:
+            folder.feed(offset, event, lead)
+    return []
 
 
 def _publish(stores: Stores, model: CompiledModel, topic: str, rng: OffsetRange,
