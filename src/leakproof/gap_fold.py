@@ -85,10 +85,13 @@ class GapFolder(PartitionFolder):
     def __init__(self, model: CompiledModel, fence_key: str, close_after_ms: int,
                  rule: GapRule, state: PartitionState, sessions: Mapping[str, SessionState],
                  may_close: MayClose | None = None, fold_late: bool = False,
-                 first_offset: int = 0) -> None:
-        """``first_offset``: the range's first offset: every offset below it is committed."""
+                 first_offset: int = 0, retention_ms: int | None = None) -> None:
+        """``first_offset``: the range's first offset: every offset below it is committed.
+        With ``retention_ms`` an event past the horizon is late (``sessions``); no event
+        newer reaches a session that may be deleted (its last_ts is more than the close
+        delay, so more than the gap, before the horizon), so no row is forgotten here."""
         super().__init__(model, fence_key, close_after_ms, state, sessions, may_close,
-                         fold_late)
+                         fold_late, retention_ms)
         self._gap = rule.gap_ms
         self._max = rule.max_duration_ms
         self._first = first_offset
@@ -112,6 +115,9 @@ class GapFolder(PartitionFolder):
              redriven: bool = False) -> Outcome:
         visitor, ts, seq, record = event
         watermark_before = self._step(offset, ts, lead)
+        if self.past_horizon(ts, watermark_before):
+            self._counts[Outcome.LATE] += 1
+            return Outcome.LATE
         mine = self._visits.setdefault(visitor, [])
         key, gap = self._fence_key, self._gap
         for s in mine:  # the row holding the event spans it (folded) or reached it (late,

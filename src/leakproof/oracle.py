@@ -66,21 +66,26 @@ def _text(kind: str, v: Any) -> str:
 
 # a session whose key moved when the topic grew: open or closed are both right (``_rows``)
 EITHER = "open or closed"
+# a closed session past the retention: deleted by the first range of its partition that
+# starts with the watermark past it, so still there (closed) until that range ran
+RETIRED = "closed or deleted"
 
 
 def expected_rows(partitions: Mapping[int, Iterable[Event]], close_after_ms: int,
-                  model: Model, fold_late: bool = False) -> dict[str, dict[str, str]]:
+                  model: Model, fold_late: bool = False, retention_ms: int | None = None
+                  ) -> dict[str, dict[str, str]]:
     """session -> {column: text value} for events given per partition in offset order
-    (``fold_late``: ``sessions.late: fold``, a late event counted and folded in)."""
+    (``fold_late``: ``sessions.late: fold``, a late event counted and folded in;
+    ``retention_ms``: ``sessions.retention_days``, see ``_rows``)."""
     return _rows(((p, e, False) for p, events in partitions.items() for e in events),
-                 close_after_ms, model, fold_late=fold_late)
+                 close_after_ms, model, fold_late=fold_late, retention_ms=retention_ms)
 
 
 def expected_rows_merged(partitions: Mapping[int, Sequence[tuple[int, Event]]],
                          close_after_ms: int, model: Model, owners_in: int | None = None,
                          fold_late: bool = False,
-                         redriven: Mapping[int, Collection[int]] | None = None
-                         ) -> dict[str, dict[str, str]]:
+                         redriven: Mapping[int, Collection[int]] | None = None,
+                         retention_ms: int | None = None) -> dict[str, dict[str, str]]:
     """As ``expected_rows`` for (record timestamp, event) pairs per partition, where a
     session may have records in several partitions (its key moved when partitions were
     added): the partitions are merged by record timestamp (each keeps its offset order),
@@ -94,7 +99,8 @@ def expected_rows_merged(partitions: Mapping[int, Sequence[tuple[int, Event]]],
     even when late, and not counted late."""
     owner = None if owners_in is None else (
         lambda sid: moved_keys.home(sid.encode(), owners_in))
-    return _rows(_merged(partitions, redriven), close_after_ms, model, owner, fold_late)
+    return _rows(_merged(partitions, redriven), close_after_ms, model, owner, fold_late,
+                 retention_ms)
 
 
 def _merged(partitions: Mapping[int, Sequence[tuple[int, Event]]],
@@ -109,11 +115,16 @@ def _merged(partitions: Mapping[int, Sequence[tuple[int, Event]]],
 
 
 def _rows(events: Iterable[tuple[int, Event, bool]], close_after_ms: int, model: Model,
-          owner: Callable[[str], int] | None = None, fold_late: bool = False
-          ) -> dict[str, dict[str, str]]:
+          owner: Callable[[str], int] | None = None, fold_late: bool = False,
+          retention_ms: int | None = None) -> dict[str, dict[str, str]]:
     """The fold, independently of ``sessions``: (partition, event, re-driven) in the order
     the job meets them within each partition; a watermark per partition. A re-driven
-    event that is late is folded in as with ``fold_late``, and not counted late."""
+    event that is late is folded in as with ``fold_late``, and not counted late.
+
+    With ``retention_ms`` (R): an event at or before its partition's W - R counts nowhere;
+    one for a session whose last + close_after_ms is before it starts the session afresh;
+    and a closed session whose last is before the sweep's cut (``_swept_below``) is
+    ``RETIRED``."""
     fields = model.fields()
     sequenced = model.sequence is not None
     conditions = {a.name: where.parse(a.where) if a.where else None for a in model.aggregates}
@@ -126,15 +137,29 @@ def _rows(events: Iterable[tuple[int, Event, bool]], close_after_ms: int, model:
     watermark: dict[int, int] = defaultdict(lambda: -1)
     last_in: dict[str, int] = {}  # the partition of a session's newest record
     seen_in: dict[str, set[int]] = defaultdict(set)  # the partitions with records of it
+    sealed: set[str] = set()  # closed for good: a late event was folded in
     for p, e, redriven in events:
-        is_late = (e.session_id in newest
-                   and watermark[p] > newest[e.session_id] + close_after_ms)
+        if retention_ms is not None and watermark[p] >= 0:
+            horizon = watermark[p] - retention_ms
+            if e.ts <= horizon:
+                continue  # late, and no row counts it
+            sid = e.session_id
+            if sid in newest and newest[sid] + close_after_ms < horizon:  # forgotten
+                del newest[sid], applied[sid]
+                late.pop(sid, None)
+                dups.pop(sid, None)
+                applied_keys = {k for k in applied_keys if k[0] != sid}
+                sealed.discard(sid)
+        is_late = e.session_id in newest and (
+            e.session_id in sealed or watermark[p] > newest[e.session_id] + close_after_ms)
         if is_late and not (fold_late or redriven):
             late[e.session_id] += 1
         elif sequenced and (e.session_id, e.seq) in applied_keys:
             dups[e.session_id] += 1
         else:
             late[e.session_id] += is_late and not redriven  # folded in as well (late: fold)
+            if is_late and not redriven:  # closed for good
+                sealed.add(e.session_id)
             applied_keys.add((e.session_id, e.seq))
             applied[e.session_id].append(e)
             newest[e.session_id] = max(newest.get(e.session_id, e.ts), e.ts)
@@ -145,7 +170,7 @@ def _rows(events: Iterable[tuple[int, Event, bool]], close_after_ms: int, model:
     for sid, evs in applied.items():
         last_ts = max(e.ts for e in evs)
         deadline = last_ts + close_after_ms
-        state = "closed" if watermark[last_in[sid]] > deadline else "open"
+        state = "closed" if sid in sealed or watermark[last_in[sid]] > deadline else "open"
         if owner is not None:
             home = owner(sid)
             by_owner = watermark[home] > deadline and (
@@ -154,6 +179,9 @@ def _rows(events: Iterable[tuple[int, Event, bool]], close_after_ms: int, model:
                 # closed by its own partition before the job saw the topic grow, or left for
                 # its owner after: the topic alone does not say when that was
                 state = EITHER
+        if state == "closed" and retention_ms is not None and last_ts < _swept_below(
+                watermark[last_in[sid]], retention_ms, close_after_ms):
+            state = RETIRED
         row = {"first_ts": str(min(e.ts for e in evs)), "last_ts": str(last_ts),
                "state": state,
                "late_events": str(late[sid])}
@@ -177,7 +205,8 @@ def _rows(events: Iterable[tuple[int, Event, bool]], close_after_ms: int, model:
 
 def expected_gap_rows(partitions: Mapping[int, Iterable[Event]], close_after_ms: int,
                       gap_ms: int, model: Model, *, max_duration_ms: int | None = None,
-                      fold_late: bool = False) -> dict[str, dict[str, str]]:
+                      fold_late: bool = False, retention_ms: int | None = None
+                      ) -> dict[str, dict[str, str]]:
     """Row key -> {column: text value} with ``sessions.by: gap``, for events given per
     partition in offset order (``Event.session_id``: the visitor).
 
@@ -205,24 +234,28 @@ def expected_gap_rows(partitions: Mapping[int, Iterable[Event]], close_after_ms:
     arrival, ``last`` takes the latest) and ``out_of_order`` counts the events whose seq was not
     above every seq of the sessions they joined when they came (sessions that merge add
     theirs).
+
+    With ``retention_ms`` (R) an event at or before its partition's W - R counts nowhere,
+    and a closed session whose last is before the sweep's cut (``_swept_below``) is
+    ``RETIRED``.
     """
     return _gap_rows(((p, e, False) for p, events in partitions.items() for e in events),
-                     close_after_ms, gap_ms, model, max_duration_ms, fold_late)
+                     close_after_ms, gap_ms, model, max_duration_ms, fold_late, retention_ms)
 
 
 def expected_gap_rows_merged(partitions: Mapping[int, Sequence[tuple[int, Event]]],
                              close_after_ms: int, gap_ms: int, model: Model, *,
                              max_duration_ms: int | None = None,
                              fold_late: bool = False,
-                             redriven: Mapping[int, Collection[int]] | None = None
-                             ) -> dict[str, dict[str, str]]:
+                             redriven: Mapping[int, Collection[int]] | None = None,
+                             retention_ms: int | None = None) -> dict[str, dict[str, str]]:
     """``expected_gap_rows`` for (record timestamp, event) pairs per partition: the
     partitions merged by record timestamp, each in its offset order (a visitor whose key
     moved when partitions were added has events in several); each event judged by its own
     partition's watermark. ``redriven`` as ``expected_rows_merged``'s: a late re-driven
     event is folded in as with ``fold_late``, and not counted late."""
     return _gap_rows(_merged(partitions, redriven), close_after_ms, gap_ms, model,
-                     max_duration_ms, fold_late)
+                     max_duration_ms, fold_late, retention_ms)
 
 
 class _GapSession:
@@ -247,8 +280,8 @@ class _GapSession:
 
 
 def _gap_rows(events: Iterable[tuple[int, Event, bool]], close_after_ms: int, gap_ms: int,
-              model: Model, max_duration_ms: int | None, fold_late: bool
-              ) -> dict[str, dict[str, str]]:
+              model: Model, max_duration_ms: int | None, fold_late: bool,
+              retention_ms: int | None = None) -> dict[str, dict[str, str]]:
     """``expected_gap_rows`` over (partition, event, re-driven) in the order the job meets
     them."""
     sequenced = model.sequence is not None
@@ -256,6 +289,8 @@ def _gap_rows(events: Iterable[tuple[int, Event, bool]], close_after_ms: int, ga
     visitors: dict[str, list[_GapSession]] = defaultdict(list)
     for arrival, (p, e, redriven) in enumerate(events):
         mark, t = watermark[p], e.ts
+        if retention_ms is not None and mark >= 0 and t <= mark - retention_ms:
+            continue  # older than the retention keeps: late, and no row counts it
         watermark[p] = max(mark, t)
         sessions = visitors[e.session_id]
         reached = sorted((s for s in sessions if s.first - gap_ms < t < s.last + gap_ms
@@ -303,8 +338,21 @@ def _gap_rows(events: Iterable[tuple[int, Event, bool]], close_after_ms: int, ga
     for visitor, sessions in visitors.items():
         for s in sessions:
             closed = s.closed or watermark[s.partition] > s.last + close_after_ms
-            rows[f"{visitor}:{s.first:013d}"] = _gap_row(s, closed, model, conditions, python)
+            row = _gap_row(s, closed, model, conditions, python)
+            if closed and retention_ms is not None and s.last < _swept_below(
+                    watermark[s.partition], retention_ms, close_after_ms):
+                row["state"] = RETIRED
+            rows[f"{visitor}:{s.first:013d}"] = row
     return rows
+
+
+def _swept_below(watermark: int, retention_ms: int, close_after_ms: int) -> int:
+    """The retention sweep's cut: the horizon less the close delay, in whole hours of the
+    retention index (docs/DESIGN.md, "Retention")."""
+    if watermark < 0:
+        return 0
+    at = max(0, watermark - retention_ms - close_after_ms)
+    return at - at % 3_600_000
 
 
 def _gap_row(s: _GapSession, closed: bool, model: Model,
@@ -372,11 +420,13 @@ def _aggregate(agg: Aggregate, chosen: list[Event], fields: Mapping[str, Field],
 def compare(expected: Mapping[str, Mapping[str, str]],
             actual: Mapping[str, Mapping[str, str]]) -> list[str]:
     """Every difference, one line each; an empty list means an exact match."""
-    problems = [f"missing session {sid}" for sid in sorted(set(expected) - set(actual))]
+    problems = [f"missing session {sid}" for sid in sorted(set(expected) - set(actual))
+                if expected[sid].get("state") != RETIRED]
     problems += [f"unexpected session {sid}" for sid in sorted(set(actual) - set(expected))]
     for sid in sorted(set(expected) & set(actual)):
         for col in sorted(set(expected[sid]) | set(actual[sid])):
             want, got = expected[sid].get(col), actual[sid].get(col)
-            if want != got and not (want == EITHER and got in ("open", "closed")):
+            if want != got and not ((want == EITHER and got in ("open", "closed"))
+                                    or (want == RETIRED and got == "closed")):
                 problems.append(f"{sid}.{col}: expected {want!r}, HBase has {got!r}")
     return problems

@@ -44,6 +44,7 @@ class TaskReport:
     moved_keys: int = 0
     # dead letters an earlier attempt of the range wrote whose records it decoded now
     withdrawn: int = 0
+    retired: int = 0  # closed sessions past the retention deleted (``task.sweep``)
 
     @property
     def dead_letters(self) -> int:
@@ -79,6 +80,7 @@ class BatchTotals:
     client_stalls: int = 0
     rows_kept: int = 0  # touched rows not read: the worker kept them (of ``sessions``)
     withdrawn: int = 0  # dead letters of records a replay decoded after all, deleted
+    retired: int = 0  # closed sessions past the retention deleted
 
     @classmethod
     def of(cls, reports: Iterable[TaskReport]) -> BatchTotals:
@@ -98,7 +100,8 @@ class BatchTotals:
                    expiring=sum(r.expiring for r in reports),
                    client_stalls=sum(r.client_stalls for r in reports),
                    rows_kept=sum(r.rows_kept for r in reports),
-                   withdrawn=sum(r.withdrawn for r in reports))
+                   withdrawn=sum(r.withdrawn for r in reports),
+                   retired=sum(r.retired for r in reports))
 
     def counts(self) -> dict[str, int]:
         return {c: getattr(self, c) for c in COUNTS}

@@ -21,6 +21,12 @@ batch boundaries fall (a replay gives the same answer as the first run):
   rules above are the same for every model.
 - At the end of the range, every open session of the partition that has expired is closed.
   Sessions the range only replayed count too: their rows may be newer than the open set.
+- With a retention (``sessions.retention_days``, R): an event at or before W - R (its
+  partition's *horizon*) is late and touches no row, not even its session's count; a session
+  whose last_ts + close_after is before the horizon is *forgotten*: the job deletes its row
+  (``task.process``), and until it does, an event for its key starts a new session over it,
+  as it would once the row is gone. So what an event does never depends on whether the
+  sweep has run yet.
 """
 
 from __future__ import annotations
@@ -228,10 +234,11 @@ class OpenSessions:
 
     def pop_expired(self, watermark: int, close_after_ms: int,
                     may_close: MayClose | None = None,
-                    deferred: dict[str, int] | None = None) -> list[str]:
-        """Remove and return every session with ``watermark > last_ts + close_after_ms``;
-        with ``may_close``, those it refuses stay open and go to ``deferred`` (with their
-        last_ts)."""
+                    deferred: dict[str, int] | None = None,
+                    ends: dict[str, int] | None = None) -> list[str]:
+        """Remove and return every session with ``watermark > last_ts + close_after_ms``
+        (their last_ts into ``ends``); with ``may_close``, those it refuses stay open and go
+        to ``deferred`` (with their last_ts)."""
         gone: list[str] = []
         kept: list[tuple[str, int]] = []
         heap, last = self._heap, self._last
@@ -241,6 +248,8 @@ class OpenSessions:
                 del last[sid]
                 if may_close is None or may_close(sid, ts):
                     gone.append(sid)
+                    if ends is not None:
+                        ends[sid] = ts
                 else:
                     kept.append((sid, ts))
         for sid, ts in kept:
@@ -302,6 +311,10 @@ class FoldResult:
     # split by the gap: sessions merged into another or whose start moved, as they were
     # last read or folded (their rows are deleted, their index entries too)
     removed: dict[str, SessionState] = field(default_factory=dict)
+    # ``closed_untouched``'s last_ts; and the rows of forgotten sessions (past the
+    # retention) a new session of the same key replaces: deleted before it is written
+    closed_ends: dict[str, int] = field(default_factory=dict)
+    replaced: set[str] = field(default_factory=set)
 
 
 class PartitionFolder:
@@ -322,7 +335,10 @@ class PartitionFolder:
 
     def __init__(self, model: CompiledModel, fence_key: str, close_after_ms: int,
                  state: PartitionState, sessions: Mapping[str, SessionState],
-                 may_close: MayClose | None = None, fold_late: bool = False) -> None:
+                 may_close: MayClose | None = None, fold_late: bool = False,
+                 retention_ms: int | None = None) -> None:
+        """``retention_ms``: ``sessions.retention_days`` (None: sessions are kept for
+        ever)."""
         self._model = model
         self._apply = model.apply
         self._fence_key = fence_key
@@ -339,6 +355,9 @@ class PartitionFolder:
         self._counts = {o: 0 for o in Outcome}
         self._may_close = may_close
         self._fold_late = fold_late
+        self._retention = retention_ms
+        self._replaced: set[str] = set()
+        self._sealed: list[str] = []  # closed by a late event folded in
 
     @property
     def watermark(self) -> int:
@@ -362,14 +381,20 @@ class PartitionFolder:
         """
         sid, ts, seq, record = event
         watermark_before = self._step(offset, ts, lead)
+        if self.past_horizon(ts, watermark_before):
+            self._counts[Outcome.LATE] += 1
+            return Outcome.LATE
         s = self._sessions.get(sid)
         if s is not None and s.fences.get(self._fence_key, -1) >= offset:
             outcome = Outcome.REPLAYED
         else:
-            if s is None:
+            if s is None or self._forgotten(s, watermark_before):
                 values, orders = self._model.initial()
-                s = SessionState(sid, values, orders, first_ts=ts, last_ts=ts)
-                self._sessions[sid] = s
+                fresh = SessionState(sid, values, orders, first_ts=ts, last_ts=ts)
+                if s is not None:  # its row is deleted first; its fences stay true
+                    fresh.fences = s.fences
+                    self._replaced.add(sid)
+                s = self._sessions[sid] = fresh
                 if seq is not None:
                     s.seqs.add(seq)
                 self._apply(values, orders, record, offset if seq is None else seq)
@@ -383,8 +408,13 @@ class PartitionFolder:
                     outcome = Outcome.APPLIED
                 else:
                     s.late_events += 1
-                    if self._fold_late:  # counted, and folded in: a closed row stays closed
+                    if self._fold_late:  # counted, and folded in: closed for good, even
+                        # where it moves last_ts past the watermark (as split by the gap),
+                        # so whether its row was closed yet decides nothing
                         self._next(s, ts, seq, record, offset)
+                        if not s.closed:
+                            s.state = CLOSED
+                            self._sealed.append(sid)
                     outcome = Outcome.LATE
             elif seq is not None and seq in s.seqs:
                 s.duplicates += 1
@@ -399,6 +429,17 @@ class PartitionFolder:
         self._seen[sid] = s
         self._counts[outcome] += 1
         return outcome
+
+    def past_horizon(self, ts: int, watermark: int) -> bool:
+        """Whether an event at ``ts`` is older than the retention keeps, at ``watermark``:
+        late, whatever it would have joined (that may be deleted already)."""
+        return self._retention is not None and watermark != NO_WATERMARK and \
+            ts <= watermark - self._retention
+
+    def _forgotten(self, s: SessionState, watermark: int) -> bool:
+        """Whether ``s`` is past the retention: its row is deleted, or about to be."""
+        return self._retention is not None and watermark != NO_WATERMARK and \
+            s.last_ts + self._close_after_ms < watermark - self._retention
 
     def _step(self, offset: int, ts: int, lead: int | None) -> int:
         """The watermark before an event; moves it (bounded by ``lead``) and the offset."""
@@ -448,8 +489,10 @@ class PartitionFolder:
             else:
                 open_sessions.put(sid, s.last_ts)
                 open_changed[sid] = s.last_ts
+        closed_now += [sid for sid in dict.fromkeys(self._sealed) if sid not in closed_now]
         # every seen session still open has not expired: what expires now was not seen
-        closed_untouched = open_sessions.pop_expired(w, after, may_close, deferred)
+        ends: dict[str, int] = {}
+        closed_untouched = open_sessions.pop_expired(w, after, may_close, deferred, ends)
         self._state.watermark, self._state.watermark_offset = w, self._last_offset
         return FoldResult(
             touched=self._touched,
@@ -462,6 +505,8 @@ class PartitionFolder:
             late=self._counts[Outcome.LATE],
             duplicates=self._counts[Outcome.DUPLICATE],
             deferred=deferred,
+            closed_ends=ends,
+            replaced=self._replaced,
         )
 
 

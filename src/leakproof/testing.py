@@ -494,12 +494,12 @@ class FakeSessionRows(SessionStore):
         self.tear_after: int | None = None
         super().__init__(self.table, model or compile_model(web_model()))
 
-    def write(self, rows: Iterable[SessionState], close: Iterable[str] = (), *, ts: int
-              ) -> None:
+    def write(self, rows: Iterable[SessionState], close: Iterable[str] = (), *, ts: int,
+              replaced: Collection[str] = ()) -> None:
         self.journal.step("sessions")
         self.table.tear_after, self.tear_after = self.tear_after, None
         try:
-            super().write(rows, close, ts=ts)
+            super().write(rows, close, ts=ts, replaced=replaced)
         except BaseException:
             self._stored.clear()  # as a new store per attempt: nothing known of the rows
             raise
@@ -538,6 +538,9 @@ class FakePartitionRows(PartitionStore):
         self._put_entries(topic, changes, ts=ts)
         self.journal.step("index deletes")
         self._delete_entries(topic, changes, ts=ts)
+        if any(s.forget for s in saves):
+            self.journal.step("retention index deletes")
+            self._forget_swept(topic, saves, ts=ts)
         self.journal.step("watermark")
         self._write_watermarks(topic, saves, ts=ts)
 

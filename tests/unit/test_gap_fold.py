@@ -59,6 +59,7 @@ class Rig:
     sent: list[Event] = field(default_factory=list)
     batch_ms: int = 1_000
     close_after_ms: int = CLOSE
+    retention_ms: int | None = None
 
     def __post_init__(self) -> None:
         self.compiled = compile_model(self.m, by_time=True)
@@ -87,11 +88,13 @@ class Rig:
                               epoch=1, close_after_ms=self.close_after_ms,
                               cell_ts={0: self.batch_ms},
                               fold_late=self.fold_late,
-                              gap=GapRule(GAP, self.max_duration_ms))[0]
+                              gap=GapRule(GAP, self.max_duration_ms),
+                              retention_ms=self.retention_ms)[0]
 
     def expected(self) -> dict[str, dict[str, str]]:
         return expected_gap_rows({0: self.sent}, self.close_after_ms, GAP, self.m,
-                                 max_duration_ms=self.max_duration_ms, fold_late=self.fold_late)
+                                 max_duration_ms=self.max_duration_ms, fold_late=self.fold_late,
+                                 retention_ms=self.retention_ms)
 
     def summaries(self) -> dict[str, bytes | None]:
         """The closed-sessions topic compacted: each key's last value (None: a tombstone)."""

@@ -166,7 +166,8 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], until_ms: int | None = N
         expected = oracle.expected_gap_rows_merged(
             stamped, cfg.sessions.close_after_ms, cfg.sessions.gap_ms, cfg.model,
             max_duration_ms=cfg.sessions.max_duration_ms,
-            fold_late=cfg.sessions.late == "fold", redriven=again)
+            fold_late=cfg.sessions.late == "fold", redriven=again,
+            retention_ms=cfg.sessions.retention_ms)
     else:
         # once partitions were added, the job closes a session only in its key's partition
         grown = HBaseLeaseStore(cfg.hbase, cfg.kafka.topic,
@@ -174,7 +175,8 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], until_ms: int | None = N
         expected = oracle.expected_rows_merged(stamped, cfg.sessions.close_after_ms,
                                                cfg.model, len(stamped) if grown else None,
                                                fold_late=cfg.sessions.late == "fold",
-                                               redriven=again)
+                                               redriven=again,
+                                               retention_ms=cfg.sessions.retention_ms)
     tell(f"{len(expected)} sessions expected; reading the session rows and dead letters "
          f"from HBase")
     conn = connect(cfg.hbase)

@@ -33,6 +33,10 @@ class SessionsConfig:
     by: SessionsBy = "id"
     late: LatePolicy = "count"
     max_duration_s: float | None = None
+    # closed sessions whose last event is this much older than their partition's watermark
+    # (less the close delay) are deleted, with a tombstone; an event that old is late. None:
+    # kept for ever
+    retention_days: float | None = None
 
     def __post_init__(self) -> None:
         if self.idle_after_s == IDLE_AFTER_GAP:  # left out: silent as long as the gap
@@ -50,6 +54,10 @@ class SessionsConfig:
     def max_duration_ms(self) -> int | None:
         return None if self.max_duration_s is None else round(self.max_duration_s * 1000)
 
+    @property
+    def retention_ms(self) -> int | None:
+        return None if self.retention_days is None else round(self.retention_days * 86_400_000)
+
 
 def read_sessions(data: dict[str, Any]) -> SessionsConfig:
     s = Section(data, "sessions", SessionsConfig)
@@ -62,6 +70,8 @@ def read_sessions(data: dict[str, Any]) -> SessionsConfig:
         by=(by := s.choice("by", SessionsBy)),
         late=s.choice("late", LatePolicy),
         max_duration_s=_max_duration(s, data.get("max_duration_s"), by),
+        retention_days=(None if data.get("retention_days") is None
+                        else s.number("retention_days", minimum=0, exclusive=True)),
     )
 
 

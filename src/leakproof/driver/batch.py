@@ -144,6 +144,8 @@ def audit_cells(plan: BatchPlan, totals: BatchTotals, gaps: tuple[Gap, ...], lea
         audit["gaps"] = ",".join(f"{g.partition}:{g.stored}-{g.resumed_at}" for g in gaps)
     if totals.withdrawn:  # a replay decoded records its crashed attempt dead-lettered
         audit["withdrawn"] = totals.withdrawn
+    if totals.retired:  # closed sessions past the retention deleted
+        audit["retired"] = totals.retired
     return {k: str(v) for k, v in audit.items()}
 
 

@@ -38,6 +38,7 @@ def progress_record(outcome: BatchOutcome, now_ms: int | None = None) -> dict[st
                    for r in plan.work],
         **t.counts(), "dead_letter_kinds": dict(t.dead_letter_kinds),
         "withdrawn": t.withdrawn,
+        "retired": t.retired,
         "lag": plan.lag, "lag_s": None if lag_s is None else round(lag_s, 1),
         "lag_s_by_partition": {str(p): None if age is None else round(age, 1)
                                for p, age in ages.items() if p in plan.unread_ts},
@@ -74,7 +75,9 @@ def text_line(p: dict[str, Any]) -> str:
         f"dead {p['dead_letters']}"
         f"{' ' + json.dumps(kinds, sort_keys=True) if kinds else ''}"
         f"{', withdrawn ' + str(p['withdrawn']) if p.get('withdrawn') else ''}) | "
-        f"sessions {p['sessions']} closed {p['closed']} | lag {p['lag']}{_lag_s_text(p)} | "
+        f"sessions {p['sessions']} closed {p['closed']}"
+        f"{' retired ' + str(p['retired']) if p.get('retired') else ''} | "
+        f"lag {p['lag']}{_lag_s_text(p)} | "
         f"{p['events_per_s']:.0f} ev/s | read {p['read_s']:.2f}s fold {p['fold_s']:.2f}s "
         f"write {p['write_s']:.2f}s"
         + (f" (publish {p['publish_s']:.2f}s)" if p.get("publish_s") else "")

@@ -8,6 +8,10 @@
   dead letters (``StoredPartition.dead_until``).
 - ``op:<topic>:<partition>:<bucket>`` family ``o`` (open session -> its last_ts): the open
   sessions by bucket of last_ts (``open_index``), so a range reads only what may expire.
+- ``rt:<topic>:<partition>:<bucket>`` family ``o`` (closed session -> its last_ts), with a
+  retention only: the closed sessions by hour of last_ts (``retention``), so the sweep
+  reads what it deletes; its entries go with their sessions (``w:swept``: the sweep's cut,
+  ``w:held``: a bucket below it still listing a session kept until committed).
 
 The driver's rows of the same table (lease, topic id, gaps, run record) are ``state_store``'s.
 """
@@ -35,14 +39,11 @@ def _wm_row(topic: str, partition: int) -> bytes:
     return f"wm:{topic}:{partition}".encode()
 
 
-def _open_prefix(topic: str, partition: int) -> bytes:
-    return f"op:{topic}:{partition}:".encode()
-
-
-def _open_row(topic: str, partition: int, ts: int) -> bytes:
+def _open_row(topic: str, partition: int, ts: int, prefix: str = "op") -> bytes:
     """The index row of the bucket starting at ``ts``, or the key a scan stops at before it:
-    13 digits, so keys sort as times do (clamped: a wider number would sort wrongly)."""
-    return _open_prefix(topic, partition) + b"%013d" % min(MAX_BUCKET, max(0, ts))
+    13 digits, so keys sort as times do (clamped: a wider number would sort wrongly).
+    ``prefix`` ``rt``: the retention index's."""
+    return f"{prefix}:{topic}:{partition}:".encode() + b"%013d" % min(MAX_BUCKET, max(0, ts))
 
 
 Scan = Callable[[Any, bytes, bytes, int], Iterable[tuple[bytes, dict[bytes, bytes]]]]
@@ -62,7 +63,9 @@ def stored_partition(cells: Mapping[bytes, bytes]) -> StoredPartition:
                            int(cells.get(b"w:width", b"0")),
                            int(cells.get(b"w:record_ts", b"-1")),
                            int(cells.get(b"w:record_wm", b"%d" % NO_WATERMARK)),
-                           int(cells.get(DEAD_UNTIL, b"-1")))
+                           int(cells.get(DEAD_UNTIL, b"-1")),
+                           int(cells.get(b"w:swept", b"0")),
+                           int(cells.get(b"w:held", b"-1")))
 
 
 def writer_token(cells: Mapping[bytes, bytes]) -> bytes:
@@ -82,6 +85,10 @@ def watermark_cells(save: PartitionSave) -> dict[bytes, bytes]:
     if save.record_ts >= 0:
         cells[b"w:record_ts"] = str(save.record_ts).encode()
         cells[b"w:record_wm"] = str(save.record_wm).encode()
+    if save.swept:
+        cells[b"w:swept"] = str(save.swept).encode()
+    if save.held >= 0 or save.swept:  # the sweep ran: whether it holds anything back
+        cells[b"w:held"] = str(save.held).encode()
     return cells
 
 
@@ -125,13 +132,17 @@ class PartitionStore:
         each will publish; ``w:foreign`` for the partitions in ``foreign``: one put per
         partition, all in one call at timestamp ``ts``, before any session row is written."""
         with self._table.batch(timestamp=ts) as batch:
-            for partition, pending, outbox, writer, dead_until in marks:
-                cells = {b"w:pending": str(pending).encode(), b"w:writer": writer}
-                if outbox is not None:
-                    cells.update(outbox.encode())
-                if dead_until >= 0:
-                    cells[DEAD_UNTIL] = str(dead_until).encode()
-                batch.put(_wm_row(topic, partition), cells)
+            for mark in marks:
+                cells = {b"w:pending": str(mark.pending).encode(), b"w:writer": mark.writer}
+                if mark.outbox is not None:
+                    cells.update(mark.outbox.encode())
+                if mark.dead_until >= 0:
+                    cells[DEAD_UNTIL] = str(mark.dead_until).encode()
+                batch.put(_wm_row(topic, mark.partition), cells)
+                for bucket, entries in sorted(mark.retain.items()):
+                    batch.put(_open_row(topic, mark.partition, bucket, "rt"),
+                              {f"o:{sid}".encode(): str(last_ts).encode()
+                               for sid, last_ts in entries.items()})
             for other, partition in foreign:
                 batch.put(_wm_row(other, partition), {b"w:foreign": new_token()})
 
@@ -155,6 +166,19 @@ class PartitionStore:
         (``task.process``); checked against their rows there like every entry of a grown
         topic."""
         self._put_entries(topic, changes, ts=ts)
+
+    def scan_retained(self, topic: str, partition: int, since: int, before: int,
+                      batch_size: int = 1000) -> list[Entry]:
+        """The retention index's entries in buckets from ``since`` (the last sweep's cut:
+        the rows below it are deleted) that start below ``before``."""
+        if before <= since:
+            return []
+        found = []
+        for key, cells in self._scan(self._table, _open_row(topic, partition, since, "rt"),
+                                     _open_row(topic, partition, before, "rt"), batch_size):
+            bucket = int(key.rsplit(b":", 1)[1])
+            found += [Entry(bucket, k[2:].decode("utf-8"), int(v)) for k, v in cells.items()]
+        return found
 
     def scan_open(self, topic: str, partition: int, since: int, before: int,
                   batch_size: int = 1000) -> list[Entry]:
@@ -190,7 +214,18 @@ class PartitionStore:
         changes = [(s.partition, s.changes) for s in saves]
         self._put_entries(topic, changes, ts=ts)
         self._delete_entries(topic, changes, ts=ts)
+        self._forget_swept(topic, saves, ts=ts)
         self._write_watermarks(topic, saves, ts=ts)
+
+    def _forget_swept(self, topic: str, saves: Sequence[PartitionSave], *, ts: int) -> None:
+        """The retention index's entries a sweep is done with (their sessions' rows
+        deleted, or moved on)."""
+        if any(s.forget for s in saves):
+            with self._table.batch(timestamp=ts) as batch:
+                for s in saves:
+                    for bucket, sids in sorted(s.forget.items()):
+                        batch.delete(_open_row(topic, s.partition, bucket, "rt"),
+                                     columns=[f"o:{sid}".encode() for sid in sorted(sids)])
 
     def _write_watermarks(self, topic: str, saves: Sequence[PartitionSave], *, ts: int
                           ) -> None:

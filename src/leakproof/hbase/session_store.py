@@ -14,7 +14,7 @@ the kept-rows cache holds between ranges (``task.kept_sessions``) without knowin
 from __future__ import annotations
 
 import marshal
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 import happybase
 
@@ -80,10 +80,19 @@ class SessionStore:
                                           state=cells.get(b"s:state", OPEN.encode()).decode())
         return found
 
-    def write(self, rows: Iterable[SessionState], close: Iterable[str] = (), *, ts: int
-              ) -> None:
+    def write(self, rows: Iterable[SessionState], close: Iterable[str] = (), *, ts: int,
+              replaced: Collection[str] = ()) -> None:
         """Put each row's changed cells (all of a row ``read`` did not find), and mark
-        sessions closed that expired without new events; every cell at timestamp ``ts``."""
+        sessions closed that expired without new events; every cell at timestamp ``ts``.
+
+        A ``replaced`` row's cells its new session does not write (an old aggregate the new
+        one has no value for) are deleted first, a moment before ``ts``. The cells that say
+        what the row took -- fences, seqs, state, times -- are always written, so they are
+        never among them: a crash between the two leaves a row every replay judges as the
+        first attempt did, and replaces again."""
+        rows = list(rows)
+        if replaced:
+            self._strip([s for s in rows if s.session_id in replaced], ts=ts - 1)
         batch = row_puts(self._table, self._write_cells, ts)
         for s in rows:
             stored = self._stored.get(s.session_id)
@@ -100,6 +109,19 @@ class SessionStore:
         for sid in close:
             batch.put(sid.encode("utf-8"), {b"s:state": CLOSED.encode()})
         batch.send()
+
+    def _strip(self, rows: Iterable[SessionState], *, ts: int) -> None:
+        """Delete, at ``ts``, each row's stored cells its new state does not write."""
+        with self._table.batch(timestamp=ts) as batch:
+            for s in rows:
+                stored = self._stored.get(s.session_id)
+                if stored is None:
+                    continue
+                left = sorted(set(stored) - set(to_cells(s, self._model)))
+                if left:
+                    batch.delete(s.session_id.encode("utf-8"), columns=left)
+                    self._stored[s.session_id] = {k: v for k, v in stored.items()
+                                                  if k not in left}
 
     def remove(self, session_ids: Iterable[str], *, ts: int) -> None:
         """Delete whole rows at ``ts``: a delete hides every cell written up to it, so a late

@@ -81,19 +81,24 @@ class StoredPartition(NamedTuple):
     record_ts: int = -1
     record_wm: int = NO_WATERMARK
     dead_until: int = -1
+    swept: int = 0  # the retention sweep's cut so far: no indexed session below it is left
+    held: int = -1  # but in buckets from this one (-1: none), kept until committed
 
 
 class Mark(NamedTuple):
     """What a range puts in its partition's row before it writes a session row: its pending
     mark (its watermark), its outbox if any, a fresh writer token, and -- before it writes
     dead letters -- the highest offset it dead-letters (``StoredPartition.dead_until``,
-    never lowered; -1: it writes none, the cell is left as it is)."""
+    never lowered; -1: it writes none, the cell is left as it is); and with a retention the
+    sessions it closes, by bucket of last_ts, for the sweep to find (``retention``): put
+    before their rows, so no crash leaves a closed row the sweep cannot find."""
 
     partition: int
     pending: int
     outbox: Outbox | None
     writer: bytes
     dead_until: int = -1
+    retain: Mapping[int, Mapping[str, int]] = {}
 
 
 class SessionRows(Protocol):
@@ -107,10 +112,12 @@ class SessionRows(Protocol):
         """Only last_ts and state of the rows that exist among ``session_ids``."""
         ...
 
-    def write(self, rows: Iterable[SessionState], close: Iterable[str] = (), *, ts: int
-              ) -> None:
+    def write(self, rows: Iterable[SessionState], close: Iterable[str] = (), *, ts: int,
+              replaced: Collection[str] = ()) -> None:
         """Each row's changed cells with its fences in one put at timestamp ``ts``;
-        ``close`` marks expired sessions closed."""
+        ``close`` marks expired sessions closed; ``replaced``: rows a new session of the
+        same key takes over (``sessions``: its old one forgotten), whose cells the new one
+        does not write are deleted first."""
         ...
 
     def remove(self, session_ids: Iterable[str], *, ts: int) -> None:
@@ -161,6 +168,12 @@ class PartitionSave(NamedTuple):
     width: int = 0
     record_ts: int = -1  # the newest record's Kafka timestamp, and the watermark then
     record_wm: int = NO_WATERMARK
+    # the retention sweep's cut after the range (0: unchanged), the retention index's
+    # entries it is done with (bucket -> sessions), deleted before the watermark, and the
+    # lowest bucket below the cut still listing a session it kept (-1: none)
+    swept: int = 0
+    forget: Mapping[int, Collection[str]] = {}
+    held: int = -1
 
 
 class PartitionRows(Protocol):
@@ -201,6 +214,12 @@ class PartitionRows(Protocol):
                   ) -> None:
         """Entries put in other partitions' indexes (sessions whose keys moved there and
         that only their watermark may close), at timestamp ``ts``."""
+        ...
+
+    def scan_retained(self, topic: str, partition: int, since: int, before: int
+                      ) -> list[Entry]:
+        """The retention index's entries in buckets from ``since`` (the last sweep's cut)
+        that start below ``before`` (``retention.cut``): closed sessions, by last_ts."""
         ...
 
 

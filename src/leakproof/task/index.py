@@ -15,7 +15,7 @@ holds only its own partition's rows and entries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from leakproof import open_index
@@ -134,10 +134,14 @@ def _idle(stored: StoredPartition, wanted: Wanted) -> int:
 
 
 def save(partitions: PartitionRows, topic: str,
-         done: Sequence[tuple[int, Loaded, FoldResult, int]], *, ts: int) -> None:
+         done: Sequence[tuple[int, Loaded, FoldResult, int]], *, ts: int,
+         swept: Sequence[tuple[int, Mapping[int, Collection[str]], int]] | None = None
+         ) -> None:
     """Each partition's index changes, then its watermark (``PartitionRows.write_partitions``),
     at cell timestamp ``ts``. Each of ``done`` carries its range's newest record timestamp
-    (-1: it read none, an idle tick: the partition's record keeps the one it had)."""
+    (-1: it read none, an idle tick: the partition's record keeps the one it had);
+    ``swept``: each one's retention sweep: cut, entries done with, held (``task.sweep``)."""
+    swept = swept or [(0, {}, -1)] * len(done)
     partitions.write_partitions(topic, [
         PartitionSave(partition, result.partition,
                       open_index.changes(loaded.width, loaded.found, loaded.before, result),
@@ -146,5 +150,8 @@ def save(partitions: PartitionRows, topic: str,
                       loaded.stored.check_below, loaded.width,
                       *((max(newest, loaded.stored.record_ts), result.partition.watermark)
                         if newest >= 0 else
-                        (loaded.stored.record_ts, loaded.stored.record_wm)))
-        for partition, loaded, result, newest in done], ts=ts)
+                        (loaded.stored.record_ts, loaded.stored.record_wm)),
+                      swept=cut, forget=forget, held=held)
+        for (partition, loaded, result, newest), (cut, forget, held)
+        in zip(done, swept, strict=True)],
+        ts=ts)

@@ -84,7 +84,7 @@ def keep_after(key: str, read: bytes, token: bytes, result: FoldResult) -> Kept:
     forgotten."""
     keep = frozenset(sid for sid, s in result.touched.items() if keepable(s, key))
     return Kept(key, read, rewritten(read, token), keep,
-                (*result.closed_untouched, *(result.touched.keys() - keep)))
+                (*result.closed_untouched, *(result.touched.keys() - keep), *result.removed))
 
 
 def foreign(own: Iterable[tuple[tuple[str, int], Iterable[SessionState]]]

@@ -14,6 +14,7 @@
    their cause was fixed in between, and left there a redrive would count them again;
 6. the open-session indexes, then the watermarks -- last, so neither runs ahead of the
    session rows (``index.save``); the touched rows are kept for the partitions' next ranges;
+   with a retention, the closed sessions past it are deleted in step 4 (``task.sweep``);
 7. each range's closed sessions' summaries, in one Kafka transaction with its outbox's
    marker.
 
@@ -80,6 +81,7 @@ from leakproof.sessions import (
 from leakproof.summaries import json_summary
 from leakproof.task import index
 from leakproof.task.kept_sessions import KeptSessions, foreign, keep_after
+from leakproof.task.sweep import Swept, SweptRange, sweep
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,8 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
                    placed_in: int | None = None, lead_ms: int | None = None,
                    incarnation: str = "", owners_in: int | None = None,
                    fold_late: bool = False, gap: GapRule | None = None,
-                   idle: Mapping[int, int] | None = None) -> list[TaskReport]:
+                   idle: Mapping[int, int] | None = None,
+                   retention_ms: int | None = None) -> list[TaskReport]:
     """Steps 1-7 of the module docstring for ranges of one topic, in order; returns each
     range's counts and timings.
 
@@ -156,6 +159,7 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
     merged away (or whose start moved) after them. ``idle``: the partitions silent for
     ``sessions.idle_after_s``, with how long (ms, the driver's clock): an empty range of
     one is an idle tick, moving its watermark on by that silence (``task.index``).
+    ``retention_ms``: ``sessions.retention_days`` (``task.sweep``; None: kept for ever).
     """
     ranges = [_read(rng, records, decode, lead_ms) for rng, records in work]
     if len({r.rng.topic for r in ranges}) > 1:
@@ -167,7 +171,8 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
     for step in _apart([r for r in ranges if not r.report.moved_keys]):
         _steps(step, stores, model, batch_ms=batch_ms, epoch=epoch,
                close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation,
-               owners_in=owners_in, fold_late=fold_late, gap=gap, idle=idle or {})
+               owners_in=owners_in, fold_late=fold_late, gap=gap, idle=idle or {},
+               retention_ms=retention_ms)
     return [r.report for r in ranges]
 
 
@@ -225,7 +230,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
            epoch: int, close_after_ms: int, cell_ts: Mapping[int, int],
            incarnation: str = "", owners_in: int | None = None,
            fold_late: bool = False, gap: GapRule | None = None,
-           idle: Mapping[int, int] | None = None) -> None:
+           idle: Mapping[int, int] | None = None, retention_ms: int | None = None) -> None:
     """Steps 2-7 for ranges of distinct partitions that touch no session in common."""
     kept = KeptSessions(stores.sessions, stores.kept)  # the worker's kept rows in front
     topic = step[0].rng.topic
@@ -255,7 +260,8 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
         for r in step:
             _steps([r], stores, model, batch_ms=batch_ms, epoch=epoch,
                    close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation,
-                   owners_in=owners_in, fold_late=fold_late, gap=gap, idle=idle)
+                   owners_in=owners_in, fold_late=fold_late, gap=gap, idle=idle,
+                   retention_ms=retention_ms)
         return
     shares = _shares([r.report.records for r in step])
     load_s = time.monotonic() - t0
@@ -264,6 +270,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     after = {w.partition: max(ld.state.watermark, w.newest_ts)
              for w, ld in zip(wanted, loaded, strict=True)}
     results = []
+    started = [ld.state.watermark for ld in loaded]  # the fold moves it on in place
     decoded: list[list[int]] = []  # per range: offsets whose dead letters are withdrawn
     for r, ld, share in zip(step, loaded, shares, strict=True):
         t1 = time.monotonic()
@@ -271,9 +278,9 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
         may_close = _may_close(r.rng.partition, owners_in, owners, close_after_ms, key_of)
         key = fence_key(topic, r.rng.partition, incarnation)
         folder = (PartitionFolder(model, key, close_after_ms, ld.state, ld.rows, may_close,
-                                  fold_late) if gap is None else
+                                  fold_late, retention_ms) if gap is None else
                   GapFolder(model, key, close_after_ms, gap, ld.state, ld.rows, may_close,
-                            fold_late, r.rng.from_offset))
+                            fold_late, r.rng.from_offset, retention_ms))
         decoded.append(_fold(folder, r, ld.stored.dead_until))
         folder.advance(ld.idle_watermark)
         results.append(folder.finish())
@@ -281,6 +288,12 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
         r.report.rows_kept = ld.kept
         r.report.fold_s = time.monotonic() - t1 + load_s * share
     t2 = time.monotonic()
+    swept = ([Swept()] * len(step) if retention_ms is None else
+             sweep(stores.partitions, stores.sessions, topic,
+                   [SweptRange(r.rng.partition, fence_key(topic, r.rng.partition, incarnation),
+                               r.rng.from_offset, ld, result, wm)
+                    for r, ld, result, wm in zip(step, loaded, results, started, strict=True)],
+                   retention_ms, close_after_ms))
     # 4. the lease, the outboxes, the session rows. (Thrift1 has no multi-column
     # check-and-mutate, so the lease check narrows the zombie window to the time between this
     # read and the writes; the fences keep a zombie's late writes from counting twice.)
@@ -301,20 +314,22 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     # these partitions, nor for the others whose fences the touched rows bear.
     stores.partitions.begin_writes(topic, [
         Mark(r.rng.partition, max(_pending(result), ld.stored.check_below), outbox, token,
-             max(ld.stored.dead_until, r.dead[-1].offset) if r.dead else -1)
-        for r, ld, result, outbox, token in zip(step, loaded, results, outboxes, tokens,
-                                                strict=True)],
+             max(ld.stored.dead_until, r.dead[-1].offset) if r.dead else -1, gone.retain)
+        for r, ld, result, outbox, token, gone in zip(step, loaded, results, outboxes, tokens,
+                                                      swept, strict=True)],
         foreign(((topic, r.rng.partition), ld.rows.values())
                 for r, ld in zip(step, loaded, strict=True)), ts=ts)
     if stores.visits is not None and (listing := _listing(results, listed, gap)):
         stores.visits.add(listing, ts=ts)  # every row listed before it is written
     stores.sessions.write([s for result in results for s in result.touched.values()],
                           close=[sid for result in results for sid in result.closed_untouched],
-                          ts=ts)
+                          ts=ts, replaced={sid for result in results for sid in result.replaced})
     crash_point("task_after_sessions")
-    if stores.visits is not None:  # then the rows merged away, and their listing
-        stores.sessions.remove([sid for result in results for sid in result.removed], ts=ts)
+    removed = [sid for result in results for sid in result.removed]
+    if stores.visits is not None or removed:  # then the rows merged away or swept, and
+        stores.sessions.remove(removed, ts=ts)  # their listings
         crash_point("task_after_session_deletes")
+    if stores.visits is not None:
         stores.visits.drop(_unlisted(reachable, loaded, results), ts=ts)
     # 5. dead letters
     stores.dead_letters.write([err for r in step for err in r.dead], batch_ms, ts=ts,
@@ -328,7 +343,8 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     _hand_over(stores.partitions, topic, results, owners_in, close_after_ms, ts, key_of)
     index.save(stores.partitions, topic,
                [(r.rng.partition, ld, result, r.newest_record_ts)
-                for r, ld, result in zip(step, loaded, results, strict=True)], ts=ts)
+                for r, ld, result in zip(step, loaded, results, strict=True)], ts=ts,
+               swept=[(gone.cut, gone.forget, gone.held) for gone in swept])
     if gap is None:  # split by the gap, rows come and go under new keys: none is kept
         kept.keep([keep_after(fence_key(topic, r.rng.partition, incarnation),
                               ld.stored.writer, token, result)
@@ -344,6 +360,8 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
         r.report.late, r.report.duplicates = result.late, result.duplicates
         r.report.sessions = len(result.touched)
         r.report.closed = len(result.closed_now)
+    for r, gone in zip(step, swept, strict=True):
+        r.report.retired = gone.count
     crash_point("task_done")  # every write of these ranges made (fault tests wait for it)
 
 

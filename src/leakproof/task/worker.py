@@ -184,7 +184,7 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
                                       cell_ts=cell_ts, placed_in=placed_in,
                                       incarnation=incarnation, owners_in=owners_in,
                                       fold_late=cfg.sessions.late == "fold", gap=rule,
-                                      idle=idle)
+                                      idle=idle, retention_ms=cfg.sessions.retention_ms)
                 for rng, report in zip(wave, done, strict=True):
                     # the first range found the topic's consumer or made it; the others use it
                     report.gaps = tuple(gaps[rng])

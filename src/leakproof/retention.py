@@ -1,0 +1,28 @@
+"""How long closed sessions are kept (``sessions.retention_days``): the horizon and the
+sweep's cut (pure).
+
+A partition's *horizon* is its watermark less the retention: an event at or before it is
+late and touches no row (``sessions.PartitionFolder``). A closed session is deleted once its
+last_ts lies before the sweep's cut: the horizon less the close delay (no event newer than
+the horizon can reach it, whichever way sessions are cut), rounded down to a whole bucket
+of the retention index, so each bucket row is read once, when the cut passes it. Sessions
+are indexed for the sweep by bucket of last_ts when they close (``PartitionRows``): the
+sweep reads what it deletes, not the table.
+"""
+
+from __future__ import annotations
+
+from leakproof.sessions import NO_WATERMARK
+
+WIDTH = 3_600_000  # an hour of event time per index row
+
+
+def bucket_of(last_ts: int) -> int:
+    return max(0, last_ts - last_ts % WIDTH)
+
+
+def cut(watermark: int, retention_ms: int, close_after_ms: int) -> int:
+    """Closed sessions whose last_ts is below this are deleted (0: none yet)."""
+    if watermark == NO_WATERMARK:
+        return 0
+    return bucket_of(max(0, watermark - retention_ms - close_after_ms))
