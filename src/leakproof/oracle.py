@@ -123,8 +123,8 @@ def _rows(events: Iterable[tuple[int, Event, bool]], close_after_ms: int, model:
 
     With ``retention_ms`` (R): an event at or before its partition's W - R counts nowhere;
     one for a session whose last + close_after_ms is before it starts the session afresh;
-    and a closed session whose last is before the sweep's cut (``_swept_below``) is
-    ``RETIRED``."""
+    and a closed session whose events, counted in any way, are all before the sweep's cut
+    (``_swept_below``) is ``RETIRED``."""
     fields = model.fields()
     sequenced = model.sequence is not None
     conditions = {a.name: where.parse(a.where) if a.where else None for a in model.aggregates}
@@ -138,6 +138,7 @@ def _rows(events: Iterable[tuple[int, Event, bool]], close_after_ms: int, model:
     last_in: dict[str, int] = {}  # the partition of a session's newest record
     seen_in: dict[str, set[int]] = defaultdict(set)  # the partitions with records of it
     sealed: set[str] = set()  # closed for good: a late event was folded in
+    reach: dict[str, int] = {}  # the newest time among the events a session counted
     for p, e, redriven in events:
         if retention_ms is not None and watermark[p] >= 0:
             horizon = watermark[p] - retention_ms
@@ -150,6 +151,7 @@ def _rows(events: Iterable[tuple[int, Event, bool]], close_after_ms: int, model:
                 dups.pop(sid, None)
                 applied_keys = {k for k in applied_keys if k[0] != sid}
                 sealed.discard(sid)
+                reach.pop(sid, None)
         is_late = e.session_id in newest and (
             e.session_id in sealed or watermark[p] > newest[e.session_id] + close_after_ms)
         if is_late and not (fold_late or redriven):
@@ -164,6 +166,7 @@ def _rows(events: Iterable[tuple[int, Event, bool]], close_after_ms: int, model:
             applied[e.session_id].append(e)
             newest[e.session_id] = max(newest.get(e.session_id, e.ts), e.ts)
         watermark[p] = max(watermark[p], e.ts)
+        reach[e.session_id] = max(reach.get(e.session_id, e.ts), e.ts)  # counted in it
         last_in[e.session_id] = p
         seen_in[e.session_id].add(p)
     rows: dict[str, dict[str, str]] = {}
@@ -179,7 +182,7 @@ def _rows(events: Iterable[tuple[int, Event, bool]], close_after_ms: int, model:
                 # closed by its own partition before the job saw the topic grow, or left for
                 # its owner after: the topic alone does not say when that was
                 state = EITHER
-        if state == "closed" and retention_ms is not None and last_ts < _swept_below(
+        if state == "closed" and retention_ms is not None and reach[sid] < _swept_below(
                 watermark[last_in[sid]], retention_ms, close_after_ms):
             state = RETIRED
         row = {"first_ts": str(min(e.ts for e in evs)), "last_ts": str(last_ts),

@@ -3,11 +3,12 @@ sweep's cut (pure).
 
 A partition's *horizon* is its watermark less the retention: an event at or before it is
 late and touches no row (``sessions.PartitionFolder``). A closed session is deleted once its
-last_ts lies before the sweep's cut: the horizon less the close delay (no event newer than
-the horizon can reach it, whichever way sessions are cut), rounded down to a whole bucket
-of the retention index, so each bucket row is read once, when the cut passes it. Sessions
-are indexed for the sweep by bucket of last_ts when they close (``PartitionRows``): the
-sweep reads what it deletes, not the table.
+reach (the newest event time it took) lies before the sweep's cut: the horizon less the
+close delay (no event newer than the horizon can reach it, whichever way sessions are cut),
+of the watermark a range started from (``task.sweep`` says why), rounded down to a whole
+bucket of the retention index, so each bucket row is read about once. Sessions are indexed
+for the sweep by bucket of reach when they close (``PartitionRows``): the sweep reads what
+it deletes, not the table. docs/DESIGN.md, "Retention", has the argument.
 """
 
 from __future__ import annotations

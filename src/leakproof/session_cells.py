@@ -12,6 +12,8 @@ has that cell, which must stay true. Split by the gap without a sequence, ``f:o:
 holds the event time a ``first`` / ``last`` value came from, ``f:absorbed`` the row keys
 of the sessions a merged one took in, and ``f:t:<topic>:<partition>`` the offsets it took,
 every offset committed when it was written as one span from 0 (its mark, ``gap_fold``).
+``f:reach``: the newest event time a row counted beyond its ``last_ts`` (a late event not
+folded, a duplicate), which the retention goes by (``task.sweep``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ ABSORBED = b"f:absorbed"
 # split by the gap: per source partition, the offsets the row took and, as one span from 0,
 # those committed when it was written (a replay or a re-read skips exactly them)
 _TOOK_PREFIX = "f:t:"
+REACH = b"f:reach"  # SessionState.reach_ts, where it passes last_ts
 _TOOK = _TOOK_PREFIX.encode()
 _FENCE = _FENCE_PREFIX.encode()
 
@@ -64,6 +67,8 @@ def to_cells(s: SessionState, model: CompiledModel,
         cells[f"{_FENCE_PREFIX}{key}".encode()] = str(offset).encode()
     for key, offsets in s.took.items():
         cells[f"{_TOOK_PREFIX}{key}".encode()] = offsets.to_text().encode()
+    if s.reach_ts > s.last_ts:
+        cells[REACH] = str(s.reach_ts).encode()
     if s.absorbed or ABSORBED in order_cells:  # emptied: the stored list must go too
         cells[ABSORBED] = ",".join(sorted(s.absorbed)).encode("utf-8")
     return cells
@@ -102,6 +107,7 @@ def from_cells(session_id: str, cells: Mapping[bytes, bytes],
     for k, v in cells.items():
         if k.startswith(_TOOK):
             s.took[k[len(_TOOK):].decode()] = SeqSet.from_text(v.decode())
+    s.reach_ts = int(cells.get(REACH, b"0"))
     absorbed = cells.get(ABSORBED)
     if absorbed:
         s.absorbed = frozenset(absorbed.decode("utf-8").split(","))

@@ -194,10 +194,19 @@ class SessionState:
     # it was written (its mark)
     absorbed: frozenset[str] = frozenset()
     took: dict[str, SeqSet] = field(default_factory=dict)
+    # with a retention, the newest event time the row counted beyond last_ts (a late event
+    # counted, not folded; a duplicate): a re-read finds the row while that time is within
+    # the retention
+    reach_ts: int = 0
 
     @property
     def closed(self) -> bool:
         return self.state == CLOSED
+
+    @property
+    def reach(self) -> int:
+        """The newest event time the row took in any way: what the retention goes by."""
+        return self.last_ts if self.reach_ts < self.last_ts else self.reach_ts
 
     def expired(self, watermark: int, close_after_ms: int) -> bool:
         return watermark > self.last_ts + close_after_ms
@@ -402,12 +411,14 @@ class PartitionFolder:
             elif s.closed or s.expired(watermark_before, self._close_after_ms):
                 if (self._fold_late or redriven) and seq is not None and seq in s.seqs:
                     s.duplicates += 1
+                    self._reached(s, ts)
                     outcome = Outcome.DUPLICATE
                 elif redriven:  # a repair, not a late arrival: folded, a closed row stays so
                     self._next(s, ts, seq, record, offset)
                     outcome = Outcome.APPLIED
                 else:
                     s.late_events += 1
+                    self._reached(s, ts)
                     if self._fold_late:  # counted, and folded in: closed for good, even
                         # where it moves last_ts past the watermark (as split by the gap),
                         # so whether its row was closed yet decides nothing
@@ -418,6 +429,7 @@ class PartitionFolder:
                     outcome = Outcome.LATE
             elif seq is not None and seq in s.seqs:
                 s.duplicates += 1
+                self._reached(s, ts)
                 outcome = Outcome.DUPLICATE
             else:
                 self._next(s, ts, seq, record, offset)
@@ -440,6 +452,13 @@ class PartitionFolder:
         """Whether ``s`` is past the retention: its row is deleted, or about to be."""
         return self._retention is not None and watermark != NO_WATERMARK and \
             s.last_ts + self._close_after_ms < watermark - self._retention
+
+    def _reached(self, s: SessionState, ts: int) -> None:
+        """``s`` counted an event at ``ts`` without folding it: with a retention its row
+        says so where that is past its last_ts (``SessionState.reach_ts``); without one
+        nothing is written (rows stay as they were)."""
+        if self._retention is not None and ts > s.reach_ts:
+            s.reach_ts = ts
 
     def _step(self, offset: int, ts: int, lead: int | None) -> int:
         """The watermark before an event; moves it (bounded by ``lead``) and the offset."""

@@ -273,3 +273,55 @@ def test_gap_sessions_past_the_retention_go_with_their_listing_and_a_tombstone()
     assert rig.summaries()["a:0000000000000"] is None
     assert rig.summaries()["b:0000000001000"] is None
     assert rig.sessions.readable() == retired(rig.expected())
+
+
+def test_a_rewind_finds_a_row_that_counted_a_late_event_far_ahead_of_its_end() -> None:
+    """A late event counted in a's row (not folded: last_ts stays 0) carries a time far on:
+    the row is kept while that time is within the retention, so a rewind that reads the
+    event again finds its fence instead of starting a session with it."""
+    rig = IdRig()
+    late_at = KEEP + 3 * HOUR
+    rig.run([at("a", 0, 0), at("b", 0, 120_000), at("a", 1, late_at)])
+    rig.run([], start=3)  # b goes; a stays: it counted an event at late_at
+    assert set(rig.sessions.readable()) == {"a"}
+    assert rig.sessions.cells["a"][b"f:reach"] == str(late_at).encode()
+    rig.run(rig.sent, start=0)  # a rewind to 0 over the same tables
+    rig.run([], start=3)
+    assert rig.sessions.readable() == rig.expected()
+    assert rig.sessions.readable()["a"]["late_events"] == "1"
+
+
+def test_a_zombies_late_write_never_shows_through_a_replaced_row() -> None:
+    """A replaced row is put whole: a cell the old row held the same bytes in would keep its
+    old timestamp, older than a zombie's late write of a shorter cut of the same range."""
+    rig = IdRig()
+    rig.sent = [at("a", 0, 0), at("a", 1, 1_000), at("x", 0, KEEP + 3 * HOUR),
+                at("a", 0, KEEP + 3 * HOUR + 5), at("a", 1, KEEP + 3 * HOUR + 6)]
+    rig.run(rig.sent[0:2], start=0)
+    rig.run(rig.sent[2:3], start=2)  # a closes; forgotten from here on
+    tables = [rig.sessions.table, rig.partitions.table]
+    for t in tables:
+        t.delay = 10**6  # a zombie's attempt of offset 3 alone: its writes held
+    rig.run(rig.sent[3:4], start=3)
+    for t in tables:
+        t.delay = 0
+    rig.sessions._stored.clear()  # the new driver's attempt: a new store
+    rig.run(rig.sent[3:5], start=3)
+    for t in tables:
+        t.deliver_late()
+    rig.run([], start=5)
+    assert rig.sessions.readable() == rig.expected()
+    assert rig.sessions.readable()["a"]["events"] == "2"
+
+
+def test_a_raised_retention_deletes_by_the_new_one() -> None:
+    for sweep_between in (False, True):
+        rig = IdRig(retention_ms=5 * HOUR)
+        rig.run([at("c", 0, 25 * HOUR)])
+        rig.run([at("c", 1, 25 * HOUR)])  # the cut so far: 19 h
+        rig.retention_ms = 50 * HOUR  # raised: a restart with the new config
+        rig.run([at("a", 0, 10 * HOUR)])  # far inside 50 h; closes at once
+        if sweep_between:
+            assert rig.run([], start=len(rig.sent)).retired == 0
+        rig.run([at("a", 1, 10 * HOUR + 30_000)])  # a's straggler: late in a, as ever
+        assert rig.sessions.readable() == rig.expected(), sweep_between

@@ -120,8 +120,9 @@ class SessionStore:
                 left = sorted(set(stored) - set(to_cells(s, self._model)))
                 if left:
                     batch.delete(s.session_id.encode("utf-8"), columns=left)
-                    self._stored[s.session_id] = {k: v for k, v in stored.items()
-                                                  if k not in left}
+                # then put whole: a cell the old row held the same bytes in may be older
+                # than a late write of another attempt, which must not show through
+                del self._stored[s.session_id]
 
     def remove(self, session_ids: Iterable[str], *, ts: int) -> None:
         """Delete whole rows at ``ts``: a delete hides every cell written up to it, so a late

@@ -6,7 +6,9 @@
    open sessions that may expire in each range (``index.load``);
 3. fold each range's events into its sessions (fences skip what an earlier attempt applied;
    a re-driven dead letter's copy folds even into a closed session);
-4. if this driver still holds the lease: the pending marks with fresh writer tokens (with
+4. (with a retention, the closed sessions past it join the rows to delete, and those it
+   closes are indexed in the pending marks: ``task.sweep``)
+   if this driver still holds the lease: the pending marks with fresh writer tokens (with
    the outboxes, with an output topic, and the highest offset each range dead-letters),
    then the session rows, aggregate and fence in one put per row;
 5. the dead letters; in a replay of offsets an earlier attempt dead-lettered, the rows of
@@ -14,7 +16,6 @@
    their cause was fixed in between, and left there a redrive would count them again;
 6. the open-session indexes, then the watermarks -- last, so neither runs ahead of the
    session rows (``index.save``); the touched rows are kept for the partitions' next ranges;
-   with a retention, the closed sessions past it are deleted in step 4 (``task.sweep``);
 7. each range's closed sessions' summaries, in one Kafka transaction with its outbox's
    marker.
 
@@ -293,7 +294,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
                    [SweptRange(r.rng.partition, fence_key(topic, r.rng.partition, incarnation),
                                r.rng.from_offset, ld, result, wm)
                     for r, ld, result, wm in zip(step, loaded, results, started, strict=True)],
-                   retention_ms, close_after_ms))
+                   retention_ms, close_after_ms, deleting=owners_in is None))
     # 4. the lease, the outboxes, the session rows. (Thrift1 has no multi-column
     # check-and-mutate, so the lease check narrows the zombie window to the time between this
     # read and the writes; the fences keep a zombie's late writes from counting twice.)

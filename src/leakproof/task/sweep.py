@@ -59,36 +59,39 @@ class SweptRange:
 
 
 def sweep(partitions: PartitionRows, sessions: SessionRows, topic: str,
-          ranges: Sequence[SweptRange], retention_ms: int, close_after_ms: int
-          ) -> list[Swept]:
-    """Each range's sweep, its fold's result changed in place (see the module)."""
-    upto = [max(retention.cut(r.started, retention_ms, close_after_ms), r.loaded.stored.swept)
-            for r in ranges]
+          ranges: Sequence[SweptRange], retention_ms: int, close_after_ms: int,
+          deleting: bool = True) -> list[Swept]:
+    """Each range's sweep, its fold's result changed in place (see the module).
+    ``deleting`` False (a topic that grew, whose keys' sessions other partitions may still
+    hold events of): nothing is deleted; the sessions closed are indexed all the same."""
+    cuts = [retention.cut(r.started, retention_ms, close_after_ms) for r in ranges]
     scanned = []
-    for r, cut in zip(ranges, upto, strict=True):
+    for r, cut in zip(ranges, cuts, strict=True):
         stored = r.loaded.stored
         since = stored.swept if stored.held < 0 else min(stored.held, stored.swept)
-        scanned.append(partitions.scan_retained(topic, r.partition, since, cut)
-                       if cut > since else [])
+        upto = max(cut, stored.swept)  # a raised retention scans no less, deletes less
+        scanned.append(partitions.scan_retained(topic, r.partition, since, upto)
+                       if deleting and upto > since else [])
     wanted = {e.session_id for r, found in zip(ranges, scanned, strict=True) for e in found
               if e.session_id not in r.result.touched}
     rows = sessions.read(wanted) if wanted else {}
-    return [_one(r, found, cut, rows) for r, found, cut in zip(ranges, scanned, upto,
+    return [_one(r, found, cut, rows) for r, found, cut in zip(ranges, scanned, cuts,
                                                                 strict=True)]
 
 
 def _one(r: SweptRange, found: Sequence[Entry], cut: int, rows: dict[str, SessionState]
          ) -> Swept:
-    result = r.result
+    result, stored = r.result, r.loaded.stored
+    upto = max(cut, stored.swept)
     gone: dict[str, SessionState] = {}
     retain: dict[int, dict[str, int]] = {}
     for s in result.touched.values():
         if s.closed:
-            retain.setdefault(retention.bucket_of(s.last_ts), {})[s.session_id] = s.last_ts
+            retain.setdefault(retention.bucket_of(s.reach), {})[s.session_id] = s.reach
     for sid in result.closed_untouched:
         if (end := result.closed_ends.get(sid)) is not None:
             retain.setdefault(retention.bucket_of(end), {})[sid] = end
-    held = {b for b in retain if b < cut}  # closed by writes not committed yet
+    held = {b for b in retain if b < upto}  # closed by writes not committed yet
     forget: dict[int, set[str]] = {}
     for e in found:
         if e.session_id in result.touched:
@@ -99,26 +102,33 @@ def _one(r: SweptRange, found: Sequence[Entry], cut: int, rows: dict[str, Sessio
         if row is None:  # a sweep that stopped after its deletes: its listing (split by the
             # gap) and tombstone may be owed still
             gone[e.session_id] = SessionState(e.session_id, last_ts=e.last_ts, state=CLOSED)
-        elif row.closed and row.last_ts < cut and _committed(row, r):
+        elif not row.closed or retention.bucket_of(row.reach) != e.bucket:
+            pass  # open again (its key's session forgotten, a new one begun: indexed when
+            # it closes), or moved on (its newer entry is in another bucket)
+        elif not _own(row, r):
+            pass  # another partition's fence on it: kept (docs/DESIGN.md)
+        elif row.reach < cut and _committed(row, r):
             gone[e.session_id] = row
-        elif row.closed and row.last_ts < cut:  # kept until its events are committed
+        else:  # kept until its events are committed, or the retention (raised) passes it
             held.add(e.bucket)
             continue
-        # else moved on (its newer entry is elsewhere) or open again (its key's session
-        # forgotten, a new one begun: indexed when it closes)
         forget.setdefault(e.bucket, set()).add(e.session_id)
     for sid, s in gone.items():
         result.removed.setdefault(sid, s)
-    stored = r.loaded.stored
     if not found and stored.held >= 0:  # not looked at again: still held
         held.add(stored.held)
-    return Swept(retain, forget, cut if cut > stored.swept else 0, min(held, default=-1),
+    return Swept(retain, forget, upto if upto > stored.swept else 0, min(held, default=-1),
                  len(gone))
+
+
+def _own(row: SessionState, r: SweptRange) -> bool:
+    """Whether only the range's partition has fences on ``row`` (a recreated topic's older
+    fences of it are done with)."""
+    mine = fence_source(r.fence)
+    return all(fence_source(key) == mine for key in row.fences)
+
 
 def _committed(row: SessionState, r: SweptRange) -> bool:
     """Whether every event ``row`` holds is of an offset committed: its fence for the
-    range's partition below the range's first offset (a recreated topic's older fences are
-    done with), and no other partition's fence on it."""
-    mine = fence_source(r.fence)
-    return all(fence_source(key) == mine and (key != r.fence or offset < r.first_offset)
-               for key, offset in row.fences.items())
+    range's partition below the range's first offset."""
+    return row.fences.get(r.fence, -1) < r.first_offset
