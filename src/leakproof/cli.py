@@ -1,5 +1,10 @@
 """``leakproof``: argument parsing, and one thin function per command that calls the library
-and prints its answer. Each imports (and connects to) only what its command uses."""
+and prints its answer. Each imports (and connects to) only what its command uses.
+
+A command's options are declared just above its function, and ``COMMANDS`` (at the end)
+lists each command once: its name, its help, its options, its function. ``build_parser``
+and ``main`` only walk that table.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from leakproof import config as config_mod
@@ -68,8 +74,7 @@ DESCRIPTION = ("leakproof: Kafka web-server events folded into per-session rows 
                "exactly once, by a Spark Streaming job; offsets in HBase. Each command "
                "takes --config config.yml.")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-# commands whose actions are sub-commands
-NESTED = frozenset({"offsets", "sessions", "deadletters"})
+CONFIG_HELP = "path to config.yml"
 
 
 def _version() -> str:
@@ -81,182 +86,62 @@ def _version() -> str:
         return "unknown"
 
 
+@dataclass(frozen=True)
+class Command:
+    """One command, or one action of a command with actions (``offsets rewind``): its
+    options beside the function that runs it. They sit in this module, not in
+    ``commands/``: those import kafka and happybase, which ``--help`` should not wait for."""
+
+    name: str
+    help: str
+    options: Callable[[argparse.ArgumentParser], None]  # adds the options besides --config
+    run: Callable[[argparse.Namespace, config_mod.Config], int]
+    reads_events: bool = False  # its reader schema may live in the registry
+
+
+@dataclass(frozen=True)
+class WithActions:
+    """A command whose actions are sub-commands (``offsets show``, ``offsets rewind``)."""
+
+    name: str
+    help: str
+    actions: tuple[Command, ...]
+    reads_events: bool = False
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command in ``COMMANDS``, each taking ``--config``."""
     parser = argparse.ArgumentParser(prog="leakproof", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"leakproof {_version()}")
     parser.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                         metavar="LEVEL", help=f"one of {', '.join(LOG_LEVELS)} (default INFO)")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND",
                                 help="what to do (leakproof COMMAND --help for its options)")
-
-    def cmd(name: str, help_: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_)
-        nested = name in NESTED  # --config before or after the action: each parser takes it
-        p.add_argument("--config", required=not nested, help="path to config.yml",
-                       **({"default": argparse.SUPPRESS} if nested else {}))
-        return p
-
-    run = cmd("run", "run the streaming job")
-    run.add_argument("--until-idle", type=float, metavar="S",
-                     help="stop gracefully after S seconds without new records")
-    run.add_argument("--max-batches", type=int, metavar="N", help="stop after N batches")
-    bound = run.add_mutually_exclusive_group()
-    bound.add_argument("--until-offsets", type=_offsets, metavar="P=O[,P=O...]",
-                       help="a backfill: read every partition up to (not including) its "
-                            "offset here, then stop (exit 0); name every partition")
-    bound.add_argument("--until-time", type=_zoned_ms, metavar="ISO8601",
-                       help="a backfill: records whose Kafka timestamp is at or after this "
-                            "time (with its zone, e.g. 2026-01-01T00:00:00Z) are not read; "
-                            "stop once every partition got there (exit 0)")
-    run.add_argument("--log-format", choices=["text", "json"], default="text",
-                     help="every log record as a text line, or as one JSON object (the "
-                          "per-batch progress record's figures as its fields)")
-
-    stop = cmd("stop", "ask the running job of this topic and group to stop after its batch "
-                       "in flight (works where no signal can: YARN cluster mode)")
-    stop.add_argument("--wait", type=float, metavar="S",
-                      help="wait up to S seconds until it has stopped, and say where")
-
-    produce = cmd("produce", "produce seeded, realistic web sessions")
-    produce.add_argument("--events", type=int, required=True, help="how many events")
-    produce.add_argument("--sessions", type=int, required=True,
-                         help="over how many sessions (at most --events)")
-    produce.add_argument("--seed", type=int, required=True,
-                         help="the generator's seed: the same seed, the same events")
-    produce.add_argument("--rate", type=float, help="events per second (default: unthrottled)")
-    produce.add_argument("--span-s", type=int,
-                         help="event time over which sessions start (default: 2 s per session)")
-    produce.add_argument("--start-ts", type=int, default=DEFAULT_START_TS,
-                         help="event time of the first session, epoch ms")
-    produce.add_argument("--format", choices=["avro", "confluent"], default="avro",
-                         help="plain schemaless Avro, or registry-framed (the Confluent wire "
-                              "format; the schema registered at events.registry.url)")
-
-    topic = cmd("topic", "create the configured topic")
-    topic.add_argument("action", choices=["create"], help="create it (if it does not exist)")
-    topic.add_argument("--partitions", type=int, required=True, help="how many partitions")
-    topic.add_argument("--replication-factor", type=int, default=1, metavar="N",
-                       help="copies of each partition (default 1: the local stack's one broker)")
-
-    tables = cmd("tables", "create the HBase tables (idempotent)")
-    tables.add_argument("action", choices=["create"], help="create the missing ones")
-
-    action = _actions(cmd("offsets", "committed offsets: show, history, lag, rewind"))
-    old_limit = "accepted for scripts written for earlier versions; no effect"
-    action("show", "the newest commit").add_argument("--limit", type=int, metavar="N",
-                                                     help=old_limit)
-    action("history", "the newest commits, newest first").add_argument(
-        "--limit", type=int, default=20, metavar="N", help="how many (default 20)")
-    lag = action("lag", "per partition: committed offset, log end, lag in records and "
-                        "seconds, state; a table like kafka-consumer-groups --describe")
-    lag.add_argument("--limit", type=int, metavar="N", help=old_limit)
-    lag.add_argument("--json", action="store_true",
-                     help="one JSON object instead of the table (for scripts)")
-    rewind = action("rewind", "commit earlier offsets for the next run to resume from")
-    where = rewind.add_mutually_exclusive_group(required=True)
-    where.add_argument("--to-batch", type=int, metavar="BATCH_MS",
-                       help="the offsets of this earlier commit")
-    where.add_argument("--to-time", type=_iso_ms, metavar="ISO8601",
-                       help="the first records at or after this Kafka record time "
-                            "(no zone = UTC)")
-    where.add_argument("--to-offsets", type=_offsets, metavar="P=O[,P=O...]",
-                       help="these partitions to these offsets, the rest as they are")
-    rewind.add_argument("--dry-run", action="store_true",
-                        help="print the plan (per partition: from, to, offsets read again) "
-                             "and change nothing")
-
-    session = _actions(cmd("sessions", "session rows: read one, compare two table sets"))
-    session("get", "print one session row").add_argument(
-        "session_id", help="the row key: the session's id")
-    diff = session("diff", "compare the session rows (family s) of two table sets, e.g. the "
-                           "live tables and a reprocessed copy: exit 1 on any difference")
-    diff.add_argument("--against", required=True, metavar="CONFIG",
-                      help="the config.yml of the other table set (B; --config is A)")
-    diff.add_argument("--sample", type=_count, default=10, metavar="N",
-                      help="print up to N rows of each kind of difference (default 10)")
-    diff.add_argument("--json", action="store_true", help="the report as one JSON object")
-
-    letters = _actions(cmd("deadletters", "the records set aside: list, show, redrive"))
-    listing = letters("list", "the dead letters of the topic, one a line, and their counts "
-                              "by kind and redrive state")
-    _letter_filters(listing)
-    listing.add_argument("--state", action="append", default=[],
-                         choices=["waiting", "pending", "sent"],
-                         help="only those never re-driven (waiting), being re-driven "
-                              "(pending) or re-driven (sent); repeat for more")
-    listing.add_argument("--limit", type=_count, default=100, metavar="N",
-                         help="print at most N of them (default 100; 0: all); the counts "
-                              "cover every one")
-    listing.add_argument("--json", action="store_true", help="one JSON object a line")
-    show = letters("show", "one dead letter: the record as Kafka had it (key and value as "
-                           "hex and text, headers), its error, its redrive")
-    show.add_argument("record", metavar="PARTITION:OFFSET", help="its partition and offset")
-    show.add_argument("--json", action="store_true", help="as one JSON object (bytes as hex)")
-    redrive = letters("redrive", "send the selected dead letters back to the topic, as they "
-                                 "were, each exactly once, in Kafka transactions")
-    _letter_filters(redrive)
-    redrive.add_argument("--rate", type=float, default=1000.0, metavar="N",
-                         help="at most N records a second (default 1000)")
-    redrive.add_argument("--dry-run", action="store_true",
-                         help="print what would go; send nothing, mark nothing")
-
-    model = cmd("model", "check the event model (events:, aggregates:) against its schema and "
-                         "the topic's newest records; writes nothing")
-    model.add_argument("action", choices=["check", "accept"],
-                       help="check: check it, writing nothing; accept: record it and the "
-                            "session settings as the meaning the session rows are written "
-                            "under (added aggregates only, unless --force)")
-    model.add_argument("--force", action="store_true",
-                       help="accept: record any change the rows can be folded on from, not "
-                            "only added aggregates")
-    model.add_argument("--sample", type=int, default=20, metavar="N",
-                       help="fold the newest N records and print the rows they would give "
-                            "(0: check the schema only)")
-    model.add_argument("--show-source", action="store_true",
-                       help="print the fold the model compiles to")
-
-    verify = cmd("verify", "compare HBase with the oracle for the given production runs")
-    verify.add_argument("--spec", type=_spec, action="append", default=[],
-                        metavar="SEED:EVENTS:SESSIONS[:START_TS[:SPAN_S]]",
-                        help="one per `produce` run")
-    verify.add_argument("--until-time", type=_zoned_ms, metavar="ISO8601",
-                        help="compare with the records a run bounded by this --until-time "
-                             "read (a backfill), not the whole topic")
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.help)
+        if isinstance(command, Command):
+            p.add_argument("--config", required=True, help=CONFIG_HELP)
+            command.options(p)
+            continue
+        # --config before or after the action: each parser takes it, and SUPPRESS keeps
+        # the action's parser from resetting what the command's parser read (``main``
+        # checks it was given)
+        p.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
+        actions = p.add_subparsers(dest="action", required=True)
+        for action in command.actions:
+            a = actions.add_parser(action.name, help=action.help)
+            a.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
+            action.options(a)
     return parser
 
 
-def _letter_filters(p: argparse.ArgumentParser) -> None:
-    """Which dead letters a ``deadletters`` action takes (``dead_letter.Selection``)."""
-    p.add_argument("--kind", action="append", default=[], metavar="KIND",
-                   help="only this kind, e.g. unknown_schema_id; repeat for more")
-    p.add_argument("--partition", type=_count, action="append", default=[], metavar="P",
-                   help="only this partition; repeat for more")
-    p.add_argument("--since", type=_iso_ms, metavar="ISO8601",
-                   help="only records whose Kafka timestamp is at or after this time (no "
-                        "zone = UTC; a row written before record times were kept: its "
-                        "batch's time)")
-    p.add_argument("--until", type=_iso_ms, metavar="ISO8601",
-                   help="only records whose Kafka timestamp is before this time")
-    p.add_argument("--from-offset", type=_count, default=0, metavar="O",
-                   help="only offsets at or above O")
-    p.add_argument("--until-offset", type=_count, metavar="O", help="only offsets below O")
-
-
-def _selection(args: argparse.Namespace) -> Selection:
-    return Selection(frozenset(args.kind), frozenset(args.partition), args.since, args.until,
-                     args.from_offset, args.until_offset, frozenset(getattr(args, "state", ())))
-
-
-def _actions(parent: argparse.ArgumentParser) -> Callable[[str, str], argparse.ArgumentParser]:
-    """The actions of a command (``offsets show``): a maker of one sub-parser each."""
-    actions = parent.add_subparsers(dest="action", required=True)
-
-    def action(name: str, help_: str) -> argparse.ArgumentParser:
-        p = actions.add_parser(name, help=help_)
-        # --config before or after the action; SUPPRESS keeps the sub-parser from resetting it
-        p.add_argument("--config", default=argparse.SUPPRESS, help="path to config.yml")
-        return p
-    return action
+def _chosen(args: argparse.Namespace) -> tuple[Command | WithActions, Command]:
+    """The command the parsed ``args`` name, and the entry that runs it (its action's, if
+    it has actions)."""
+    command = next(c for c in COMMANDS if c.name == args.cmd)
+    if isinstance(command, Command):
+        return command, command
+    return command, next(a for a in command.actions if a.name == args.action)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -266,12 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("the following arguments are required: --config")
     log_format = getattr(args, "log_format", "text")
     configure(args.log_level, log_format)
-    command = COMMANDS[f"{args.cmd} {args.action}" if args.cmd in NESTED else args.cmd]
+    command, runs = _chosen(args)
     try:
         cfg = config_mod.load(args.config)
-        if args.cmd in READS_EVENTS:  # the reader schema may live in the registry
+        if command.reads_events:  # the reader schema may live in the registry
             cfg = resolve_schema(cfg)
-        return command(args, cfg)
+        return runs.run(args, cfg)
     except ConfigError as exc:
         fail(f"leakproof: config error: {exc}", log_format)
         return 2
@@ -288,7 +173,24 @@ def _secured_services(cfg: config_mod.Config) -> str:
     return " and ".join(names) or "a secured service"
 
 
-# -- the commands: each one call into the library, and what it prints --------------------
+# -- the commands: each its options, then one call into the library and what it prints ---
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--until-idle", type=float, metavar="S",
+                   help="stop gracefully after S seconds without new records")
+    p.add_argument("--max-batches", type=int, metavar="N", help="stop after N batches")
+    bound = p.add_mutually_exclusive_group()
+    bound.add_argument("--until-offsets", type=_offsets, metavar="P=O[,P=O...]",
+                       help="a backfill: read every partition up to (not including) its "
+                            "offset here, then stop (exit 0); name every partition")
+    bound.add_argument("--until-time", type=_zoned_ms, metavar="ISO8601",
+                       help="a backfill: records whose Kafka timestamp is at or after this "
+                            "time (with its zone, e.g. 2026-01-01T00:00:00Z) are not read; "
+                            "stop once every partition got there (exit 0)")
+    p.add_argument("--log-format", choices=["text", "json"], default="text",
+                   help="every log record as a text line, or as one JSON object (the "
+                        "per-batch progress record's figures as its fields)")
 
 
 def run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
@@ -308,10 +210,31 @@ def run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
                               args.until_offsets, args.until_time)).run()
 
 
+def _stop_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wait", type=float, metavar="S",
+                   help="wait up to S seconds until it has stopped, and say where")
+
+
 def stop(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.commands.stop import ask_to_stop
 
     return ask_to_stop(cfg, args.wait)
+
+
+def _produce_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--events", type=int, required=True, help="how many events")
+    p.add_argument("--sessions", type=int, required=True,
+                   help="over how many sessions (at most --events)")
+    p.add_argument("--seed", type=int, required=True,
+                   help="the generator's seed: the same seed, the same events")
+    p.add_argument("--rate", type=float, help="events per second (default: unthrottled)")
+    p.add_argument("--span-s", type=int,
+                   help="event time over which sessions start (default: 2 s per session)")
+    p.add_argument("--start-ts", type=int, default=DEFAULT_START_TS,
+                   help="event time of the first session, epoch ms")
+    p.add_argument("--format", choices=["avro", "confluent"], default="avro",
+                   help="plain schemaless Avro, or registry-framed (the Confluent wire "
+                        "format; the schema registered at events.registry.url)")
 
 
 def produce(args: argparse.Namespace, cfg: config_mod.Config) -> int:
@@ -338,6 +261,13 @@ def produce(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     return 0
 
 
+def _topic_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["create"], help="create it (if it does not exist)")
+    p.add_argument("--partitions", type=int, required=True, help="how many partitions")
+    p.add_argument("--replication-factor", type=int, default=1, metavar="N",
+                   help="copies of each partition (default 1: the local stack's one broker)")
+
+
 def topic(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.commands.produce import create_topic
 
@@ -345,6 +275,10 @@ def topic(args: argparse.Namespace, cfg: config_mod.Config) -> int:
                         replication_factor=args.replication_factor)
     print(f"topic {cfg.kafka.topic}: {'created' if made else 'exists'}")
     return 0
+
+
+def _tables_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["create"], help="create the missing ones")
 
 
 def tables(args: argparse.Namespace, cfg: config_mod.Config) -> int:
@@ -360,6 +294,17 @@ def tables(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     for command in advice:
         print(f"without a Bloom filter or block cache; in the HBase shell: {command}")
     return 0
+
+
+OLD_LIMIT = "accepted for scripts written for earlier versions; no effect"
+
+
+def _offsets_show_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--limit", type=int, metavar="N", help=OLD_LIMIT)
+
+
+def _offsets_history_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="how many (default 20)")
 
 
 def offsets_history(args: argparse.Namespace, cfg: config_mod.Config) -> int:
@@ -383,12 +328,32 @@ def offsets_history(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     return 0
 
 
+def _offsets_lag_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--limit", type=int, metavar="N", help=OLD_LIMIT)
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object instead of the table (for scripts)")
+
+
 def offsets_lag(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.commands.lag import lag, lag_table
 
     behind = lag(cfg)
     print(json.dumps(behind, sort_keys=True) if args.json else lag_table(behind))
     return 0 if behind["committed_ms"] is not None else 1
+
+
+def _offsets_rewind_options(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to-batch", type=int, metavar="BATCH_MS",
+                       help="the offsets of this earlier commit")
+    where.add_argument("--to-time", type=_iso_ms, metavar="ISO8601",
+                       help="the first records at or after this Kafka record time "
+                            "(no zone = UTC)")
+    where.add_argument("--to-offsets", type=_offsets, metavar="P=O[,P=O...]",
+                       help="these partitions to these offsets, the rest as they are")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (per partition: from, to, offsets read again) "
+                        "and change nothing")
 
 
 def offsets_rewind(args: argparse.Namespace, cfg: config_mod.Config) -> int:
@@ -402,16 +367,11 @@ def offsets_rewind(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     return 0
 
 
-def sessions_diff(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    from leakproof.commands.sessions_diff import diff_sessions
-
-    found = diff_sessions(cfg, config_mod.load(args.against), args.sample)
-    print(json.dumps(found.as_json(), sort_keys=True) if args.json else
-          "\n".join(found.lines()))
-    return 0 if found.rows.same else 1
+def _sessions_get_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session_id", help="the row key: the session's id")
 
 
-def sessions(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+def sessions_get(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.hbase.connection import connect
     from leakproof.hbase.session_store import readable_row
 
@@ -427,10 +387,66 @@ def sessions(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     return 0
 
 
+def _sessions_diff_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--against", required=True, metavar="CONFIG",
+                   help="the config.yml of the other table set (B; --config is A)")
+    p.add_argument("--sample", type=_count, default=10, metavar="N",
+                   help="print up to N rows of each kind of difference (default 10)")
+    p.add_argument("--json", action="store_true", help="the report as one JSON object")
+
+
+def sessions_diff(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from leakproof.commands.sessions_diff import diff_sessions
+
+    found = diff_sessions(cfg, config_mod.load(args.against), args.sample)
+    print(json.dumps(found.as_json(), sort_keys=True) if args.json else
+          "\n".join(found.lines()))
+    return 0 if found.rows.same else 1
+
+
+def _letter_filters(p: argparse.ArgumentParser) -> None:
+    """Which dead letters a ``deadletters`` action takes (``dead_letter.Selection``)."""
+    p.add_argument("--kind", action="append", default=[], metavar="KIND",
+                   help="only this kind, e.g. unknown_schema_id; repeat for more")
+    p.add_argument("--partition", type=_count, action="append", default=[], metavar="P",
+                   help="only this partition; repeat for more")
+    p.add_argument("--since", type=_iso_ms, metavar="ISO8601",
+                   help="only records whose Kafka timestamp is at or after this time (no "
+                        "zone = UTC; a row written before record times were kept: its "
+                        "batch's time)")
+    p.add_argument("--until", type=_iso_ms, metavar="ISO8601",
+                   help="only records whose Kafka timestamp is before this time")
+    p.add_argument("--from-offset", type=_count, default=0, metavar="O",
+                   help="only offsets at or above O")
+    p.add_argument("--until-offset", type=_count, metavar="O", help="only offsets below O")
+
+
+def _selection(args: argparse.Namespace) -> Selection:
+    return Selection(frozenset(args.kind), frozenset(args.partition), args.since, args.until,
+                     args.from_offset, args.until_offset, frozenset(getattr(args, "state", ())))
+
+
+def _deadletters_list_options(p: argparse.ArgumentParser) -> None:
+    _letter_filters(p)
+    p.add_argument("--state", action="append", default=[],
+                   choices=["waiting", "pending", "sent"],
+                   help="only those never re-driven (waiting), being re-driven "
+                        "(pending) or re-driven (sent); repeat for more")
+    p.add_argument("--limit", type=_count, default=100, metavar="N",
+                   help="print at most N of them (default 100; 0: all); the counts "
+                        "cover every one")
+    p.add_argument("--json", action="store_true", help="one JSON object a line")
+
+
 def deadletters_list(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.commands.dead_letters import print_list
 
     return print_list(cfg, _selection(args), args.limit, args.json)
+
+
+def _deadletters_show_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("record", metavar="PARTITION:OFFSET", help="its partition and offset")
+    p.add_argument("--json", action="store_true", help="as one JSON object (bytes as hex)")
 
 
 def deadletters_show(args: argparse.Namespace, cfg: config_mod.Config) -> int:
@@ -439,11 +455,34 @@ def deadletters_show(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     return print_one(cfg, args.record, args.json)
 
 
+def _deadletters_redrive_options(p: argparse.ArgumentParser) -> None:
+    _letter_filters(p)
+    p.add_argument("--rate", type=float, default=1000.0, metavar="N",
+                   help="at most N records a second (default 1000)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what would go; send nothing, mark nothing")
+
+
 def deadletters_redrive(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.commands.redrive import print_redrive
 
     return print_redrive(cfg, _selection(args), args.rate, args.dry_run,
                          progress=lambda text: print(text, file=sys.stderr))
+
+
+def _model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["check", "accept"],
+                   help="check: check it, writing nothing; accept: record it and the "
+                        "session settings as the meaning the session rows are written "
+                        "under (added aggregates only, unless --force)")
+    p.add_argument("--force", action="store_true",
+                   help="accept: record any change the rows can be folded on from, not "
+                        "only added aggregates")
+    p.add_argument("--sample", type=int, default=20, metavar="N",
+                   help="fold the newest N records and print the rows they would give "
+                        "(0: check the schema only)")
+    p.add_argument("--show-source", action="store_true",
+                   help="print the fold the model compiles to")
 
 
 def model(args: argparse.Namespace, cfg: config_mod.Config) -> int:
@@ -479,6 +518,15 @@ def model(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     return 0
 
 
+def _verify_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--spec", type=_spec, action="append", default=[],
+                   metavar="SEED:EVENTS:SESSIONS[:START_TS[:SPAN_S]]",
+                   help="one per `produce` run")
+    p.add_argument("--until-time", type=_zoned_ms, metavar="ISO8601",
+                   help="compare with the records a run bounded by this --until-time "
+                        "read (a backfill), not the whole topic")
+
+
 def verify(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.commands.verify import verify as check
 
@@ -493,16 +541,46 @@ def verify(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     return 0 if v.ok else 1
 
 
-READS_EVENTS = frozenset({"run", "verify", "model", "sessions"})
-COMMANDS: dict[str, Callable[[argparse.Namespace, config_mod.Config], int]] = {
-    "run": run, "stop": stop, "produce": produce, "topic": topic, "tables": tables,
-    "offsets show": offsets_history, "offsets history": offsets_history,
-    "offsets lag": offsets_lag, "offsets rewind": offsets_rewind,
-    "deadletters list": deadletters_list, "deadletters show": deadletters_show,
-    "deadletters redrive": deadletters_redrive,
-    "sessions get": sessions, "sessions diff": sessions_diff, "verify": verify,
-    "model": model,
-}
+COMMANDS: tuple[Command | WithActions, ...] = (  # in the order --help lists them
+    Command("run", "run the streaming job", _run_options, run, reads_events=True),
+    Command("stop", "ask the running job of this topic and group to stop after its batch "
+                    "in flight (works where no signal can: YARN cluster mode)",
+            _stop_options, stop),
+    Command("produce", "produce seeded, realistic web sessions", _produce_options, produce),
+    Command("topic", "create the configured topic", _topic_options, topic),
+    Command("tables", "create the HBase tables (idempotent)", _tables_options, tables),
+    WithActions("offsets", "committed offsets: show, history, lag, rewind", (
+        Command("show", "the newest commit", _offsets_show_options, offsets_history),
+        Command("history", "the newest commits, newest first", _offsets_history_options,
+                offsets_history),
+        Command("lag", "per partition: committed offset, log end, lag in records and "
+                       "seconds, state; a table like kafka-consumer-groups --describe",
+                _offsets_lag_options, offsets_lag),
+        Command("rewind", "commit earlier offsets for the next run to resume from",
+                _offsets_rewind_options, offsets_rewind),
+    )),
+    WithActions("sessions", "session rows: read one, compare two table sets", (
+        Command("get", "print one session row", _sessions_get_options, sessions_get),
+        Command("diff", "compare the session rows (family s) of two table sets, e.g. the "
+                        "live tables and a reprocessed copy: exit 1 on any difference",
+                _sessions_diff_options, sessions_diff),
+    ), reads_events=True),
+    WithActions("deadletters", "the records set aside: list, show, redrive", (
+        Command("list", "the dead letters of the topic, one a line, and their counts by "
+                        "kind and redrive state", _deadletters_list_options, deadletters_list),
+        Command("show", "one dead letter: the record as Kafka had it (key and value as hex "
+                        "and text, headers), its error, its redrive",
+                _deadletters_show_options, deadletters_show),
+        Command("redrive", "send the selected dead letters back to the topic, as they were, "
+                           "each exactly once, in Kafka transactions",
+                _deadletters_redrive_options, deadletters_redrive),
+    )),
+    Command("model", "check the event model (events:, aggregates:) against its schema and "
+                     "the topic's newest records; writes nothing",
+            _model_options, model, reads_events=True),
+    Command("verify", "compare HBase with the oracle for the given production runs",
+            _verify_options, verify, reads_events=True),
+)
 
 
 if __name__ == "__main__":

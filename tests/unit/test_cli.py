@@ -4,6 +4,7 @@ options older scripts pass."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +92,52 @@ def test_with_log_format_json_every_record_and_the_exit_message_are_one_json_obj
         root.setLevel(level)
     assert (line["level"], line["logger"], line["message"]) == (
         "ERROR", "leakproof.cli", "leakproof: config error: x")
+
+
+# every command and action, with the arguments it requires
+EVERY_COMMAND = [
+    ["run"], ["stop"], ["produce", "--events", "1", "--sessions", "1", "--seed", "1"],
+    ["topic", "create", "--partitions", "1"], ["tables", "create"],
+    ["offsets", "show"], ["offsets", "history"], ["offsets", "lag"],
+    ["offsets", "rewind", "--to-batch", "1"], ["sessions", "get", "s1"],
+    ["sessions", "diff", "--against", "b.yml"], ["deadletters", "list"],
+    ["deadletters", "show", "0:1"], ["deadletters", "redrive"], ["model", "check"],
+    ["verify"],
+]
+
+
+def test_every_command_lists_each_command_and_action_the_parser_knows() -> None:
+    listed = []
+    for action in build_parser()._actions:  # argparse's own list of a parser's arguments
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+                listed += [[name, act] for a in nested for act in a.choices] or [[name]]
+    assert listed == [argv[:2] if argv[0] in ("offsets", "sessions", "deadletters")
+                      else argv[:1] for argv in EVERY_COMMAND]
+
+
+@pytest.mark.parametrize("argv", EVERY_COMMAND, ids=" ".join)
+def test_every_command_reaches_its_config_and_exits_2_on_a_missing_one(
+        argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from leakproof.cli import main
+
+    monkeypatch.setattr("leakproof.cli.configure", lambda *_: None)  # pytest's log handlers
+    missing = f"{tmp_path}/none.yml"
+    assert main([*argv, "--config", missing]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"leakproof: config error: cannot read config file {missing}")
+
+
+def test_the_parser_imports_no_client_library() -> None:
+    """``leakproof --help`` (and every bad argument) answers without kafka, happybase or
+    Spark: the commands import those when they run."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from leakproof.cli import build_parser; build_parser().format_help(); "
+            "print(' '.join(sorted({n.split('.')[0] for n in sys.modules})))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True).stdout.split())
+    assert not loaded & {"kafka", "happybase", "thriftpy2", "pyspark", "py4j"}
