@@ -20,7 +20,7 @@ from leakproof.model.compiled import compile_model
 from leakproof.model.fingerprint import beyond_force, changes, meaning, only_added
 from leakproof.model.spec import Aggregate, Model, web_model
 from leakproof.offsets import OffsetRange
-from leakproof.task.process import Stores, process_ranges
+from leakproof.task.process import Rules, Stores, TaskBatch, process_ranges
 from leakproof.testing import (
     FakeDeadLetters,
     FakeLeaseCheck,
@@ -212,10 +212,11 @@ class Table:
                 for i, e in enumerate(events)]
         process_ranges([(OffsetRange("t", 0, first, first + len(recs)), recs)],
                        lambda key, value, **_: self.sent[int(value or b"0")], stores,
-                       compiled, batch_ms=first + 1, epoch=1,
-                       close_after_ms=sessions.close_after_ms, cell_ts={0: first + 1},
-                       fold_late=sessions.late == "fold",
-                       gap=GapRule(sessions.gap_ms, sessions.max_duration_ms) if gap else None)
+                       compiled,
+                       Rules(sessions.close_after_ms, fold_late=sessions.late == "fold",
+                             gap=GapRule(sessions.gap_ms, sessions.max_duration_ms)
+                             if gap else None),
+                       TaskBatch(first + 1, 1, {0: first + 1}))
 
 
 def _agg(model: Model, name: str, **changed: Any) -> Model:

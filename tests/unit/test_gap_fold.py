@@ -21,7 +21,7 @@ from leakproof.offsets import OffsetRange
 from leakproof.oracle import expected_gap_rows
 from leakproof.reports import TaskReport
 from leakproof.sessions import Outcome, PartitionState, SeqSet, SessionState
-from leakproof.task.process import Stores, process_ranges
+from leakproof.task.process import Rules, Stores, TaskBatch, process_ranges
 from leakproof.testing import (
     Crash,
     FakeDeadLetters,
@@ -84,12 +84,11 @@ class Rig:
                         FakeLeaseCheck(self.journal, held_by=1), lambda p: self.sink,
                         self.visits)
         return process_ranges([(OffsetRange("t", 0, first, first + len(events)), recs)],
-                              self.decode, stores, self.compiled, batch_ms=self.batch_ms,
-                              epoch=1, close_after_ms=self.close_after_ms,
-                              cell_ts={0: self.batch_ms},
-                              fold_late=self.fold_late,
-                              gap=GapRule(GAP, self.max_duration_ms),
-                              retention_ms=self.retention_ms)[0]
+                              self.decode, stores, self.compiled,
+                              Rules(self.close_after_ms, fold_late=self.fold_late,
+                                    gap=GapRule(GAP, self.max_duration_ms),
+                                    retention_ms=self.retention_ms),
+                              TaskBatch(self.batch_ms, 1, {0: self.batch_ms}))[0]
 
     def expected(self) -> dict[str, dict[str, str]]:
         return expected_gap_rows({0: self.sent}, self.close_after_ms, GAP, self.m,
@@ -305,8 +304,7 @@ def test_a_second_attempt_that_finds_a_listed_row_gone_reads_the_listing_again()
     def attempt(visits: Any, sessions: FakeSessionRows) -> None:
         process_ranges([(OffsetRange("t", 0, 3, 4), recs)], rig.decode,
                        replace(stores, visits=visits, sessions=sessions), rig.compiled,
-                       batch_ms=5_000, epoch=1, close_after_ms=100_000, cell_ts={0: 5_000},
-                       gap=GapRule(GAP))
+                       Rules(100_000, gap=GapRule(GAP)), TaskBatch(5_000, 1, {0: 5_000}))
 
     class Overtaken:  # B's listing read, then attempt A runs whole
         def __init__(self) -> None:

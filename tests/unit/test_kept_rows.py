@@ -22,7 +22,7 @@ from leakproof.oracle import compare, expected_rows
 from leakproof.reports import TaskReport
 from leakproof.sessions import SessionState
 from leakproof.task.kept_trail import SharedKeptRows, Trail, trail_root
-from leakproof.task.process import Stores, process_range, process_ranges
+from leakproof.task.process import Rules, Stores, TaskBatch, process_range, process_ranges
 from leakproof.testing import (
     Crash,
     FakeDeadLetters,
@@ -194,8 +194,8 @@ class Workers:
     def run(self, worker: int, ranges: list[tuple[OffsetRange, list[KafkaRecord]]],
             batch_ms: int) -> list[TaskReport]:
         return process_ranges(ranges, decode, self.stores(self.view(), worker), WEB,
-                              batch_ms=batch_ms, epoch=1, close_after_ms=CLOSE_MS,
-                              cell_ts={r.partition: batch_ms for r, _ in ranges})
+                              Rules(CLOSE_MS),
+                              TaskBatch(batch_ms, 1, {r.partition: batch_ms for r, _ in ranges}))
 
 
 BY_VALUE: dict[bytes, WebEvent] = {}

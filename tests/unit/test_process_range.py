@@ -15,7 +15,7 @@ from leakproof.moved_keys import home
 from leakproof.offsets import OffsetRange
 from leakproof.outbox import with_digest
 from leakproof.reports import TaskReport
-from leakproof.task.process import Stores, process_range, process_ranges
+from leakproof.task.process import Rules, Stores, TaskBatch, process_range, process_ranges
 from leakproof.testing import (
     Crash,
     FakeDeadLetters,
@@ -96,9 +96,9 @@ class Rig:
         return process_ranges(
             [(OffsetRange("t", p, recs[0].offset, recs[-1].offset + 1), recs)
              for p, recs in work],
-            decode, stores, compile_model(web_model()), batch_ms=batch_ms, epoch=1,
-            close_after_ms=CLOSE_MS, placed_in=placed_in, owners_in=owners_in,
-            cell_ts={p: batch_ms for p, _ in work})
+            decode, stores, compile_model(web_model()), Rules(CLOSE_MS),
+            TaskBatch(batch_ms, 1, {p: batch_ms for p, _ in work}, placed_in=placed_in,
+                      owners_in=owners_in))
 
     def state(self) -> tuple[object, ...]:
         """Everything a range leaves behind, but the journal, the outbox, the mark a crashed
@@ -417,8 +417,8 @@ def test_an_idle_partitions_watermark_moves_on_by_its_silence_from_its_newest_re
             idle: dict[int, int] | None = None) -> TaskReport:
         rng = OffsetRange("t", 0, start, start + len(work))
         return process_ranges([(rng, work)], decode, stores, compile_model(web_model()),
-                              batch_ms=batch_ms, epoch=1, close_after_ms=CLOSE_MS,
-                              cell_ts={0: batch_ms}, idle=idle)[0]
+                              Rules(CLOSE_MS), TaskBatch(batch_ms, 1, {0: batch_ms},
+                                                         idle=idle or {}))[0]
 
     run(recs, now)
     assert rig.partitions.state[("t", 0)][b"w:record_ts"] == str(t0 + 5).encode()

@@ -40,7 +40,7 @@ from leakproof.offsets import OffsetRange
 from leakproof.oracle import compare, expected_gap_rows_merged, expected_rows_merged
 from leakproof.reports import TaskReport
 from leakproof.sessions import Outcome, PartitionFolder, PartitionState, SessionState
-from leakproof.task.process import Stores, process_ranges
+from leakproof.task.process import Rules, Stores, TaskBatch, process_ranges
 from leakproof.testing import (
     FakeBroker,
     FakeDeadLetterRows,
@@ -433,10 +433,10 @@ class Job:
                         FakeLeaseCheck(self.journal, held_by=1), None,
                         self.visits if self.gap else None)
         return process_ranges([(OffsetRange("t", 0, *span), recs)], self.decode, stores,
-                              self.compiled, batch_ms=self.batch_ms, epoch=1,
-                              close_after_ms=CLOSE, cell_ts={0: self.batch_ms},
-                              incarnation=self.incarnation,
-                              gap=GapRule(GAP_MS) if self.gap else None)[0]
+                              self.compiled,
+                              Rules(CLOSE, gap=GapRule(GAP_MS) if self.gap else None),
+                              TaskBatch(self.batch_ms, 1, {0: self.batch_ms},
+                                        incarnation=self.incarnation))[0]
 
     def expected(self) -> dict[str, dict[str, str]]:
         """The oracle's rows: every record that decodes, the copies flagged."""

@@ -21,7 +21,7 @@ from leakproof.model.spec import web_model
 from leakproof.offsets import OffsetRange
 from leakproof.oracle import RETIRED, compare, expected_rows
 from leakproof.reports import TaskReport
-from leakproof.task.process import Stores, process_ranges
+from leakproof.task.process import Rules, Stores, TaskBatch, process_ranges
 from leakproof.testing import (
     Crash,
     FakeDeadLetters,
@@ -88,9 +88,10 @@ class IdRig:
         stores = Stores(self.sessions, self.partitions, FakeDeadLetters(self.journal),
                         FakeLeaseCheck(self.journal, held_by=1), lambda p: self.sink)
         return process_ranges([(OffsetRange("t", 0, first, first + len(events)), recs)],
-                              self.decode, stores, self.model, batch_ms=self.batch_ms,
-                              epoch=1, close_after_ms=CLOSE, cell_ts={0: self.batch_ms},
-                              fold_late=self.fold_late, retention_ms=self.retention_ms)[0]
+                              self.decode, stores, self.model,
+                              Rules(CLOSE, fold_late=self.fold_late,
+                                    retention_ms=self.retention_ms),
+                              TaskBatch(self.batch_ms, 1, {0: self.batch_ms}))[0]
 
     def expected(self) -> dict[str, dict[str, str]]:
         """The oracle's rows once a range has started from the last watermark: the sessions

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from leakproof import open_index
 from leakproof.crashpoints import crash_point
@@ -115,25 +115,30 @@ class _Range:
     redriven: frozenset[int] = frozenset()
 
 
-def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, stores: Stores,
-                  model: CompiledModel, *, batch_ms: int, epoch: int, close_after_ms: int,
-                  cell_ts: int, placed_in: int | None = None) -> TaskReport:
-    """``process_ranges`` of one range, its cells written at timestamp ``cell_ts``."""
-    return process_ranges([(rng, records)], decode, stores, model, batch_ms=batch_ms,
-                          epoch=epoch, close_after_ms=close_after_ms,
-                          cell_ts={rng.partition: cell_ts}, placed_in=placed_in)[0]
+@dataclass(frozen=True)
+class Rules:
+    """The session rules a range folds by (the config's ``sessions:``), the same in every
+    batch.
+
+    ``lead_ms`` (the grace): an event moves the watermark at most that far past its
+    record's Kafka timestamp (``sessions.lead_of``; None: no bound). ``fold_late``: late
+    events are folded in too (``sessions.late: fold``). With ``gap`` an event's key is a
+    visitor's, its events split into sessions by that rule (``gap_fold``): the load reads
+    the visitors' rows (``stores.visits``) first, and the writes list new sessions there
+    before their rows, and delete the rows of sessions merged away (or whose start moved)
+    after them. ``retention_ms``: ``sessions.retention_days`` (``task.sweep``; None: kept
+    for ever)."""
+
+    close_after_ms: int
+    lead_ms: int | None = None
+    fold_late: bool = False
+    gap: GapRule | None = None
+    retention_ms: int | None = None
 
 
-def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode: Decode,
-                   stores: Stores, model: CompiledModel, *, batch_ms: int, epoch: int,
-                   close_after_ms: int, cell_ts: Mapping[int, int],
-                   placed_in: int | None = None, lead_ms: int | None = None,
-                   incarnation: str = "", owners_in: int | None = None,
-                   fold_late: bool = False, gap: GapRule | None = None,
-                   idle: Mapping[int, int] | None = None,
-                   retention_ms: int | None = None) -> list[TaskReport]:
-    """Steps 1-7 of the module docstring for ranges of one topic, in order; returns each
-    range's counts and timings.
+@dataclass(frozen=True)
+class TaskBatch:
+    """What the driver tells a task of the batch its ranges belong to.
 
     ``epoch`` is the driver's lease epoch: a task of a driver that another one has replaced
     (a zombie) refuses to write, so it cannot overwrite rows the new driver has advanced.
@@ -145,35 +150,47 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
     With ``placed_in`` (the topic's partition count) a range holding a key that Kafka's
     default partitioner puts in another partition writes nothing: its report counts those
     keys in ``moved_keys`` and the driver runs it again alone (``moved_keys``).
-    With ``lead_ms`` (the grace) an event moves the watermark at most that far past its
-    record's Kafka timestamp (``sessions.lead_of``). ``incarnation`` tags the fences of a
-    topic recreated under the same name (``sessions.fence_key``). With ``owners_in`` (the
-    partition count of a topic that grew) a session whose key Kafka's default partitioner
-    now gives another partition closes only once that partition's stored watermark has
-    passed it too (``sessions.PartitionFolder``): until then it stays in this partition's
-    index and gets an entry in its owner's, so whichever runs once the owner has passed it
-    closes it. Every index entry of such a topic is checked against its row.
-    ``fold_late``: late events are folded in too (``sessions.late: fold``). With ``gap``
-    an event's key is a visitor's, its events split into sessions by that rule
-    (``gap_fold``): the load reads the visitors' rows (``stores.visits``) first, and the
-    writes list new sessions there before their rows, and delete the rows of sessions
-    merged away (or whose start moved) after them. ``idle``: the partitions silent for
-    ``sessions.idle_after_s``, with how long (ms, the driver's clock): an empty range of
-    one is an idle tick, moving its watermark on by that silence (``task.index``).
-    ``retention_ms``: ``sessions.retention_days`` (``task.sweep``; None: kept for ever).
-    """
-    ranges = [_read(rng, records, decode, lead_ms) for rng, records in work]
+    ``incarnation`` tags the fences of a topic recreated under the same name
+    (``sessions.fence_key``). With ``owners_in`` (the partition count of a topic that grew)
+    a session whose key Kafka's default partitioner now gives another partition closes only
+    once that partition's stored watermark has passed it too (``sessions.PartitionFolder``):
+    until then it stays in this partition's index and gets an entry in its owner's, so
+    whichever runs once the owner has passed it closes it. Every index entry of such a topic
+    is checked against its row. ``idle``: the partitions silent for
+    ``sessions.idle_after_s``, with how long (ms, the driver's clock): an empty range of one
+    is an idle tick, moving its watermark on by that silence (``task.index``)."""
+
+    batch_ms: int
+    epoch: int
+    cell_ts: Mapping[int, int]
+    placed_in: int | None = None
+    incarnation: str = ""
+    owners_in: int | None = None
+    idle: Mapping[int, int] = field(default_factory=dict)
+
+
+def process_range(rng: OffsetRange, records: Iterable[Record], decode: Decode, stores: Stores,
+                  model: CompiledModel, *, batch_ms: int, epoch: int, close_after_ms: int,
+                  cell_ts: int, placed_in: int | None = None) -> TaskReport:
+    """``process_ranges`` of one range, its cells written at timestamp ``cell_ts``."""
+    return process_ranges([(rng, records)], decode, stores, model, Rules(close_after_ms),
+                          TaskBatch(batch_ms, epoch, {rng.partition: cell_ts}, placed_in))[0]
+
+
+def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode: Decode,
+                   stores: Stores, model: CompiledModel, rules: Rules, batch: TaskBatch
+                   ) -> list[TaskReport]:
+    """Steps 1-7 of the module docstring for ranges of one topic, in order; returns each
+    range's counts and timings."""
+    ranges = [_read(rng, records, decode, rules.lead_ms) for rng, records in work]
     if len({r.rng.topic for r in ranges}) > 1:
         raise ValueError("process_ranges takes the ranges of one topic")
-    if placed_in is not None:  # a decoded event's key is its session id (codec's rule)
+    if (placed_in := batch.placed_in) is not None:  # a decoded event's key is its session id
         for r in ranges:
             r.report.moved_keys = sum(not placed(sid.encode(), r.rng.partition, placed_in)
                                       for sid in r.touched)
     for step in _apart([r for r in ranges if not r.report.moved_keys]):
-        _steps(step, stores, model, batch_ms=batch_ms, epoch=epoch,
-               close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation,
-               owners_in=owners_in, fold_late=fold_late, gap=gap, idle=idle or {},
-               retention_ms=retention_ms)
+        _steps(step, stores, model, rules, batch)
     return [r.report for r in ranges]
 
 
@@ -227,12 +244,11 @@ def _apart(ranges: Sequence[_Range]) -> list[list[_Range]]:
     return runs
 
 
-def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms: int,
-           epoch: int, close_after_ms: int, cell_ts: Mapping[int, int],
-           incarnation: str = "", owners_in: int | None = None,
-           fold_late: bool = False, gap: GapRule | None = None,
-           idle: Mapping[int, int] | None = None, retention_ms: int | None = None) -> None:
+def _steps(step: list[_Range], stores: Stores, model: CompiledModel, rules: Rules,
+           batch: TaskBatch) -> None:
     """Steps 2-7 for ranges of distinct partitions that touch no session in common."""
+    close_after_ms, gap, cell_ts = rules.close_after_ms, rules.gap, batch.cell_ts
+    incarnation, owners_in = batch.incarnation, batch.owners_in
     kept = KeptSessions(stores.sessions, stores.kept)  # the worker's kept rows in front
     topic = step[0].rng.topic
     ts = max(cell_ts[r.rng.partition] for r in step)
@@ -248,7 +264,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     wanted = [index.Wanted(r.rng.partition, sessions,
                            max((e.ts if lead is None else min(e.ts, lead)
                                 for _, e, lead in r.events), default=NO_WATERMARK),
-                           None if r.rng.count else (idle or {}).get(r.rng.partition))
+                           None if r.rng.count else batch.idle.get(r.rng.partition))
               for r, sessions in zip(step, reachable, strict=True)]
     loaded = index.load(stores.partitions, stores.sessions, kept, topic, close_after_ms, wanted,
                         ts=first_ts, incarnation=incarnation,
@@ -259,55 +275,36 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     if len(step) > 1 and _overlap([ld.sessions() for ld in loaded]):
         # a session found in one range's index is touched or owed by another: each alone
         for r in step:
-            _steps([r], stores, model, batch_ms=batch_ms, epoch=epoch,
-                   close_after_ms=close_after_ms, cell_ts=cell_ts, incarnation=incarnation,
-                   owners_in=owners_in, fold_late=fold_late, gap=gap, idle=idle,
-                   retention_ms=retention_ms)
+            _steps([r], stores, model, rules, batch)
         return
     shares = _shares([r.report.records for r in step])
     load_s = time.monotonic() - t0
     # 3. fold
-    # each range's watermark after this step: an owner in the same step counts with it
-    after = {w.partition: max(ld.state.watermark, w.newest_ts)
-             for w, ld in zip(wanted, loaded, strict=True)}
-    results = []
     started = [ld.state.watermark for ld in loaded]  # the fold moves it on in place
-    decoded: list[list[int]] = []  # per range: offsets whose dead letters are withdrawn
-    for r, ld, share in zip(step, loaded, shares, strict=True):
-        t1 = time.monotonic()
-        owners = {p: max(mark, after.get(p, mark)) for p, mark in ld.owner_watermarks.items()}
-        may_close = _may_close(r.rng.partition, owners_in, owners, close_after_ms, key_of)
-        key = fence_key(topic, r.rng.partition, incarnation)
-        folder = (PartitionFolder(model, key, close_after_ms, ld.state, ld.rows, may_close,
-                                  fold_late, retention_ms) if gap is None else
-                  GapFolder(model, key, close_after_ms, gap, ld.state, ld.rows, may_close,
-                            fold_late, r.rng.from_offset, retention_ms))
-        decoded.append(_fold(folder, r, ld.stored.dead_until))
-        folder.advance(ld.idle_watermark)
-        results.append(folder.finish())
-        r.report.expiring = len(ld.found)
-        r.report.rows_kept = ld.kept
-        r.report.fold_s = time.monotonic() - t1 + load_s * share
+    results, decoded = _fold_all(step, loaded, wanted, model, rules, batch, key_of)
+    for r, share in zip(step, shares, strict=True):
+        r.report.fold_s += load_s * share
     t2 = time.monotonic()
-    swept = ([Swept()] * len(step) if retention_ms is None else
+    swept = ([Swept()] * len(step) if rules.retention_ms is None else
              sweep(stores.partitions, stores.sessions, topic,
                    [SweptRange(r.rng.partition, fence_key(topic, r.rng.partition, incarnation),
                                r.rng.from_offset, ld, result, wm)
                     for r, ld, result, wm in zip(step, loaded, results, started, strict=True)],
-                   retention_ms, close_after_ms, deleting=owners_in is None))
+                   rules.retention_ms, close_after_ms, deleting=owners_in is None))
     # 4. the lease, the outboxes, the session rows. (Thrift1 has no multi-column
     # check-and-mutate, so the lease check narrows the zombie window to the time between this
     # read and the writes; the fences keep a zombie's late writes from counting twice.)
     holder = stores.lease.epoch()
-    if holder != epoch:
+    if holder != batch.epoch:
         raise CommitRefused(f"{named([r.rng for r in step])}: the driver lease is at epoch "
-                            f"{holder}, this driver's is {epoch}; not writing")
+                            f"{holder}, this driver's is {batch.epoch}; not writing")
     crash_point("task_after_lease_check")
     tokens = [new_token() for _ in step]
     outboxes: list[Outbox | None] = [None] * len(step)
     if stores.summaries is not None:
         outboxes = [owed(stores.summaries(r.rng.partition), ld.stored.outbox, result,
-                         outbox_id(batch_ms, r.rng.from_offset, r.rng.until_offset, epoch))
+                         outbox_id(batch.batch_ms, r.rng.from_offset, r.rng.until_offset,
+                                   batch.epoch))
                     for r, ld, result in zip(step, loaded, results, strict=True)]
     # A row written before a stop moves its session on while its old index entry stays: the
     # replay reads the row, not the entry, so only the mark says to check that entry later.
@@ -333,7 +330,7 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
     if stores.visits is not None:
         stores.visits.drop(_unlisted(reachable, loaded, results), ts=ts)
     # 5. dead letters
-    stores.dead_letters.write([err for r in step for err in r.dead], batch_ms, ts=ts,
+    stores.dead_letters.write([err for r in step for err in r.dead], batch.batch_ms, ts=ts,
                               incarnation=incarnation)
     for r, offsets in zip(step, decoded, strict=True):
         if offsets:
@@ -359,11 +356,41 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, *, batch_ms
             r.report.write_s += r.report.publish_s
         r.report.applied, r.report.replayed = result.applied, result.replayed
         r.report.late, r.report.duplicates = result.late, result.duplicates
-        r.report.sessions = len(result.touched)
-        r.report.closed = len(result.closed_now)
+        r.report.sessions, r.report.closed = len(result.touched), len(result.closed_now)
     for r, gone in zip(step, swept, strict=True):
         r.report.retired = gone.count
     crash_point("task_done")  # every write of these ranges made (fault tests wait for it)
+
+
+def _fold_all(step: Sequence[_Range], loaded: Sequence[index.Loaded],
+              wanted: Sequence[index.Wanted], model: CompiledModel, rules: Rules,
+              batch: TaskBatch, key_of: Callable[[str], str]
+              ) -> tuple[list[FoldResult], list[list[int]]]:
+    """Step 3 for each range of a step, over what its load read (its state moved on in
+    place): the fold's results, and per range the offsets whose dead letters are withdrawn
+    (``_fold``)."""
+    # each range's watermark after this step: an owner in the same step counts with it
+    after = {w.partition: max(ld.state.watermark, w.newest_ts)
+             for w, ld in zip(wanted, loaded, strict=True)}
+    topic, close_after_ms, gap = step[0].rng.topic, rules.close_after_ms, rules.gap
+    results, decoded = [], []
+    for r, ld in zip(step, loaded, strict=True):
+        t1 = time.monotonic()
+        owners = {p: max(mark, after.get(p, mark)) for p, mark in ld.owner_watermarks.items()}
+        may_close = _may_close(r.rng.partition, batch.owners_in, owners, close_after_ms,
+                               key_of)
+        key = fence_key(topic, r.rng.partition, batch.incarnation)
+        folder = (PartitionFolder(model, key, close_after_ms, ld.state, ld.rows, may_close,
+                                  rules.fold_late, rules.retention_ms) if gap is None else
+                  GapFolder(model, key, close_after_ms, gap, ld.state, ld.rows, may_close,
+                            rules.fold_late, r.rng.from_offset, rules.retention_ms))
+        decoded.append(_fold(folder, r, ld.stored.dead_until))
+        folder.advance(ld.idle_watermark)
+        results.append(folder.finish())
+        r.report.expiring = len(ld.found)
+        r.report.rows_kept = ld.kept
+        r.report.fold_s = time.monotonic() - t1
+    return results, decoded
 
 
 def _fold(folder: PartitionFolder | GapFolder, r: _Range, dead_until: int) -> list[int]:

@@ -54,7 +54,7 @@ from leakproof.reports import TaskReport
 from leakproof.sessions import fence_key
 from leakproof.summaries import Encode, avro_summary, summary_schema
 from leakproof.task.kept_trail import SharedKeptRows, Trail, trail_root
-from leakproof.task.process import Stores, process_ranges
+from leakproof.task.process import Rules, Stores, TaskBatch, process_ranges
 
 WAVE_RECORDS = 50_000  # at most this many records of a task's ranges in memory at once
 
@@ -164,7 +164,10 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
     gap = cfg.sessions.by == "gap"
     model = compile_model(cfg.model, by_time=gap)
     reports: list[TaskReport] = []
-    rule = GapRule(cfg.sessions.gap_ms, cfg.sessions.max_duration_ms) if gap else None
+    rules = Rules(cfg.sessions.close_after_ms, round(cfg.sessions.grace_s * 1000),
+                  cfg.sessions.late == "fold",
+                  GapRule(cfg.sessions.gap_ms, cfg.sessions.max_duration_ms) if gap else None,
+                  cfg.sessions.retention_ms)
     for wave in waves(ranges):
         topic = wave[0].topic
         for each in riding_out(cfg.hbase, f"writes of {named(wave)}", conns.reset):
@@ -177,14 +180,9 @@ def run_ranges(cfg: Config, batch_ms: int, ranges: Sequence[OffsetRange], epoch:
                 done = process_ranges([(rng, read_range(cfg.kafka, rng, gaps[rng]))
                                        for rng in wave],
                                       _decoder(cfg.model, cfg.input).decode,
-                                      _stores(cfg, conn, model, kept, topic), model,
-                                      batch_ms=batch_ms, epoch=epoch,
-                                      close_after_ms=cfg.sessions.close_after_ms,
-                                      lead_ms=round(cfg.sessions.grace_s * 1000),
-                                      cell_ts=cell_ts, placed_in=placed_in,
-                                      incarnation=incarnation, owners_in=owners_in,
-                                      fold_late=cfg.sessions.late == "fold", gap=rule,
-                                      idle=idle, retention_ms=cfg.sessions.retention_ms)
+                                      _stores(cfg, conn, model, kept, topic), model, rules,
+                                      TaskBatch(batch_ms, epoch, cell_ts, placed_in,
+                                                incarnation, owners_in, idle or {}))
                 for rng, report in zip(wave, done, strict=True):
                     # the first range found the topic's consumer or made it; the others use it
                     report.gaps = tuple(gaps[rng])
