@@ -28,7 +28,7 @@ def outcome(batch_ms: int = 1_700_000_000_000, moved: bool = True) -> BatchOutco
                      unread_ts={0: NOW - 12_000, 1: NOW - 4_000})
     report = TaskReport(0, 0, 10, records=10, applied=7, late=1, duplicates=1,
                         dead_letter_kinds={"tombstone": 1}, sessions=3,
-                        closed=1, rows_kept=2, client_stalls=2)
+                        closed=1, rows_kept=2, client_stalls=2, withdrawn=1, retired=3)
     totals = BatchTotals.of([report])
     return BatchOutcome(plan, Committed(totals, (), {0: 10, 1: 5}, moved, 0.01), 0.6, None,
                         0.25)
@@ -93,6 +93,8 @@ def test_one_batchs_figures(metrics: JobMetrics) -> None:
         (("outcome", "dead_letter"),): 1.0}
     assert got["leakproof_dead_letters_total"] == {(("kind", "tombstone"),): 1.0}
     assert got["leakproof_client_stalls_total"] == {(): 2.0}
+    assert got["leakproof_sessions_retired_total"] == {(): 3.0}
+    assert got["leakproof_dead_letters_withdrawn_total"] == {(): 1.0}
     assert got["leakproof_lag_records"] == {(("partition", "0"),): 5.0,
                                             (("partition", "1"),): 3.0}
     assert got["leakproof_lag_seconds"] == {(("partition", "0"),): 12.0,

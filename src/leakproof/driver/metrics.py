@@ -52,6 +52,8 @@ METRICS: Mapping[str, str] = {
     "leakproof_dead_letters_total": "counter",
     "leakproof_session_rows_total": "counter",
     "leakproof_client_stalls_total": "counter",
+    "leakproof_sessions_retired_total": "counter",
+    "leakproof_dead_letters_withdrawn_total": "counter",
     "leakproof_group_mirror_failures_total": "counter",
     "leakproof_batch_processing_seconds": "histogram",
     "leakproof_batch_scheduling_delay_seconds": "histogram",
@@ -131,6 +133,12 @@ class JobMetrics:
                              "where their rows came from: read (asked of HBase, new ones "
                              "too) or kept from the partition's last batch",
                              [*names, "source"], registry=r)
+        self._retired = Counter("leakproof_sessions_retired", "Closed sessions deleted past "
+                                "sessions.retention_days, each with a tombstone", names,
+                                registry=r).labels(**labels)
+        self._withdrawn = Counter("leakproof_dead_letters_withdrawn", "Dead letters a replay "
+                                  "withdrew: its records decoded after all", names,
+                                  registry=r).labels(**labels)
         self._stalls = Counter("leakproof_client_stalls", "Kafka client calls that held "
                                "the client's IO loop past its warning threshold (1 s), in "
                                "the driver and the batches' tasks", names,
@@ -216,6 +224,8 @@ class JobMetrics:
             self._records.labels(**self._labels, outcome=name).inc(n)
         for kind, n in t.dead_letter_kinds.items():
             self._dead.labels(**self._labels, kind=kind).inc(n)
+        self._retired.inc(t.retired)
+        self._withdrawn.inc(t.withdrawn)
         self._rows.labels(**self._labels, source="kept").inc(t.rows_kept)
         self._rows.labels(**self._labels, source="read").inc(max(0, t.sessions - t.rows_kept))
 
