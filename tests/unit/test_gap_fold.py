@@ -7,7 +7,7 @@ close 1.5 s after their last event."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,7 +18,7 @@ from leakproof.gap_fold import GapFolder, GapRule, session_key, visitor_of
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import Model
 from leakproof.offsets import OffsetRange
-from leakproof.oracle import expected_gap_rows
+from leakproof.oracle import expected_gap_rows, expected_rows
 from leakproof.reports import TaskReport
 from leakproof.sessions import Outcome, PartitionState, SeqSet, SessionState
 from leakproof.task.process import Rules, Stores, TaskBatch, process_ranges
@@ -50,7 +50,8 @@ def ev(visit: str, at: int, path: str = "/", *, n: int | None = None, code: int 
 
 @dataclass
 class Rig:
-    """One partition's ranges, as the job runs them, over the fakes."""
+    """One partition's ranges, as the job runs them, over the fakes (``by_gap`` False: by
+    session id, for a model such as the web one)."""
 
     m: Model = PLAIN
     fold_late: bool = False
@@ -60,12 +61,13 @@ class Rig:
     batch_ms: int = 1_000
     close_after_ms: int = CLOSE
     retention_ms: int | None = None
+    by_gap: bool = True
 
     def __post_init__(self) -> None:
-        self.compiled = compile_model(self.m, by_time=True)
+        self.compiled = compile_model(self.m, by_time=self.by_gap)
         self.sessions = FakeSessionRows(self.journal, model=self.compiled)
         self.partitions = FakePartitionRows(self.journal)
-        self.visits = FakeVisits(self.journal, self.partitions)
+        self.visits = FakeVisits(self.journal, self.partitions)  # by id: never written
         self.sink = FakeSummarySink(self.journal)
 
     def decode(self, key: bytes | None, value: bytes | None, **_: Any) -> Event:
@@ -82,15 +84,18 @@ class Rig:
         self.batch_ms += 1_000
         stores = Stores(self.sessions, self.partitions, FakeDeadLetters(self.journal),
                         FakeLeaseCheck(self.journal, held_by=1), lambda p: self.sink,
-                        self.visits)
+                        self.visits if self.by_gap else None)
         return process_ranges([(OffsetRange("t", 0, first, first + len(events)), recs)],
                               self.decode, stores, self.compiled,
                               Rules(self.close_after_ms, fold_late=self.fold_late,
-                                    gap=GapRule(GAP, self.max_duration_ms),
-                                    retention_ms=self.retention_ms),
+                                    gap=GapRule(GAP, self.max_duration_ms) if self.by_gap
+                                    else None, retention_ms=self.retention_ms),
                               TaskBatch(self.batch_ms, 1, {0: self.batch_ms}))[0]
 
     def expected(self) -> dict[str, dict[str, str]]:
+        if not self.by_gap:
+            return expected_rows({0: self.sent}, self.close_after_ms, self.m,
+                                 fold_late=self.fold_late, retention_ms=self.retention_ms)
         return expected_gap_rows({0: self.sent}, self.close_after_ms, GAP, self.m,
                                  max_duration_ms=self.max_duration_ms, fold_late=self.fold_late,
                                  retention_ms=self.retention_ms)
@@ -418,14 +423,14 @@ def crashing_run(seed: int, sequenced: bool, fold_late: bool,
 
 
 def read_through(rig: Rig, rnd: random.Random, i: int, longest: int,
-                 idle_ticks: bool = False) -> None:
+                 idle_ticks: bool = False, steps: Sequence[str] = STEPS) -> None:
     """Read ``rig.sent`` from offset ``i`` to its end in ranges of 1 to ``longest`` events,
-    a fifth of them stopped at a random write step, some torn part way through their put;
-    each stopped range is read again from its first offset."""
+    a fifth of them stopped at a random write step (of ``steps``), some torn part way
+    through their put; each stopped range is read again from its first offset."""
     while i < len(rig.sent):
         n = rnd.randrange(1, longest + 1)
         if rnd.random() < 0.2:
-            rig.journal.crash_at = rnd.choice([*STEPS, "lease"])
+            rig.journal.crash_at = rnd.choice([*steps, "lease"])
         elif rnd.random() < 0.15:
             rig.sessions.tear_after = rnd.randrange(0, 4)
         try:

@@ -7,8 +7,6 @@ fold or the sweep). Both session modes."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
@@ -16,24 +14,10 @@ from leakproof import retention
 from leakproof.config.sessions import read_sessions
 from leakproof.errors import ConfigError
 from leakproof.events import Event
-from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
-from leakproof.offsets import OffsetRange
 from leakproof.oracle import RETIRED, compare, expected_rows
-from leakproof.reports import TaskReport
-from leakproof.task.process import Rules, Stores, TaskBatch, process_ranges
-from leakproof.testing import (
-    Crash,
-    FakeDeadLetters,
-    FakeLeaseCheck,
-    FakePartitionRows,
-    FakeSessionRows,
-    FakeSummarySink,
-    Journal,
-)
 
 from . import test_gap_fold as gap_rig
-from .test_process_range import Rec
 from .test_process_range import ev as web_event
 
 HOUR = 3_600_000
@@ -58,50 +42,17 @@ def test_the_cut_is_the_horizon_less_the_close_delay_in_whole_hours() -> None:
     assert retention.cut(KEEP + 3 * HOUR + CLOSE - 1, KEEP, CLOSE) == 2 * HOUR
 
 
-@dataclass
-class IdRig:
-    """One partition's ranges in id mode, as the job runs them, over the fakes."""
+def IdRig(retention_ms: int | None = KEEP, fold_late: bool = False) -> gap_rig.Rig:  # noqa: N802
+    """One partition's ranges by session id (the web model), as the job runs them, over the
+    fakes; ``expected``: the oracle's rows, the sessions past the retention gone (as once
+    a range has started from the last watermark)."""
 
-    retention_ms: int | None = KEEP
-    fold_late: bool = False
-    journal: Journal = field(default_factory=Journal)
-    sent: list[Event] = field(default_factory=list)
-    batch_ms: int = 1_000
+    class ById(gap_rig.Rig):
+        def expected(self) -> dict[str, dict[str, str]]:
+            return retired(super().expected())
 
-    def __post_init__(self) -> None:
-        self.model = compile_model(web_model())
-        self.sessions = FakeSessionRows(self.journal, model=self.model)
-        self.partitions = FakePartitionRows(self.journal)
-        self.sink = FakeSummarySink(self.journal)
-
-    def decode(self, key: bytes | None, value: bytes | None, **_: Any) -> Event:
-        assert value is not None
-        return self.sent[int(value)]
-
-    def run(self, events: list[Event], *, start: int | None = None) -> TaskReport:
-        first = len(self.sent) if start is None else start
-        if start is None:
-            self.sent += events
-        recs = [Rec(first + i, e.session_id.encode(), str(first + i).encode(), -1)
-                for i, e in enumerate(events)]
-        self.batch_ms += 1_000
-        stores = Stores(self.sessions, self.partitions, FakeDeadLetters(self.journal),
-                        FakeLeaseCheck(self.journal, held_by=1), lambda p: self.sink)
-        return process_ranges([(OffsetRange("t", 0, first, first + len(events)), recs)],
-                              self.decode, stores, self.model,
-                              Rules(CLOSE, fold_late=self.fold_late,
-                                    retention_ms=self.retention_ms),
-                              TaskBatch(self.batch_ms, 1, {0: self.batch_ms}))[0]
-
-    def expected(self) -> dict[str, dict[str, str]]:
-        """The oracle's rows once a range has started from the last watermark: the sessions
-        past the retention gone."""
-        return retired(expected_rows({0: self.sent}, CLOSE, web_model(),
-                                     fold_late=self.fold_late, retention_ms=self.retention_ms))
-
-    def summaries(self) -> dict[str, bytes | None]:
-        """The closed-sessions topic compacted: each key's last value (None: a tombstone)."""
-        return {k.decode(): v for _, recs in self.sink.committed for k, v in recs}
+    return ById(web_model(), fold_late=fold_late, close_after_ms=CLOSE,
+                retention_ms=retention_ms, by_gap=False)
 
 
 def retired(rows: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
@@ -129,7 +80,7 @@ def test_closed_sessions_past_the_retention_go_with_a_tombstone_and_nothing_come
     assert rig.sessions.readable() == rig.expected()
 
 
-def retained(rig: IdRig) -> dict[bytes, dict[bytes, bytes]]:
+def retained(rig: gap_rig.Rig) -> dict[bytes, dict[bytes, bytes]]:
     return {k: v for k, v in rig.partitions.table.visible().items() if k.startswith(b"rt:")}
 
 
@@ -201,20 +152,8 @@ def test_random_visits_in_random_ranges_through_crashes_match_the_oracle(fold_la
         rnd = random.Random(seed)
         rig = IdRig(fold_late=fold_late)
         rig.sent = visits(rnd)
-        i = 0
-        while i < len(rig.sent):
-            n = rnd.randrange(1, 6)
-            if rnd.random() < 0.25:
-                rig.journal.crash_at = rnd.choice(steps)
-            elif rnd.random() < 0.15:
-                rig.sessions.tear_after = rnd.randrange(0, 3)
-            try:
-                rig.run(rig.sent[i:i + n], start=i)
-                i += n
-            except Crash:
-                pass
-            rig.journal.crash_at, rig.sessions.tear_after = None, None
-        rig.run([], start=i)  # a range from the last watermark: what is past it goes
+        gap_rig.read_through(rig, rnd, 0, longest=5, steps=steps)
+        rig.run([], start=len(rig.sent))  # a range from the last watermark: what is past it goes
         assert rig.sessions.readable() == rig.expected(), seed
         # every session the rows no longer hold that the topic saw closed has a tombstone
         published = rig.summaries()
