@@ -128,9 +128,11 @@ class Decoder:
     def __init__(self, model: Model, writer_schemas: Sequence[str] = (),
                  max_ahead_ms: int = 0,
                  lookup: Callable[[bytes], str | None] | None = None,
-                 api: str = "confluent") -> None:
+                 api: str = "confluent", *, key_checked: bool = True) -> None:
         """``lookup``: the schema text a frame names, or None when the registry has none
-        (``events.format: confluent``; ``api`` is ``events.registry.api``)."""
+        (``events.format: confluent``; ``api`` is ``events.registry.api``);
+        ``key_checked`` False: the record key is not compared with the session key field
+        (the re-keying stage reads the field to make the key: ``kafka/rekey.py``)."""
         schema = model.schema
         reader = fastavro.parse_schema(without_logical_types(schema))
         self._reader = reader
@@ -155,6 +157,7 @@ class Decoder:
         self._by_key = model.session_key == KEY
         self._key_field = model.session_key
         self._key_name = "session key" if self._by_key else model.session_key
+        self._key_checked = key_checked
         self._time, self._unit = model.event_time, model.time_unit
         self._seq = model.sequence
 
@@ -404,7 +407,7 @@ class Decoder:
                 f"{self._time} {ts} is {(ts - timestamp) / 1000:.0f} s after the record's "
                 f"Kafka timestamp {timestamp}; input.max_ahead_s allows "
                 f"{self._max_ahead_ms / 1000:.0f} s")
-        if not self._by_key:
+        if not self._by_key and self._key_checked:
             key_text = self._key_text(key)
             if isinstance(key_text, tuple):
                 return key_text

@@ -433,3 +433,47 @@ def compare(expected: Mapping[str, Mapping[str, str]],
                                     or (want == RETIRED and got == "closed")):
                 problems.append(f"{sid}.{col}: expected {want!r}, HBase has {got!r}")
     return problems
+
+
+def rekey_problems(source: Mapping[tuple[int, int], tuple[bytes | None, bytes | None,
+                                                          str | None]],
+                   internal: Sequence[tuple[int, bytes | None, bytes | None, str | None]],
+                   partitions: int) -> list[str]:
+    """How the internal topic of ``input.rekey`` differs from an exact copy of its source.
+
+    ``source``: (partition, offset) -> (key, value, session key: the re-key field's text,
+    None for a record that is not an event) of every source record the stage committed;
+    ``internal``: (partition, key, value, ``leakproof.source`` value) of every internal record
+    at read_committed. Each source record must be there once, its value unchanged, an event
+    under its session key in the partition Kafka's default partitioner gives that key (murmur2,
+    positive, modulo the count), any other record under its own key. Empty: exact."""
+    problems: list[str] = []
+    seen: dict[tuple[int, int], int] = {}
+    for partition, key, value, came_from in internal:
+        parts = came_from.rsplit(":", 2) if came_from else []
+        if len(parts) != 3:
+            problems.append(f"a record of internal partition {partition} names no source "
+                            f"({came_from!r})")
+            continue
+        at = (int(parts[1]), int(parts[2]))
+        seen[at] = seen.get(at, 0) + 1
+        if at not in source:
+            problems.append(f"source {came_from} is on the internal topic but not in the "
+                            f"source's committed range")
+            continue
+        src_key, src_value, session = source[at]
+        want_key = session.encode() if session is not None else src_key
+        if value != src_value or key != want_key:
+            problems.append(f"the copy of {came_from} does not carry its value under key "
+                            f"{want_key!r}")
+        if want_key is not None and partition != moved_keys.home(want_key, partitions):
+            problems.append(f"the copy of {came_from} is in partition {partition}, its key "
+                            f"belongs in {moved_keys.home(want_key, partitions)}")
+    twice = sorted(at for at, n in seen.items() if n > 1)
+    missing = sorted(set(source) - set(seen))
+    if twice:
+        problems.append(f"{len(twice)} source records copied more than once, e.g. "
+                        f"{twice[:5]}")
+    if missing:
+        problems.append(f"{len(missing)} source records not copied, e.g. {missing[:5]}")
+    return problems[:50]

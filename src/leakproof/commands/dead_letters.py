@@ -11,9 +11,10 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from leakproof.config import Config
+from leakproof.config import Config, session_stage
 from leakproof.dead_letter import DeadLetter, Selection, source
 from leakproof.errors import LeakproofError, TableMissing
+from leakproof.rekey import source_header
 
 PRINTABLE = frozenset(string.printable.encode()) - frozenset(b"\t\n\r\x0b\x0c")
 
@@ -21,10 +22,13 @@ PRINTABLE = frozenset(string.printable.encode()) - frozenset(b"\t\n\r\x0b\x0c")
 def current_source(cfg: Config) -> str:
     """The name the dead letters of the topic the job reads now go under
     (``dead_letter.source``): tagged when the topic was recreated under its name, as its
-    fences are (``sessions.incarnation_of``, from the ids the state table keeps)."""
+    fences are (``sessions.incarnation_of``, from the ids the state table keeps). With
+    ``input.rekey`` the job reads the internal topic: its dead letters go under that name,
+    and each says which source record it copies (``describe``)."""
     from leakproof.hbase.state_store import HBaseLeaseStore
     from leakproof.sessions import incarnation_of
 
+    cfg = session_stage(cfg)
     leases = HBaseLeaseStore(cfg.hbase, cfg.kafka.topic, cfg.kafka.group_id)
     try:
         tag = incarnation_of(leases.topic_id(), leases.first_topic_id(None))
@@ -125,6 +129,9 @@ def as_json(letter: DeadLetter, raw: bool = False) -> dict[str, Any]:
         "state": letter.state, "redriven_from": letter.redriven_from}
     if letter.mark is not None:
         out["redrive"] = letter.mark.encode().decode()
+    copied = source_header(letter.headers)
+    if copied is not None:  # input.rekey: the source record this copy is of
+        out["source"] = f"{copied[0]}:{copied[1]}:{copied[2]}"
     if raw:
         out.update(key=None if letter.key is None else letter.key.hex(),
                    value=None if letter.value is None else letter.value.hex(),
@@ -151,6 +158,10 @@ def describe(letter: DeadLetter) -> list[str]:
     if letter.redriven_from:
         out.append(f"  redriven from {letter.redriven_from} (a copy of that dead letter, "
                    f"still bad)")
+    copied = source_header(letter.headers)
+    if copied is not None:
+        out.append(f"  source record {copied[0]}:{copied[1]}:{copied[2]} (re-keyed onto "
+                   f"{letter.topic} by input.rekey)")
     out += _bytes("key", letter.key) + _bytes("value", letter.value)
     if not letter.headers:
         out.append("  headers       none")

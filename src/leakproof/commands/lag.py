@@ -1,4 +1,5 @@
-"""``leakproof offsets lag``: how far the committed offsets are behind each partition's end."""
+"""``leakproof offsets lag``: how far the committed offsets are behind each partition's end
+(with ``input.rekey``, of both stages: source -> internal topic, internal topic -> sessions)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import time
 from typing import Any
 
 from leakproof.commit_stores import open_store
-from leakproof.config import Config
+from leakproof.config import Config, session_stage
 from leakproof.driver.batch import lag_seconds, max_lag_s
 from leakproof.errors import KafkaReadError, TableMissing
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.offsets import LogBounds
+from leakproof.rekey import rekey_group
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +27,13 @@ def lag(cfg: Config) -> dict[str, Any]:
     ``behind`` (records the job has yet to read), or ``held by open transaction`` (the job
     has read up to the stable end, and the rest belongs to a transaction still open: a stuck
     producer, not a slow job; ``held_s`` says for how long).
+
+    With ``input.rekey`` the rows are the session job's over the internal topic, and
+    ``rekey`` holds the stage's: the group ``<group>.rekey``'s committed offsets against the
+    source's ends (``rekey_lag``).
     """
+    if cfg.input.rekey is not None:
+        return {**lag(session_stage(cfg)), "rekey": rekey_lag(cfg)}
     topic = cfg.kafka.topic
     store = open_store(cfg)
     try:
@@ -71,6 +79,28 @@ def lag(cfg: Config) -> dict[str, Any]:
             "mirror": mirror,
             "batch_ms": latest.batch_ms if latest else None, "committed_ms": committed_ms,
             "age_s": round((now - committed_ms) / 1000, 1) if committed_ms else None}
+
+
+def rekey_lag(cfg: Config) -> dict[str, Any]:
+    """The re-keying stage's lag: per source partition the offset the stage committed (in
+    the same transaction as its copies) against the log's ends."""
+    group, topic = rekey_group(cfg.kafka.group_id), cfg.kafka.topic
+    meta = KafkaMetadata(cfg.kafka)
+    try:
+        parts = meta.partitions(topic)
+        bounds = meta.log_bounds(topic, parts)
+        committed = {p: o for p, (o, _note) in meta.group_offsets(group, topic).items()}
+    finally:
+        meta.close()
+    rows = []
+    for p in parts:
+        b, at = bounds[p], committed.get(p)
+        behind = b.log_end - unread_from(at, b) if at is not None else b.log_end - b.log_start
+        rows.append({"partition": p, "committed": at, "log_start": b.log_start,
+                     "log_end": b.log_end, "stable_end": b.readable_end, "lag": behind,
+                     "state": partition_state(behind, at, b.readable_end)})
+    return {"topic": topic, "group": group, "partitions": rows,
+            "total_lag": sum(r["lag"] for r in rows)}
 
 
 def group_mirror(cfg: Config, meta: KafkaMetadata, committed: dict[int, int]
@@ -144,6 +174,18 @@ def lag_table(found: dict[str, Any]) -> str:
     mirror = found.get("mirror")
     if mirror is not None:
         lines.append(f"Kafka group mirror ({mirror['group']}): {mirror['state']}")
+    stage = found.get("rekey")
+    if stage is not None:
+        lines += ["", f"re-keying {stage['topic']} (group {stage['group']}): "
+                  f"{stage['total_lag']} records not yet copied"]
+        rows = [[stage["group"], stage["topic"], str(r["partition"]), _or_dash(r["committed"]),
+                 str(r["log_end"]), str(r["lag"]), str(r["stable_end"]), r["state"]]
+                for r in stage["partitions"]]
+        cols = [c for c in COLUMNS if c != "LAG-SECONDS"]
+        widths = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c)
+                  for i, c in enumerate(cols)]
+        lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                  for row in [cols, *rows]]
     return "\n".join(lines)
 
 

@@ -40,6 +40,7 @@ from itertools import islice
 from leakproof.config import Config
 from leakproof.crashpoints import crash_point
 from leakproof.dead_letter import PENDING, SENT, DeadLetter, RedriveMark, Selection
+from leakproof.errors import LeakproofError
 from leakproof.ports.redrive import DeadLetterRows, RedriveTarget
 
 log = logging.getLogger(__name__)
@@ -222,6 +223,15 @@ def redrive(cfg: Config, selection: Selection, rate: float | None,
     from leakproof.hbase.dead_letters import DeadLetterRows as HBaseRows
     from leakproof.kafka.redrive import TransactionalPartition, transactional_id
 
+    if cfg.input.rekey is not None:
+        # a copy sent to the internal topic would keep its unkeyed key (dead again); one sent
+        # to the source would need the redrive's marks and in-flight rule per source
+        # partition, which they are not yet
+        raise LeakproofError(
+            f"deadletters redrive does not re-drive the dead letters of a re-keyed topic "
+            f"(input.rekey): they sit on {cfg.input.rekey.internal_topic(cfg.kafka.topic)} "
+            f"under their source records' own keys. Read them with deadletters show (each "
+            f"names its source record) and produce the fixed records to {cfg.kafka.topic}")
     topic = cfg.kafka.topic
     name = current_source(cfg)  # the rows of the topic as it is now (recreated: tagged)
     committed = committed_offsets(cfg)

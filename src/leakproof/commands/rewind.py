@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from leakproof.config import Config
+from leakproof.config import Config, session_stage
 from leakproof.errors import ForeignOffsets, OffsetError, StoreError, TableMissing
 from leakproof.offsets import CommittedBatch, LogBounds
 from leakproof.ports.driver import CommitStore, LeaseStore
@@ -233,6 +233,9 @@ def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None,
     from leakproof.hbase.state_store import HBaseLeaseStore
     from leakproof.kafka.admin import KafkaMetadata
 
+    # input.rekey: the job's offsets are the internal topic's; a rewind re-reads it, which
+    # its fences keep exact (the stage's own offsets are never rewound: docs/DESIGN.md)
+    cfg = session_stage(cfg)
     topic, group = cfg.kafka.topic, cfg.kafka.group_id
     meta = KafkaMetadata(cfg.kafka)
     try:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from leakproof import oracle
 from leakproof.commands.dead_letters import current_source
-from leakproof.config import Config
+from leakproof.config import Config, session_stage
 from leakproof.dead_letter import SENT, RedriveMark, origin, origin_of, parse_origin
 from leakproof.driver.bounds import bound_offsets, clamp
 from leakproof.errors import DecodeError
@@ -30,6 +30,7 @@ from leakproof.kafka.reader import read_range
 from leakproof.kafka.records import KafkaRecord
 from leakproof.kafka.registry import decoder_for
 from leakproof.offsets import OffsetRange
+from leakproof.rekey import SOURCE_HEADER, rekey_group
 
 
 @dataclass
@@ -128,8 +129,14 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], until_ms: int | None = N
     each step and, while the topic is read, how far it got.
     """
     verdict = Verdict()
-    topic = cfg.kafka.topic
     tell = say or (lambda _text: None)
+    copied: list[str] = []
+    if cfg.input.rekey is not None:
+        # the stage first (each source record on the internal topic once), then the job
+        # against the internal topic it read, as for any topic
+        copied = rekey_check(cfg, tell)
+        cfg = session_stage(cfg)
+    topic = cfg.kafka.topic
     tell(f"reading {topic} back in full")
     got = read_records(cfg, until_ms, say)
     tell(f"read {sum(map(len, got.events.values()))} events and {len(got.bad)} bad records; "
@@ -199,7 +206,50 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], until_ms: int | None = N
             verdict.problems.append(f"dead letter {b.partition}:{b.offset} does not hold the "
                                     f"raw bytes")
     verdict.problems += _redrive_problems(name, got.copies, dead, whole=until_ms is None)
+    verdict.problems += copied
     return verdict
+
+
+def rekey_check(cfg: Config, tell: Say) -> list[str]:
+    """``oracle.rekey_problems`` over the source topic (every record below the offsets the
+    group ``<group>.rekey`` committed, its session key found by the model's decoder without
+    the key check) and the internal topic read in full at read_committed."""
+    assert cfg.input.rekey is not None
+    source, internal = cfg.kafka.topic, cfg.input.rekey.internal_topic(cfg.kafka.topic)
+    inner = session_stage(cfg)
+    meta = KafkaMetadata(cfg.kafka)
+    try:
+        parts = meta.partitions(source)
+        bounds = meta.log_bounds(source, parts)
+        committed = meta.group_offsets(rekey_group(cfg.kafka.group_id), source)
+        inner_meta = KafkaMetadata(inner.kafka)
+        try:
+            inner_bounds = inner_meta.log_bounds(internal, inner_meta.partitions(internal))
+        finally:
+            inner_meta.close()
+    finally:
+        meta.close()
+    tell(f"checking that {internal} holds each record of {source} the stage committed once")
+    decoder = decoder_for(cfg.model, cfg.input, key_checked=False)
+    records: dict[tuple[int, int], tuple[bytes | None, bytes | None, str | None]] = {}
+    for p in parts:
+        until = committed.get(p, (bounds[p].log_start, ""))[0]
+        for rec in read_range(cfg.kafka, OffsetRange(source, p, bounds[p].log_start, until)):
+            try:
+                sid: str | None = decoder.decode(
+                    rec.key, rec.value, topic=source, partition=p, offset=rec.offset,
+                    timestamp=rec.timestamp, headers=rec.headers).session_id
+            except DecodeError:
+                sid = None
+            records[p, rec.offset] = (rec.key, rec.value, sid)
+    copies = []
+    for p, b in inner_bounds.items():
+        for rec in read_range(inner.kafka, OffsetRange(internal, p, b.log_start,
+                                                       b.readable_end)):
+            came_from = next((v.decode() for n, v in rec.headers or () if n == SOURCE_HEADER
+                              and v is not None), None)
+            copies.append((p, rec.key, rec.value, came_from))
+    return oracle.rekey_problems(records, copies, len(inner_bounds))
 
 
 def _redrive_problems(topic: str, copies: dict[str, list[tuple[int, KafkaRecord]]],

@@ -93,6 +93,8 @@ def from_dict(data: Any, base: Path | None = None) -> Config:
     sessions = read_sessions(mapping(root.get("sessions", {}), "sessions"))
     if sessions.by == "gap":
         _mergeable(model)
+    if inputs.rekey is not None:
+        _rekeyable(inputs.rekey.field, model, sessions)
     return Config(
         kafka=kafka,
         hbase=hbase,
@@ -105,6 +107,56 @@ def from_dict(data: Any, base: Path | None = None) -> Config:
         offsets=read_offsets(mapping(root.get("offsets", {}), "offsets")),
         model=model,
     )
+
+
+def session_stage(cfg: Config) -> Config:
+    """The config the session job runs with: with ``input.rekey``, the internal topic in
+    place of the source (every partition of it, always read_committed: the stage's aborted
+    transactions must never count), so its offsets rows, lease, fences and dead letters go
+    by the internal topic's coordinates; without it, ``cfg`` itself. The result has no
+    ``input.rekey`` (the internal topic is keyed), so taking it twice changes nothing."""
+    rekey = cfg.input.rekey
+    if rekey is None:
+        return cfg
+    return replace(cfg, kafka=replace(cfg.kafka, topic=rekey.internal_topic(cfg.kafka.topic),
+                                      partitions=None, isolation_level="read_committed"),
+                   input=replace(cfg.input, rekey=None))
+
+
+def _rekeyable(field_name: str, model: Model, sessions: SessionsConfig) -> None:
+    """Re-keying is exact only where the order of a session's events cannot change a row.
+
+    The stage merges several source partitions into each internal one, so a session's events
+    reach the job in the order the stage wrote them, not the producer's: refuse the settings
+    whose rows would depend on that order (docs/DESIGN.md, "Unkeyed input")."""
+    if model.session_key == spec.KEY:
+        raise ConfigError("'input.rekey.field' needs 'events.session_key' to be that field: "
+                          "@key (the Kafka key) is what re-keying replaces")
+    if field_name != model.session_key:
+        raise ConfigError(f"'input.rekey.field' = {field_name!r} differs from "
+                          f"'events.session_key' = {model.session_key!r}: the job checks each "
+                          f"re-keyed record's key against the session key, so they must name "
+                          f"the same field")
+    if model.sequence is not None:
+        return
+    if sessions.by == "id":
+        raise ConfigError("'input.rekey' with 'sessions.by: id' needs 'events.sequence': "
+                          "re-keying merges source partitions, so a session's events arrive "
+                          "in the order the stage wrote them, not the producer's, and first / "
+                          "last and late events would follow that order; give events.sequence "
+                          "(first / last then go by it), or use sessions.by: gap with "
+                          "sessions.late: fold")
+    if sessions.late != "fold":
+        raise ConfigError("'input.rekey' with 'sessions.by: gap' and 'sessions.late: count' "
+                          "needs 'events.sequence': which events come late would follow the "
+                          "order the stage wrote them, not the producer's; use sessions.late: "
+                          "fold (rows then do not depend on arrival order), or give "
+                          "events.sequence")
+    if sessions.max_duration_s is not None:
+        raise ConfigError("'input.rekey' with 'sessions.max_duration_s' needs "
+                          "'events.sequence': the cuts follow the order the events arrive in, "
+                          "which re-keying does not keep; leave max_duration_s out, or give "
+                          "events.sequence")
 
 
 def _mergeable(model: Model) -> None:

@@ -13,7 +13,8 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import FrameType
@@ -170,6 +171,19 @@ class RunControl:
     def output_done(self) -> None:
         with self._lock:
             self._running -= 1
+
+    @contextmanager
+    def in_flight(self) -> Iterator[None]:
+        """Work of the planning thread that comes before a batch is handed over (the
+        re-keying stage): counted as running, so a stop waits for it and ``--until-idle``
+        never takes its time for silence."""
+        with self._lock:
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
 
     def not_idle(self) -> None:
         """Something happened that is not "no new records" (e.g. Kafka did not answer):

@@ -5,6 +5,8 @@ A queue stream with a default RDD is the batch clock. For each batch time Spark 
 later ``output`` (in ``foreachRDD``, when its job *runs*, on the job thread). Batch N+1 is
 generated on schedule even while N runs: planning advances its positions at plan time, the
 commit chain only when a batch's output committed (see committing.py for the steps).
+With ``input.rekey``, ``plan_rdd`` first runs the re-keying stage (``rekeying``) and the
+job proper reads the internal topic (``config.session_stage``).
 
 Anything failing stops the job with exit code 1 before a later batch commits; a restart
 resumes from the newest committed offsets and the session fences make the replay exact.
@@ -28,7 +30,7 @@ from typing import Any
 from leakproof.backpressure import PIDRateEstimator
 from leakproof.cell_clock import CellClock
 from leakproof.commit_stores import open_store
-from leakproof.config import Config
+from leakproof.config import Config, session_stage
 from leakproof.crashpoints import crash_point
 from leakproof.driver.batch import BatchOutcome, BatchPlan, batch_millis
 from leakproof.driver.bounds import BOUND_NOT_REACHED, shortfall
@@ -41,6 +43,7 @@ from leakproof.driver.key_guard import KeyMoveGuard
 from leakproof.driver.placement import place
 from leakproof.driver.planning import Planner
 from leakproof.driver.progress import Progress, log_line
+from leakproof.driver.rekeying import RekeyStage
 from leakproof.driver.shutdown_hook import JvmShutdownHook
 from leakproof.driver.spark_session import (
     executor_locations,
@@ -72,7 +75,11 @@ class Job:
 
     def __init__(self, cfg: Config, limits: RunLimits | None = None) -> None:
         limits = limits or RunLimits()
+        # with input.rekey the session job reads the internal topic; the stage the source
+        self.source_cfg = cfg
+        cfg = session_stage(cfg)
         self.cfg = cfg
+        self._rekey: RekeyStage | None = None
         self.topic, self.group = cfg.kafka.topic, cfg.kafka.group_id
         self.control = RunControl(limits)
         self.progress = Progress(log_line(limits.log_format))
@@ -106,6 +113,11 @@ class Job:
         Returns each assigned partition's start offset.
         """
         cfg = self.cfg
+        if self.source_cfg.input.rekey is not None:
+            # its own client: from here on only the planning thread uses it
+            self._rekey = RekeyStage(self.source_cfg,
+                                     self._closes(KafkaMetadata(self.source_cfg.kafka)))
+            self._rekey.prepare()  # the internal topic exists before its start is judged
         prepare_tables(cfg.hbase)
         leases = self._closes(HBaseLeaseStore(cfg.hbase, self.topic, self.group))
         self.planner = Planner(cfg.kafka, cfg.job.batch_interval_s,
@@ -161,6 +173,19 @@ class Job:
         batch_ms = batch_millis(t)
         if not self.control.planning_allowed():
             return sc.emptyRDD()
+        if self._rekey is not None:
+            try:  # the stage first: the ranges planned next hold what it copied
+                with self.control.in_flight():
+                    if self._rekey.run(sc, batch_ms):
+                        self.control.not_idle()
+            except KafkaReadError as exc:
+                log.warning("batch %d: Kafka metadata of %s unavailable (%s); re-keying "
+                            "nothing this batch", batch_ms, self.source_cfg.kafka.topic, exc)
+            except Exception as exc:  # noqa: BLE001 - a failed stage stops the job, named
+                self.control.fail(exc if isinstance(exc, LeakproofError) else BatchFailed(
+                    f"batch {batch_ms}: re-keying {self.source_cfg.kafka.topic} failed: "
+                    f"{describe(exc)}"))
+                return sc.emptyRDD()
         try:
             crash_point("driver_planning")
             plan = self.planner.plan(batch_ms, self.control.rate)

@@ -230,6 +230,13 @@ class KafkaMetadata:
                 for tp, om in groups.get(group, {}).items()
                 if tp.topic == topic and om.offset >= 0}
 
+    def group_ids(self) -> list[str]:
+        """Every consumer group the cluster knows, by id."""
+        try:
+            return [str(g.get("group_id")) for g in self._admin.list_groups()]
+        except KafkaError as exc:
+            raise KafkaReadError(f"cannot list the Kafka groups: {exc}") from exc
+
     def group_state(self, group: str) -> dict[str, Any] | None:
         """The consumer group as Kafka's coordinator has it: ``state`` (``Empty``: no
         members; ``Stable`` and the rest: members), ``type`` (``classic`` or KIP-848's

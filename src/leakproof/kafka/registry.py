@@ -241,10 +241,10 @@ def resolve_schema(cfg: Config) -> Config:
                                                         f"at start)"))
 
 
-def decoder_for(model: Model, cfg: InputConfig) -> Decoder:
+def decoder_for(model: Model, cfg: InputConfig, *, key_checked: bool = True) -> Decoder:
     """The decoder of ``model`` with the ``input`` settings, looking writer schemas up in
-    the input's registry when it has one."""
+    the input's registry when it has one (``key_checked``: ``codec.Decoder``)."""
     if cfg.registry is None:
-        return Decoder(model, cfg.writer_schemas, cfg.max_ahead_ms)
+        return Decoder(model, cfg.writer_schemas, cfg.max_ahead_ms, key_checked=key_checked)
     return Decoder(model, cfg.writer_schemas, cfg.max_ahead_ms,
-                   client(cfg.registry).schema_of, cfg.registry.api)
+                   client(cfg.registry).schema_of, cfg.registry.api, key_checked=key_checked)

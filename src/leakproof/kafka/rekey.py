@@ -1,0 +1,232 @@
+"""The re-keying stage's Kafka work (``input.rekey``; the rules are ``leakproof/rekey.py``'s).
+
+``rekey_partition`` runs in an executor's Python worker, once per source partition and batch:
+
+1. a transactional producer of the partition's id (``rekey.transactional_id``) is made and
+   ``init_transactions`` called: every older producer of that id -- a crashed driver's task, a
+   retry's first attempt, a speculative copy -- is fenced, and the transaction it left open
+   is aborted;
+2. only then the offset the group ``<group>.rekey`` committed is read (at read_committed, so
+   a transaction still being completed is waited for, never read around): where to start;
+3. the source records ``[start, until)`` are read in offset order, each decoded just enough
+   to find its session key, and sent to the internal topic under it with the header
+   ``leakproof.source``;
+4. the offset ``until`` is sent to the transaction for the group, and the transaction
+   committed: the copies and the offset land together or not at all.
+
+A fresh producer each time costs an ``init_transactions`` round trip per partition and batch;
+a producer kept between batches would be fenced whenever the partition's next task ran in
+another Python worker, and would read its start without having aborted what a dead copy left
+open. kafka-python's transaction calls wait without a deadline: each runs under
+``output.transaction_timeout_s`` (``closed_sink.within``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.structs import OffsetAndMetadata
+
+from leakproof.config import Config
+from leakproof.crashpoints import crash_point
+from leakproof.errors import DataLossError, DecodeError, LeakproofError, OffsetError, PublishError
+from leakproof.kafka import producer_settings
+from leakproof.kafka.admin import admin_settings
+from leakproof.kafka.closed_sink import within
+from leakproof.kafka.reader import consumer_settings, read_range
+from leakproof.kafka.registry import decoder_for
+from leakproof.offsets import OffsetRange
+from leakproof.rekey import (
+    RekeyReport,
+    placement,
+    rekey_group,
+    stage_until,
+    transactional_id,
+    with_source,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_MESSAGE_BYTES = 1_048_588  # Kafka's default max.message.bytes
+HEADER_ROOM = 4096  # room for the leakproof.source header and a record batch's framing
+_decoders: dict[Any, Any] = {}  # (model, input) -> the worker's key-finding decoder
+_offset_readers: dict[tuple[str, str], KafkaConsumer] = {}  # (servers, group) -> reader
+
+
+def rekey_partition(cfg: Config, partition: int, readable_end: int, partitions: int,
+                    budget: int | None) -> RekeyReport:
+    """Re-key source ``partition`` up to ``readable_end`` (at most ``budget`` offsets) onto
+    the internal topic of ``partitions`` partitions, in one transaction (module docstring)."""
+    rekey = cfg.input.rekey
+    assert rekey is not None
+    source = cfg.kafka.topic
+    internal = rekey.internal_topic(source)
+    txn_id = transactional_id(cfg.kafka.group_id, source, partition)
+    seconds = cfg.output.transaction_timeout_s
+    tp = TopicPartition(source, partition)
+    settings = producer_settings(cfg.kafka)
+    # a transaction begun right after the last one's commit is answered "concurrent
+    # transactions" while its markers are written, and retried after this backoff: 100 ms
+    # (the default) made a 1 000-record task take 0.46 s, 20 ms 0.19 s
+    settings.update(transactional_id=txn_id, transaction_timeout_ms=round(seconds * 2000),
+                    retry_backoff_ms=20)
+
+    def failed(what: str, exc: BaseException) -> PublishError:
+        return PublishError(f"re-keying {source} partition {partition} onto {internal}: {what} "
+                            f"failed (Kafka at {cfg.kafka.bootstrap_servers}, transactional id "
+                            f"{txn_id}): {type(exc).__name__}: {exc}")
+
+    producer = KafkaProducer(**settings)
+    try:
+        try:
+            # 1. fence every older copy; what it left open is aborted
+            within(seconds, f"init_transactions ({txn_id})", producer.init_transactions)
+            # 2. where to start, read after the fence
+            start, known = _start(cfg, tp, seconds)
+        except KafkaError as exc:
+            raise failed("starting", exc) from exc
+        until = stage_until(start, readable_end, budget)
+        if until == start and known:
+            return RekeyReport(partition, start, start)  # nothing new: no transaction
+        decoder = _decoder(cfg)
+        records = forwarded = 0
+        try:
+            within(seconds, f"begin_transaction ({txn_id})", producer.begin_transaction)
+            # 3. each record under its session key, with its source coordinates
+            for rec in read_range(cfg.kafka, OffsetRange(source, partition, start, until)):
+                try:
+                    session_key: str | None = decoder.decode(
+                        rec.key, rec.value, topic=source, partition=partition,
+                        offset=rec.offset, timestamp=rec.timestamp,
+                        headers=rec.headers).session_id
+                except DecodeError:
+                    session_key, forwarded = None, forwarded + 1
+                key, to = placement(session_key, rec.key, partition, partitions)
+                producer.send(internal, key=key, value=rec.value, partition=to,
+                              timestamp_ms=rec.timestamp if rec.timestamp >= 0 else None,
+                              headers=with_source(rec.headers or (), source, partition,
+                                                  rec.offset))
+                records += 1
+            # on the broker now, in the open transaction (the commit would flush them anyway):
+            # a crash here leaves a transaction for the next init_transactions to abort
+            within(seconds, f"flush ({txn_id})", producer.flush)
+            crash_point("rekey_before_commit")
+            # 4. the source offset in the same transaction, then commit both
+            offsets = {tp: OffsetAndMetadata(until, "", -1)}
+            within(seconds, f"send_offsets_to_transaction ({txn_id})",
+                   lambda: producer.send_offsets_to_transaction(offsets,
+                                                                rekey_group(cfg.kafka.group_id)))
+            within(seconds, f"commit_transaction ({txn_id})", producer.commit_transaction)
+        except KafkaError as exc:
+            raise failed("the transaction", exc) from exc
+        crash_point("rekey_after_commit")
+        return RekeyReport(partition, start, until, records, forwarded)
+    finally:
+        # an uncommitted transaction is aborted by the next init_transactions of this id
+        try:
+            producer.close(timeout=0)
+        except Exception:
+            log.debug("closing the re-keying producer %s failed", txn_id, exc_info=True)
+
+
+def _decoder(cfg: Config) -> Any:
+    """The worker's decoder that reads the session key field without checking the record's
+    key against it (the key is what this stage makes)."""
+    key = (cfg.model, cfg.input)
+    found = _decoders.get(key)
+    if found is None:
+        found = _decoders[key] = decoder_for(cfg.model, cfg.input, key_checked=False)
+    return found
+
+
+def _offsets_consumer(cfg: Config) -> KafkaConsumer:
+    """The worker's reader of the stage's committed offsets (it only reads them: kept
+    between tasks; never subscribed, so it never joins the group)."""
+    key = (cfg.kafka.bootstrap_servers, rekey_group(cfg.kafka.group_id))
+    consumer = _offset_readers.get(key)
+    if consumer is None:
+        settings = consumer_settings(cfg.kafka)
+        # read_committed: the committed offset of a transaction still being completed is
+        # "unstable" to such a consumer (retried), never the one from before it
+        settings.update(group_id=key[1], isolation_level="read_committed")
+        consumer = _offset_readers[key] = KafkaConsumer(**settings)
+    return consumer
+
+
+def _drop_offsets_consumer(cfg: Config) -> None:
+    consumer = _offset_readers.pop((cfg.kafka.bootstrap_servers,
+                                    rekey_group(cfg.kafka.group_id)), None)
+    if consumer is not None:
+        try:
+            consumer.close(autocommit=False)
+        except Exception:
+            log.debug("closing the re-keying offsets reader failed", exc_info=True)
+
+
+def _start(cfg: Config, tp: TopicPartition, seconds: float) -> tuple[int, bool]:
+    """The offset the stage committed for ``tp``, and True; never committed: the start
+    position ``kafka.auto_offset_reset`` gives, and False (then even an empty range commits
+    it, so a ``latest`` start is not taken again later, past records written since). Below
+    the log start (retention deleted records the stage never copied): ``kafka.on_data_loss``
+    decides, as for the job's own ranges."""
+    consumer = _offsets_consumer(cfg)
+    try:
+        found = within(seconds, f"reading {rekey_group(cfg.kafka.group_id)}'s offset",
+                       lambda: consumer.committed(tp, timeout_ms=round(seconds * 1000)))
+        log_start = int(consumer.beginning_offsets([tp])[tp])
+        if found is None:
+            reset = cfg.kafka.auto_offset_reset
+            if reset == "none":
+                raise OffsetError(f"{tp.topic} partition {tp.partition} was never re-keyed "
+                                  f"(no offset of {rekey_group(cfg.kafka.group_id)}) and "
+                                  f"kafka.auto_offset_reset is none")
+            return (log_start if reset == "earliest" else int(consumer.end_offsets([tp])[tp]),
+                    False)
+        if found < log_start:
+            if cfg.kafka.on_data_loss != "skip":
+                raise DataLossError(
+                    f"data loss on {tp.topic} partition {tp.partition}: offsets [{found}, "
+                    f"{log_start}) were deleted before the re-keying stage copied them. Set "
+                    f"kafka.on_data_loss: skip to go on")
+            log.warning("%s-%d: offsets [%d, %d) were deleted before being re-keyed; "
+                        "skipping them", tp.topic, tp.partition, found, log_start)
+            return log_start, True
+        return int(found), True
+    except BaseException:
+        _drop_offsets_consumer(cfg)  # the next task reads with a fresh one
+        raise
+
+
+def ensure_internal_topic(cfg: Config, source_partitions: int,
+                          source_settings: dict[str, str]) -> bool:
+    """Create the internal topic if it does not exist: ``input.rekey.partitions`` partitions
+    (default: the source's count), the cluster's default replication, deleted by time and
+    size as the source is (a buffer, never compacted: a key's records are many events), and
+    room for the source's largest record with its header.
+    True if this call created it."""
+    rekey = cfg.input.rekey
+    assert rekey is not None
+    topic = rekey.internal_topic(cfg.kafka.topic)
+    configs = {"cleanup.policy": "delete",
+               # a source record at the size limit still fits with its source header
+               "max.message.bytes": str(int(source_settings.get("max.message.bytes",
+                                                                DEFAULT_MAX_MESSAGE_BYTES))
+                                        + HEADER_ROOM)}
+    for name in ("retention.ms", "retention.bytes"):
+        if name in source_settings:
+            configs[name] = source_settings[name]
+    admin = KafkaAdminClient(**admin_settings(cfg.kafka))
+    try:
+        admin.create_topics({topic: {"num_partitions": rekey.partitions or source_partitions,
+                                     "replication_factor": -1, "configs": configs}},
+                            wait_for_metadata=True)
+        return True
+    except TopicAlreadyExistsError:
+        return False
+    except KafkaError as exc:
+        raise LeakproofError(f"cannot create the re-keying topic {topic}: {exc}") from exc
+    finally:
+        admin.close()

@@ -1,0 +1,110 @@
+"""Re-keying an unkeyed topic (``input.rekey``): the names, the source header and the rules of
+one stage task, apart from Kafka (pure; ``kafka/rekey.py`` does the Kafka work).
+
+Each source partition is re-keyed by one transaction per batch: its records, each under its
+session key in the partition Kafka's default partitioner gives that key on the internal topic,
+and the source offset it reached, committed to the group ``<group>.rekey`` in the same
+transaction. A record there carries ``leakproof.source`` = ``<topic>:<partition>:<offset>``,
+the coordinates of the record it copies, so each source record is on the internal topic once
+(at read_committed) and a dead letter of it can name where it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from leakproof.moved_keys import home
+
+SOURCE_HEADER = "leakproof.source"
+MAX_RECORDS = 50_000  # a stage task's records per batch without a rate cap: one transaction
+
+
+def rekey_group(group: str) -> str:
+    """The consumer group whose committed offsets say how far each source partition was
+    re-keyed (written only inside the stage's transactions)."""
+    return f"{group}.rekey"
+
+
+def transactional_id(group: str, topic: str, partition: int) -> str:
+    """The id every stage task of one source partition shares, whichever driver, executor or
+    retry runs it: ``init_transactions`` under it fences each older copy and aborts the
+    transaction it left open."""
+    return f"leakproof-rekey-{group}-{topic}-{partition}"
+
+
+def source_of(topic: str, partition: int, offset: int) -> bytes:
+    """The ``leakproof.source`` header's value."""
+    return f"{topic}:{partition}:{offset}".encode()
+
+
+def parse_source(value: bytes | None) -> tuple[str, int, int] | None:
+    """(topic, partition, offset) from a ``leakproof.source`` value; None if it is not one
+    (topic names hold no ``:``)."""
+    if not value:
+        return None
+    try:
+        topic, partition, offset = value.decode().rsplit(":", 2)
+        return topic, int(partition), int(offset)
+    except ValueError:
+        return None
+
+
+def source_header(headers: Sequence[tuple[str, bytes | None]]) -> tuple[str, int, int] | None:
+    """The source coordinates a record's headers carry, if any."""
+    for name, value in headers:
+        if name == SOURCE_HEADER:
+            return parse_source(value)
+    return None
+
+
+def with_source(headers: Sequence[tuple[str, bytes | None]], topic: str, partition: int,
+                offset: int) -> list[tuple[str, bytes | None]]:
+    """The record's own headers and its source coordinates (one of its own of that name is
+    replaced: the coordinates are the stage's to say)."""
+    return [*((n, v) for n, v in headers if n != SOURCE_HEADER),
+            (SOURCE_HEADER, source_of(topic, partition, offset))]
+
+
+def placement(session_key: str | None, key: bytes | None, source_partition: int,
+              partitions: int) -> tuple[bytes | None, int]:
+    """The key and internal partition of one copied record.
+
+    A decoded event goes under its session key, where Kafka's default partitioner puts it
+    (the job checks keys are placed so: ``moved_keys``). A record that is not an event is
+    forwarded under its own key (the job dead-letters it as it would have on the source):
+    a keyed one where its key belongs, a null-keyed one to the source partition's own
+    number, modulo the count (a fixed place, so a re-send would land beside the first)."""
+    if session_key is not None:
+        new = session_key.encode()
+        return new, home(new, partitions)
+    if key is not None:
+        return key, home(key, partitions)
+    return None, source_partition % partitions
+
+
+def stage_until(from_offset: int, readable_end: int, budget: int | None) -> int:
+    """Where one stage task stops: the source's readable end, at most ``budget`` offsets on
+    (None: ``MAX_RECORDS``), never below its start."""
+    most = MAX_RECORDS if budget is None else budget
+    return max(from_offset, min(readable_end, from_offset + most))
+
+
+@dataclass(frozen=True)
+class RekeyReport:
+    """What one stage task did: the source range ``[from_offset, until_offset)`` it copied
+    and committed, how many records, and how many of them were not events (forwarded under
+    their own key, to be dead-lettered by the job)."""
+
+    partition: int
+    from_offset: int
+    until_offset: int
+    records: int = 0
+    forwarded: int = 0
+
+
+def totals(reports: Sequence[RekeyReport]) -> Mapping[str, int]:
+    """A batch's stage counts, for its log line."""
+    return {"records": sum(r.records for r in reports),
+            "forwarded": sum(r.forwarded for r in reports),
+            "offsets": sum(r.until_offset - r.from_offset for r in reports)}

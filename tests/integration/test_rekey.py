@@ -1,0 +1,134 @@
+"""``input.rekey`` against the real stack: a topic whose records carry null or random keys,
+as log shippers send them, re-keyed by the visitor field through the internal topic exactly
+once -- each source record there once at read_committed, under its session key, with its
+source coordinates -- and the visitors' gap sessions exact against the oracle (``verify``),
+also after a driver SIGKILL between a batch's writes and its commit, and a Python worker
+killed in the middle of the stage's transaction."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import happybase
+import pytest
+from kafka import KafkaConsumer
+
+from leakproof import codec
+from leakproof.commands.produce import send_raw
+from leakproof.generator import GeneratorSpec, generate
+from leakproof.rekey import SOURCE_HEADER
+
+from .helpers import KAFKA, THRIFT, Env, run_cli
+
+pytestmark = pytest.mark.integration
+
+SPEC = GeneratorSpec(seed=4242, events=20_500, sessions=2_000)
+
+
+def produce_unkeyed(env: Env, spec: GeneratorSpec, keyed: int = 500) -> None:
+    """The spec's events, the first all but ``keyed`` with null keys (spread over the
+    partitions by the producer), the rest under random keys."""
+    events = generate(spec)
+    rng = random.Random(spec.seed)
+    split = len(events) - keyed
+    send_raw(env.cfg.kafka, env.cfg.kafka.topic,
+             [(None if i < split else f"r-{rng.getrandbits(40):010x}".encode(),
+               codec.encode_value(e)) for i, e in enumerate(events)])
+
+
+def rekey_config(env: Env, **kafka: object) -> str:
+    return env.variant("rekey", input={"rekey": {"field": "session_id"}},
+                       sessions={"by": "gap", "inactivity_gap_s": 600, "grace_s": 30,
+                                 "late": "fold"},
+                       kafka=dict(kafka))
+
+
+def internal_records(env: Env, isolation: str = "read_committed"
+                     ) -> list[tuple[int, bytes | None, str]]:
+    """(partition, key, leakproof.source) of every record of the internal topic, read at
+    ``isolation``."""
+    consumer = KafkaConsumer(f"{env.cfg.kafka.topic}.leakproof-rekey",
+                             bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}", group_id=None,
+                             auto_offset_reset="earliest", consumer_timeout_ms=5000,
+                             isolation_level=isolation)
+    try:
+        return [(m.partition, m.key, dict(m.headers)[SOURCE_HEADER].decode())
+                for m in consumer]
+    finally:
+        consumer.close()
+
+
+def offsets_rows(env: Env, topic: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """The offsets rows of ``topic`` in the test's tables, oldest first."""
+    conn = happybase.Connection(*THRIFT, table_prefix=env.cfg.hbase.table_prefix)
+    try:
+        return list(conn.table("stream_kafka_offsets").scan(row_prefix=f"{topic}:it:".encode()))
+    finally:
+        conn.close()
+
+
+def key_mismatches(env: Env, config: str) -> int:
+    out = run_cli("deadletters", "list", "--config", config, "--json", check=False)
+    return out.stdout.count("key_mismatch")
+
+
+def check_exact(env: Env, config: str, bad: int = 0) -> None:
+    copies = internal_records(env)
+    sources = [s for _, _, s in copies]
+    assert len(sources) == len(generate(SPEC)) + bad == len(set(sources))  # each one once
+    assert sum(key is not None and key.startswith(b"s") for _, key, _ in copies) == len(
+        generate(SPEC))
+    assert key_mismatches(env, config) == 0
+    env.verify(SPEC, config=config)  # the stage's copy and the sessions, by visitor
+
+
+def test_unkeyed_records_are_rekeyed_once_and_sessions_are_exact(env: Env) -> None:
+    produce_unkeyed(env, SPEC)
+    send_raw(env.cfg.kafka, env.cfg.kafka.topic, [(None, b"\xff not avro")] * 3)
+    config = rekey_config(env)
+    env.run("--until-idle", "4", config=config)
+    check_exact(env, config, bad=3)
+    behind = json.loads(run_cli("offsets", "lag", "--config", config, "--json").stdout)
+    assert behind["topic"] == f"{env.name}.leakproof-rekey" and behind["total_lag"] == 0
+    assert behind["rekey"]["group"] == "it.rekey" and behind["rekey"]["total_lag"] == 0
+    assert sum(r["log_end"] for r in behind["rekey"]["partitions"]) == len(generate(SPEC)) + 3
+    letters = [json.loads(line) for line in run_cli(
+        "deadletters", "list", "--config", config, "--json").stdout.splitlines()
+        if line.startswith("{") and '"kind"' in line]
+    assert [x["kind"] for x in letters] == ["not_avro"] * 3, letters
+    assert all(x["source"].startswith(f"{env.name}:") for x in letters)
+    shown = run_cli("deadletters", "show", "--config", config,
+                    f"{letters[0]['partition']}:{letters[0]['offset']}").stdout
+    assert f"source record {letters[0]['source']}" in shown
+    # a rewind re-reads the internal topic (the job's offsets are its), fenced: still exact,
+    # and the source is not copied again
+    rewound = run_cli("offsets", "rewind", "--config", config, "--to-offsets",
+                      "0=0,1=0,2=0,3=0")
+    assert f"{env.name}.leakproof-rekey" in rewound.stdout + rewound.stderr
+    env.run("--until-idle", "4", config=config)
+    check_exact(env, config, bad=3)
+    rows = offsets_rows(env, f"{env.name}.leakproof-rekey")
+    assert rows, "no offsets row of the internal topic committed"
+
+@pytest.mark.faults
+def test_a_stage_killed_mid_transaction_and_a_driver_killed_restart_exactly(env: Env
+                                                                            ) -> None:
+    """A capped rate makes many batches: a Python worker dies inside the stage's second
+    transaction it runs (left open: the next init_transactions of its id aborts it), so the
+    run fails; the restart's driver SIGKILLs itself in its second batch after the session
+    writes (that batch's stage committed, its sessions not); a last run finishes. Each source
+    record is copied once, the sessions exact."""
+    produce_unkeyed(env, SPEC)
+    config = rekey_config(env, max_rate_per_partition=1000)
+    failed = env.run("--until-idle", "4", config=config,
+                     env={"LEAKPROOF_CRASH_AT": "rekey_before_commit@2"}, check=False)
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert "re-keying" in failed.stderr, failed.stderr[-3000:]
+    crashed = env.run("--until-idle", "4", config=config,
+                      env={"LEAKPROOF_CRASH_AT": "driver_after_tasks@2"}, check=False)
+    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    env.run("--until-idle", "4", config=config)
+    check_exact(env, config)
+    # the killed transaction's records are in the log, aborted: only read_uncommitted sees them
+    assert len(internal_records(env, "read_uncommitted")) > len(internal_records(env))

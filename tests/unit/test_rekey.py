@@ -1,0 +1,244 @@
+"""``input.rekey``: its config and refusals, the stage's pure rules (names, placement, how far
+a task goes, the source header), the decoder that finds the session key of an unkeyed record,
+and the oracle's check of the internal topic against its source."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from leakproof import codec, config, oracle
+from leakproof.errors import ConfigError, LeakproofError
+from leakproof.events import WebEvent
+from leakproof.model.spec import web_model
+from leakproof.moved_keys import home
+from leakproof.rekey import (
+    MAX_RECORDS,
+    SOURCE_HEADER,
+    parse_source,
+    placement,
+    rekey_group,
+    source_header,
+    stage_until,
+    transactional_id,
+    with_source,
+)
+
+KAFKA = {"bootstrap_servers": "h:9092", "topic": "logs", "group_id": "g"}
+UNSEQUENCED = {"events": {"session_key": "session_id", "event_time": "ts"},
+               "aggregates": {"n": {"fn": "count"}}}
+GAP_FOLD = {"by": "gap", "late": "fold", "inactivity_gap_s": 600}
+
+
+def load(rekey: Any = None, **sections: Any) -> config.Config:
+    data: dict[str, Any] = {"kafka": dict(KAFKA), **sections}
+    if rekey is not None:
+        data["input"] = {"rekey": rekey}
+    return config.from_dict(data)
+
+
+def refusal(rekey: Any, **sections: Any) -> str:
+    with pytest.raises(ConfigError) as err:
+        load(rekey, **sections)
+    return str(err.value)
+
+
+def test_rekey_reads_its_field_and_defaults_to_a_topic_named_after_the_source() -> None:
+    cfg = load({"field": "session_id"})
+    assert cfg.input.rekey == config.Rekey("session_id")
+    inner = config.session_stage(cfg)
+    assert (inner.kafka.topic, inner.kafka.partitions, inner.kafka.isolation_level) == (
+        "logs.leakproof-rekey", None, "read_committed")
+    assert inner.input.rekey is None and config.session_stage(inner) == inner
+    assert config.session_stage(load()) == load()  # without rekey: the config itself
+    named = load({"field": "session_id", "topic": "logs-by-session", "partitions": 12},
+                 kafka={**KAFKA, "isolation_level": "read_uncommitted", "partitions": [0, 1]})
+    assert named.input.rekey == config.Rekey("session_id", "logs-by-session", 12)
+    inner = config.session_stage(named)
+    assert (inner.kafka.topic, inner.kafka.partitions, inner.kafka.isolation_level) == (
+        "logs-by-session", None, "read_committed")
+    assert named.kafka.partitions == (0, 1)  # the stage reads the source as configured
+
+
+@pytest.mark.parametrize(("rekey", "message"), [
+    ({}, "'input.rekey.field' is required"),
+    ({"field": "session_id", "by": "x"}, "unknown key 'input.rekey.by'"),
+    ({"field": "session_id", "partitions": 0}, "'input.rekey.partitions' must be >= 1"),
+    ({"field": "session_id", "topic": "a b"}, "'input.rekey.topic' = 'a b' has characters"),
+    ("session_id", "'input.rekey' must be a mapping"),
+    ({"field": "user_id"}, "'input.rekey.field' = 'user_id' differs from "
+                           "'events.session_key' = 'session_id'"),
+])
+def test_rekey_settings_are_checked_naming_the_key(rekey: Any, message: str) -> None:
+    assert message in refusal(rekey)
+
+
+def test_orders_that_re_keying_cannot_keep_are_refused_naming_the_way_out() -> None:
+    rekey = {"field": "session_id"}
+    by_id = refusal(rekey, **UNSEQUENCED)
+    assert re.search(r"'sessions.by: id' needs 'events.sequence'.*use sessions.by: gap with "
+                     r"sessions.late: fold", by_id)
+    count = refusal(rekey, **UNSEQUENCED, sessions={**GAP_FOLD, "late": "count"})
+    assert re.search(r"'sessions.late: count' needs 'events.sequence'.*use sessions.late: "
+                     r"fold", count)
+    cut = refusal(rekey, **UNSEQUENCED, sessions={**GAP_FOLD, "max_duration_s": 3600})
+    assert "'sessions.max_duration_s' needs 'events.sequence'" in cut
+    keyed = refusal(rekey, events={"session_key": "@key", "event_time": "ts"},
+                    aggregates={"n": {"fn": "count"}}, sessions=GAP_FOLD)
+    assert "@key (the Kafka key) is what re-keying replaces" in keyed
+    # exact where order cannot matter: gap + fold, or a sequence (the web model has seq)
+    assert load(rekey, **UNSEQUENCED, sessions=GAP_FOLD).input.rekey is not None
+    assert load(rekey).input.rekey is not None
+    assert load(rekey, sessions={**GAP_FOLD, "late": "count"}).input.rekey is not None
+
+
+def test_names_a_restarted_copy_shares() -> None:
+    assert transactional_id("g", "logs", 3) == "leakproof-rekey-g-logs-3"
+    assert rekey_group("g") == "g.rekey"
+
+
+def test_an_event_goes_where_kafkas_default_partitioner_puts_its_session_key() -> None:
+    key, to = placement("c-42", None, 1, 8)
+    assert (key, to) == (b"c-42", home(b"c-42", 8))
+    assert placement("c-42", b"random", 1, 8) == (b"c-42", home(b"c-42", 8))
+    # not an event: forwarded under its own key, a null one to the source's own number
+    assert placement(None, b"junk", 5, 4) == (b"junk", home(b"junk", 4))
+    assert placement(None, None, 5, 4) == (None, 1)
+
+
+def test_a_stage_task_goes_to_the_readable_end_or_its_budget() -> None:
+    assert stage_until(100, 180, None) == 180
+    assert stage_until(100, 180, 50) == 150
+    assert stage_until(100, 100, 50) == 100
+    assert stage_until(100, 90, 50) == 100  # never below its start
+    assert stage_until(0, 10**9, None) == MAX_RECORDS
+
+
+def test_the_source_header_names_the_copied_record() -> None:
+    headers = with_source([("trace", b"1"), (SOURCE_HEADER, b"forged:0:0")], "logs", 2, 17)
+    assert headers == [("trace", b"1"), (SOURCE_HEADER, b"logs:2:17")]
+    assert source_header(headers) == ("logs", 2, 17)
+    assert source_header([("trace", b"1")]) is None
+    assert parse_source(b"a.b-c:11:123456") == ("a.b-c", 11, 123456)
+    assert parse_source(b"nonsense") is None
+    assert parse_source(None) is None
+
+
+def test_the_stage_decoder_finds_the_session_key_of_an_unkeyed_record() -> None:
+    event = WebEvent("s-1", "u", 0, 1_700_000_000_000, "pageview", "/", 200, 10)
+    value = codec.encode_value(event)
+    with pytest.raises(codec.DecodeError, match="null key"):
+        codec.Decoder(web_model()).decode(None, value, topic="logs", partition=0, offset=5)
+    stage = codec.Decoder(web_model(), key_checked=False)
+    for key in (None, b"random"):
+        found = stage.decode(key, value, topic="logs", partition=0, offset=5)
+        assert found.session_id == "s-1"
+    with pytest.raises(codec.DecodeError, match="tombstone"):
+        stage.decode(None, None, topic="logs", partition=0, offset=5)
+
+
+def test_the_oracle_finds_a_copy_missing_doubled_misplaced_or_changed() -> None:
+    source = {(0, 0): (None, b"v0", "a"), (0, 1): (b"k", b"v1", "b"),
+              (1, 0): (None, b"bad", None)}
+    exact = [(home(b"a", 3), b"a", b"v0", "logs:0:0"), (home(b"b", 3), b"b", b"v1", "logs:0:1"),
+             (2, None, b"bad", "logs:1:0")]
+    assert oracle.rekey_problems(source, exact, 3) == []
+    doubled = oracle.rekey_problems(source, [*exact, exact[0]], 3)
+    assert doubled == ["1 source records copied more than once, e.g. [(0, 0)]"]
+    assert oracle.rekey_problems(source, exact[1:], 3) == [
+        "1 source records not copied, e.g. [(0, 0)]"]
+    moved = (home(b"a", 3) + 1) % 3
+    assert "belongs in" in oracle.rekey_problems(
+        source, [(moved, b"a", b"v0", "logs:0:0"), *exact[1:]], 3)[0]
+    assert "does not carry its value" in oracle.rekey_problems(
+        source, [(home(b"a", 3), b"a", b"other", "logs:0:0"), *exact[1:]], 3)[0]
+    assert "names no source" in oracle.rekey_problems(
+        source, [*exact, (0, b"a", b"v0", None)], 3)[0]
+
+
+class _Meta:
+    """The stage's Kafka metadata: source partitions 0-2, the internal topic's 4."""
+
+    def __init__(self, committed: dict[int, int]) -> None:
+        self.committed = committed
+
+    def partitions(self, topic: str) -> list[int]:
+        return [0, 1, 2, 3] if topic.endswith(".leakproof-rekey") else [0, 1, 2]
+
+    def log_bounds(self, topic: str, partitions: Any) -> dict[int, Any]:
+        from leakproof.offsets import LogBounds
+
+        return {p: LogBounds(0, 100 * (p + 1), 100 * (p + 1)) for p in partitions}
+
+    def group_offsets(self, group: str, topic: str) -> dict[int, tuple[int, str]]:
+        assert (group, topic) == ("g.rekey", "logs")
+        return {p: (o, "") for p, o in self.committed.items()}
+
+
+class _Spark:
+    """Records the work a stage would send to Spark, runs nothing."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def setJobDescription(self, _text: str) -> None:  # noqa: N802 - Spark's name
+        pass
+
+    def parallelize(self, work: list[Any], _slices: int) -> Any:
+        self.sent.append(work)
+        return self
+
+    def mapPartitions(self, _task: Any) -> Any:  # noqa: N802 - Spark's name
+        return self
+
+    def collect(self) -> list[Any]:
+        from leakproof.rekey import RekeyReport
+
+        return [RekeyReport(p, 0, end, end) for p, end in self.sent[-1]]
+
+
+def test_the_stage_sends_a_task_only_for_partitions_not_yet_copied_to_their_end() -> None:
+    from leakproof.driver.rekeying import RekeyStage
+
+    cfg = load({"field": "session_id"})
+    spark = _Spark()
+    # p0 copied to its end, p1 part way, p2 never: p1 and p2 get a task, to their ends
+    stage = RekeyStage(cfg, _Meta({0: 100, 1: 150}))  # type: ignore[arg-type]
+    assert stage.run(spark, 1) == 200 + 300
+    assert spark.sent == [[(1, 200), (2, 300)]]
+    # every partition at its end: no Spark job at all
+    idle = RekeyStage(cfg, _Meta({0: 100, 1: 200, 2: 300}))  # type: ignore[arg-type]
+    assert idle.run(spark, 2) == 0
+    assert len(spark.sent) == 1
+
+
+def test_another_groups_stage_on_the_same_source_is_refused_on_the_default_topic() -> None:
+    from leakproof.driver.rekeying import RekeyStage
+
+    class Shared(_Meta):
+        def group_ids(self) -> list[str]:
+            return ["g.rekey", "other.rekey", "unrelated"]
+
+        def group_offsets(self, group: str, topic: str) -> dict[int, tuple[int, str]]:
+            return {0: (5, "")} if group == "other.rekey" else {}
+
+    with pytest.raises(ConfigError, match=re.escape(
+            "the group other.rekey also re-keys logs, maybe into the default topic "
+            "logs.leakproof-rekey")) as err:
+        RekeyStage(load({"field": "session_id"}), Shared({}))._alone()  # type: ignore[arg-type]
+    assert "give 'input.rekey.topic' a name of this job's own" in str(err.value)
+    # a topic of its own: nothing to share
+    RekeyStage(load({"field": "session_id", "topic": "logs-g"}),
+               Shared({}))._alone()  # type: ignore[arg-type]
+
+
+def test_redrive_of_a_re_keyed_topics_dead_letters_is_refused_naming_the_way_out() -> None:
+    from leakproof.commands.redrive import redrive
+    from leakproof.dead_letter import Selection
+
+    with pytest.raises(LeakproofError, match=re.escape(
+            "they sit on logs.leakproof-rekey under their source records' own keys")) as err:
+        redrive(load({"field": "session_id"}), Selection(), None, print)
+    assert "produce the fixed records to logs" in str(err.value)
