@@ -7,7 +7,7 @@
 - ``zookeeper`` (zookeeper.py): ``/consumers/<group>/offsets/<topic>/<partition>``, as Kafka's
   old ZooKeeper consumers kept them; no history.
 
-Each is a ``driver.ports.CommitStore``: the job resumes from ``latest()``, ``put`` commits
+Each is a ``ports.driver.CommitStore``: the job resumes from ``latest()``, ``put`` commits
 (after the batch's tasks and the lease check) and ``offsets rewind`` writes through it. Whatever
 else it keeps, every store gives back from ``latest()`` the audit keys in ``REQUIRED_AUDIT``
 (``topic_id`` is how a deleted and recreated topic is recognised). The driver lease stays in

@@ -2,8 +2,8 @@
 
 Everything above the ``hbase`` package uses happybase's API. Three things go to the raw
 Thrift client instead: checkAndPut for the driver lease (happybase lacks it), here; the
-put-only mutateRows requests of session rows and index entries, encoded in ``row_puts``; and
-the session rows' reads, whose replies ``row_gets`` decodes.
+put-only mutateRows requests of session rows and index entries, encoded in ``wire.puts``; and
+the session rows' reads, whose replies ``wire.gets`` decodes.
 """
 
 from __future__ import annotations

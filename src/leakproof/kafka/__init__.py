@@ -1,5 +1,27 @@
-"""Kafka adapters: partition metadata and log bounds (driver), range reader and the
-closed-session sink (executors)."""
+"""Kafka adapters over kafka-python; this module holds the settings every client gets (the
+Kerberos login, the IO loop's stall threshold and count) and the idempotent producer's.
+
+- ``admin``: what the driver asks Kafka (partitions, log bounds, open transactions, record
+  times, offsets for a time) and a consumer group's offsets (``offsets.store: kafka``,
+  ``kafka.mirror_group_offsets``);
+- ``reader``: one partition's offset range read in offset order, on a cached consumer
+  (executors);
+- ``lean_fetch``: kafka-python's fetcher, reading each fetched batch with ``records``;
+- ``records``: a v2 record batch's records read in one pass (no kafka-python import);
+- ``closed_sink``: the closed sessions' summaries, published in one transaction per range
+  (executors);
+- ``redrive``: a redrive's way back to the source topic, in transactions
+  (``ports.redrive.RedriveTarget``);
+- ``rekey``: the re-keying stage's Kafka work (``input.rekey``): a source partition's
+  records copied onto the internal topic under their session keys, in one transaction;
+- ``registry``: the schema registry's client (over ``urllib``, no kafka-python) and the
+  decoders of record values.
+
+Imports: the pure core and ``ports``, and of its own floor (the adapters) only the login,
+``kerberos``; never ``hbase/``, ``task``, ``driver``, ``commands`` or ``cli``
+(``leakproof.floors``, checked by ``tests/unit/test_layers.py``). This module imports
+kafka-python only inside its functions.
+"""
 
 from __future__ import annotations
 

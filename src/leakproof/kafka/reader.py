@@ -1,8 +1,19 @@
 """Read exactly one partition's offset range, in offset order (runs in Spark's Python workers).
 
-The consumer is ``assign``-ed, never subscribed: no group membership, no rebalance, no
-auto-commit. One consumer per (servers, topic, partition) is cached in the worker process
-and reused by later batches, as Spark's own KafkaRDD caches its consumers.
+``read_range`` yields every record in ``[from, until)`` and stops on the consumer's position,
+never on a count (transaction markers and aborted records leave holes); offsets deleted
+before they were read fail the range, or with ``kafka.on_data_loss: skip`` become a
+recorded ``Gap``. The consumer is ``assign``-ed, never subscribed: no group membership, no
+rebalance, no auto-commit. One consumer per (servers, isolation level, topic) is cached in
+the worker process, assigned each range's partition in turn, and reused by later batches,
+as Spark's own KafkaRDD caches its consumers; an error drops it (``drop_consumer``). Each
+fetch asks for about what the rest of the range needs (``fetch_bytes``); the batches it
+brings are read in one pass by ``records`` (plugged in by ``lean_fetch`` where it fits; else
+kafka-python's own path).
+
+Imports kafka-python, the pure core and its own package (``kafka``'s client settings,
+``lean_fetch``, ``records``). Read by each range (``task.worker``), the re-keying stage and
+a redrive's read-back (``kafka.rekey``, ``kafka.redrive``), ``model check`` and ``verify``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,23 @@
 """The executor's half of exactly-once: what one Spark task does with its offset ranges.
 
-Floors inside the package, each importing only from those below it:
+- ``worker``: the Python worker's side (runs on executors): every executor cache with its
+  lifetime, and ``run_ranges``, which builds the HBase and Kafka adapters and calls
+  ``process_ranges``;
+- ``process``: ``process_ranges``, a task's ranges through its numbered steps (read and
+  decode, load, fold, write; one store call per step for all of them), over the ports alone;
+- ``index``: the open-session index loaded before the fold and saved after it (the one place
+  a possibly stale entry is checked against its session row);
+- ``sweep``: the retention sweep (``sessions.retention_days``): the closed sessions past a
+  range's cut go into the fold's removals, so its writes delete their rows;
+- ``kept_sessions``: the kept-rows cache in front of the session rows, so a range reads only
+  the rows its partition's last ranges did not touch;
+- ``kept_trail``: the kept rows shared by a host's Python workers, through files of the last
+  ranges' deltas.
 
-- ``worker``: the Python worker's side (runs on executors) -- its caches with their lifetime,
-  and ``run_ranges``, which builds the HBase and Kafka adapters and calls ``process_ranges``;
-- ``process``: ``process_ranges``, the steps of a task's ranges in order (each step one
-  store call for all of them), over the ports alone;
-- ``index``: the open-session index loaded before the fold and saved after it, over the
-  ports (the one place that checks a possibly stale entry against its session row);
-- ``ports``: what a range needs from HBase and Kafka, as protocols (``leakproof.testing``
-  has in-memory fakes, so every write-order and fence rule is a unit test).
+Imports: the pure core, ``ports`` and the adapters; never ``driver``, ``commands`` or
+``cli`` (``leakproof.floors``, checked by ``tests/unit/test_layers.py``). Only ``worker``
+imports an adapter (``kafka/``, ``hbase/``): ``process`` and
+``index`` import no pyspark, kafka or happybase (checked there too), so every write-order
+and fence rule is a unit test over the fakes in ``leakproof.testing``. Inside, ``worker``
+calls ``process``, which calls ``index``, ``sweep`` and ``kept_sessions``.
 """
