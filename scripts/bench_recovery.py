@@ -30,10 +30,11 @@ import yaml
 
 from bench import drop_tables
 from leakproof import codec, config
-from leakproof.commands.produce import create_topic, send_raw
+from leakproof.commands.produce import send_raw
 from leakproof.commit_stores import open_store
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import connect, ensure_tables
+from leakproof.kafka.admin import create_topic
 from leakproof.offsets import CommittedBatch
 from submit import standalone_submit
 

@@ -33,8 +33,9 @@ import yaml
 
 from bench import drop_tables
 from leakproof import codec, config
-from leakproof.commands.produce import create_topic, send_raw
+from leakproof.commands.produce import send_raw
 from leakproof.generator import GeneratorSpec, generate
+from leakproof.kafka.admin import create_topic
 
 RATE = float(os.environ.get("RATE", "4000"))
 SECONDS = float(os.environ.get("DURATION_S", "90"))

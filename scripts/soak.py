@@ -31,10 +31,11 @@ from pathlib import Path
 import yaml
 
 from leakproof import config
-from leakproof.commands.produce import create_topic, send_events
+from leakproof.commands.produce import send_events
 from leakproof.commit_stores.hbase import OffsetStore
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec, generate
 from leakproof.hbase.connection import connect
+from leakproof.kafka.admin import create_topic
 from leakproof.offsets import CommittedBatch
 from proctools import pids_matching, tree_rss_mib
 

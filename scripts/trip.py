@@ -32,11 +32,12 @@ sys.path[:0] = [str(ROOT / "src")]
 from kafka import KafkaAdminClient  # noqa: E402
 
 from leakproof import config  # noqa: E402
-from leakproof.commands.produce import create_topic, send_events  # noqa: E402
+from leakproof.commands.produce import send_events  # noqa: E402
 from leakproof.events import WebEvent  # noqa: E402
 from leakproof.floors import floor, modules  # noqa: E402
 from leakproof.hbase.connection import connect, ensure_tables  # noqa: E402
 from leakproof.hbase.state_store import HBaseLeaseStore  # noqa: E402
+from leakproof.kafka.admin import create_topic  # noqa: E402
 from leakproof.offsets import OffsetRange  # noqa: E402
 from leakproof.task import worker  # noqa: E402
 

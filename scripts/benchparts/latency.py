@@ -22,10 +22,9 @@ from benchparts.hbase_log import batches_beside_store_work
 from benchparts.load import PacedProducer
 from benchparts.settings import HBASE_LOG, PARTITIONS, PEERS, ROOT, WARMUP_S
 from leakproof import codec, config
-from leakproof.commands.produce import create_topic
 from leakproof.commit_stores import open_store
 from leakproof.generator import GeneratorSpec, generate
-from leakproof.kafka.admin import KafkaMetadata
+from leakproof.kafka.admin import KafkaMetadata, create_topic
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
 from proctools import CpuByRole

@@ -21,9 +21,10 @@ from benchparts.settings import (
     SPEC,
 )
 from leakproof import config
-from leakproof.commands.produce import create_topic, send_confluent, send_events, send_raw
+from leakproof.commands.produce import send_confluent, send_events, send_raw
 from leakproof.examples import access_log
 from leakproof.generator import generate
+from leakproof.kafka.admin import create_topic
 
 
 def prefill(cfg: config.Config, name: str) -> None:

@@ -27,10 +27,9 @@ from benchparts.settings import (
     ROOT,
 )
 from leakproof import config
-from leakproof.commands.produce import create_topic
 from leakproof.commands.verify import read_topic
 from leakproof.examples import access_log
-from leakproof.kafka.admin import KafkaMetadata
+from leakproof.kafka.admin import KafkaMetadata, create_topic
 from leakproof.offsets import OffsetRange
 
 

@@ -269,7 +269,7 @@ def _topic_options(p: argparse.ArgumentParser) -> None:
 
 
 def topic(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    from leakproof.commands.produce import create_topic
+    from leakproof.kafka.admin import create_topic
 
     made = create_topic(cfg.kafka, cfg.kafka.topic, args.partitions,
                         replication_factor=args.replication_factor)

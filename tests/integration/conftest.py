@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from leakproof import config
-from leakproof.commands.produce import create_topic
+from leakproof.kafka.admin import create_topic
 from proctools import pids_matching
 
 from . import short_jvms

@@ -13,9 +13,9 @@ from typing import Any
 import fastavro
 import pytest
 
-from leakproof.commands.produce import create_topic
 from leakproof.config import Registry
 from leakproof.generator import GeneratorSpec
+from leakproof.kafka.admin import create_topic
 from leakproof.kafka.registry import RegistryClient
 
 from .helpers import (

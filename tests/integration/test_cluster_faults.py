@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from leakproof.commands.produce import create_topic
 from leakproof.generator import GeneratorSpec
+from leakproof.kafka.admin import create_topic
 
 from .helpers import (
     Background,

@@ -14,11 +14,10 @@ from kafka import KafkaAdminClient
 from kazoo.client import KazooClient
 
 from leakproof import config
-from leakproof.commands.produce import create_topic
 from leakproof.commit_stores import open_store
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import DAY_S, connect, ensure_tables
-from leakproof.kafka.admin import KafkaMetadata
+from leakproof.kafka.admin import KafkaMetadata, create_topic
 
 from .helpers import ROOT, Env, progress_lines, run_cli
 

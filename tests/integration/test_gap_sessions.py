@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer
 
-from leakproof.commands.produce import create_topic
 from leakproof.events import WebEvent
+from leakproof.kafka.admin import create_topic
 
 from .helpers import KAFKA, Env, audit_total, log_ends, run_cli, session_rows
 

@@ -28,10 +28,10 @@ from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
 from leakproof import config
-from leakproof.commands.produce import create_topic
 from leakproof.config import Registry
 from leakproof.errors import RegistryRefused
 from leakproof.generator import GeneratorSpec
+from leakproof.kafka.admin import create_topic
 from leakproof.kafka.registry import RegistryClient
 
 from .helpers import (

@@ -10,10 +10,10 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import NewPartitions
 
 from leakproof import oracle
-from leakproof.commands.produce import create_topic
 from leakproof.events import WebEvent
 from leakproof.generator import DEFAULT_START_TS, GeneratorSpec, generate
 from leakproof.hbase.session_store import scan_readable
+from leakproof.kafka.admin import create_topic
 from leakproof.model.spec import web_model
 
 from .helpers import Env, assert_offsets_chain, audit_total, offsets_rows, records, wait_for

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from leakproof.commands.produce import create_topic
 from leakproof.events import WebEvent
+from leakproof.kafka.admin import create_topic
 
 from .helpers import Env, audit_total, session_rows
 from .test_gap_sessions import compacted

@@ -10,12 +10,12 @@ import time
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
 
-from leakproof.commands.produce import create_topic
 from leakproof.commands.verify import read_topic
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import connect
 from leakproof.hbase.session_store import scan_readable
 from leakproof.hbase.state_store import StateStore
+from leakproof.kafka.admin import create_topic
 from leakproof.moved_keys import placed
 from leakproof.oracle import compare, expected_rows
 

@@ -13,8 +13,8 @@ import yaml
 from kafka.admin import KafkaAdminClient, NewPartitions
 
 from leakproof import config
-from leakproof.commands.produce import create_topic
 from leakproof.generator import GeneratorSpec
+from leakproof.kafka.admin import create_topic
 
 from .helpers import (
     KAFKA,

@@ -15,11 +15,12 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions
 
 from leakproof import codec, config
-from leakproof.commands.produce import create_topic, send_events
+from leakproof.commands.produce import send_events
 from leakproof.driver.job import Job
 from leakproof.errors import OffsetError
 from leakproof.events import WebEvent
 from leakproof.generator import GeneratorSpec
+from leakproof.kafka.admin import create_topic
 from leakproof.moved_keys import home, placed
 
 from .helpers import KAFKA, Env, offsets_rows, run_cli, session_rows, wait_for

@@ -11,17 +11,15 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from kafka import KafkaAdminClient, KafkaProducer
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka import KafkaProducer
+from kafka.errors import KafkaError
 
 from leakproof import codec
 from leakproof.config import KafkaConfig, Registry
 from leakproof.errors import LeakproofError
 from leakproof.events import WebEvent, schema_json
 from leakproof.kafka import producer_settings
-from leakproof.kafka.admin import admin_settings
 
 
 @dataclass(frozen=True)
@@ -32,25 +30,6 @@ class ProduceReport:
     @property
     def rate(self) -> float:
         return self.records / self.seconds if self.seconds else 0.0
-
-
-def create_topic(cfg: KafkaConfig, topic: str, partitions: int,
-                 configs: dict[str, str] | None = None, replication_factor: int = 1) -> bool:
-    """Create the topic if it does not exist; True if this call created it."""
-    admin = KafkaAdminClient(**admin_settings(cfg))
-    try:
-        spec: dict[str, Any] = {"num_partitions": partitions,
-                                "replication_factor": replication_factor}
-        if configs:
-            spec["configs"] = configs
-        admin.create_topics({topic: spec}, wait_for_metadata=True)
-        return True
-    except TopicAlreadyExistsError:
-        return False
-    except KafkaError as exc:
-        raise LeakproofError(f"cannot create topic {topic}: {exc}") from exc
-    finally:
-        admin.close()
 
 
 # A paced send sleeps once it is this far ahead, not after every record: at 8 000 records/s

@@ -20,11 +20,12 @@ from kafka.errors import (
     NotCoordinatorError,
     RebalanceInProgressError,
     StaleMemberEpochError,
+    TopicAlreadyExistsError,
     UnknownMemberIdError,
 )
 
 from leakproof.config import KafkaConfig
-from leakproof.errors import CoordinatorNotReady, GroupHasMembers, KafkaReadError
+from leakproof.errors import CoordinatorNotReady, GroupHasMembers, KafkaReadError, LeakproofError
 from leakproof.kafka import client_settings
 from leakproof.offsets import HeldTransaction, LogBounds
 
@@ -358,3 +359,22 @@ def admin_settings(cfg: KafkaConfig) -> dict[str, Any]:
     settings = {"reconnect_backoff_max_ms": 2000}  # as the reader: notice a restart soon
     settings.update({k: v for k, v in client_settings(cfg).items() if k in allowed})
     return settings
+
+
+def create_topic(cfg: KafkaConfig, topic: str, partitions: int,
+                 configs: dict[str, str] | None = None, replication_factor: int = 1) -> bool:
+    """Create the topic if it does not exist; True if this call created it."""
+    admin = KafkaAdminClient(**admin_settings(cfg))
+    try:
+        spec: dict[str, Any] = {"num_partitions": partitions,
+                                "replication_factor": replication_factor}
+        if configs:
+            spec["configs"] = configs
+        admin.create_topics({topic: spec}, wait_for_metadata=True)
+        return True
+    except TopicAlreadyExistsError:
+        return False
+    except KafkaError as exc:
+        raise LeakproofError(f"cannot create topic {topic}: {exc}") from exc
+    finally:
+        admin.close()

@@ -26,15 +26,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from leakproof.config import Config
 from leakproof.crashpoints import crash_point
-from leakproof.errors import DataLossError, DecodeError, LeakproofError, OffsetError, PublishError
+from leakproof.errors import DataLossError, DecodeError, OffsetError, PublishError
 from leakproof.kafka import producer_settings
-from leakproof.kafka.admin import admin_settings
+from leakproof.kafka.admin import create_topic
 from leakproof.kafka.closed_sink import within
 from leakproof.kafka.reader import consumer_settings, read_range
 from leakproof.kafka.registry import decoder_for
@@ -218,15 +218,5 @@ def ensure_internal_topic(cfg: Config, source_partitions: int,
     for name in ("retention.ms", "retention.bytes"):
         if name in source_settings:
             configs[name] = source_settings[name]
-    admin = KafkaAdminClient(**admin_settings(cfg.kafka))
-    try:
-        admin.create_topics({topic: {"num_partitions": rekey.partitions or source_partitions,
-                                     "replication_factor": -1, "configs": configs}},
-                            wait_for_metadata=True)
-        return True
-    except TopicAlreadyExistsError:
-        return False
-    except KafkaError as exc:
-        raise LeakproofError(f"cannot create the re-keying topic {topic}: {exc}") from exc
-    finally:
-        admin.close()
+    return create_topic(cfg.kafka, topic, rekey.partitions or source_partitions, configs,
+                        replication_factor=-1)
