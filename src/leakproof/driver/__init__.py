@@ -4,7 +4,8 @@ offset ranges, send them to Spark as tasks, commit their offsets once every task
 - ``job``: the Spark glue -- the StreamingContext, each batch's plan, tasks and commit, the
   main loop -- and the one module that wires the others;
 - ``spark_session``: the SparkContext and what the job asks of Spark besides the stream
-  (settings, executors' locations, Python workers started ahead of the first batch);
+  (settings, executors' locations, a batch's RDD with each range's preferred executor,
+  Python workers started ahead of the first batch);
 - ``spark_compat``: where Spark 3.5 and 4.x differ, decided in one place;
 - ``startup``: a driver's start in the order that makes it safe (claim the tables, check
   the model, take the lease, plan the start), shared with the unit tests' driver rig;
@@ -21,7 +22,8 @@ offset ranges, send them to Spark as tasks, commit their offsets once every task
 - ``committing``: the numbered commit steps and the lease check;
 - ``batch``: the values that travel with one batch, from planning through commit to progress;
 - ``control``: run control, the one object Spark's threads share (stop reasons, idle clock,
-  batches in flight, backpressure rate);
+  batches in flight, backpressure rate), and the useful line of a failure;
+- ``outcome``: how a run ended: its exit code and account;
 - ``stopping``: the heartbeat and ``leakproof stop``'s durable requests;
 - ``shutdown_hook``: the JVM's shutdown hook, so a SIGTERM lets the batch in flight commit;
 - ``progress``: the per-batch line (text, or one JSON object);

@@ -10,6 +10,7 @@ method is short; no other driver state is shared.
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import threading
 import time
@@ -233,3 +234,17 @@ class RunControl:
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
+
+
+_PY_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Refused|Failed)): (.+)$")
+
+
+def describe(exc: BaseException) -> str:
+    """The useful line of an error: for a failed Spark job, the Python error of the task."""
+    lines = str(exc).splitlines()
+    found = [m for m in map(_PY_ERROR.match, lines) if m]
+    ours = [m for m in found if m.group(1).startswith("leakproof.")]
+    pick = ours[0] if ours else (found[-1] if found else None)
+    if pick is not None:
+        return f"{pick.group(1).rsplit('.', 1)[-1]}: {pick.group(3)[:500]}"
+    return f"{type(exc).__name__}: {lines[0][:500] if lines else ''}"

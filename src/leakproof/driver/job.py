@@ -15,10 +15,8 @@ This is the only module of the driver that imports pyspark.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import socket
 import threading
 import time
@@ -33,21 +31,18 @@ from leakproof.commit_stores import open_store
 from leakproof.config import Config, session_stage
 from leakproof.crashpoints import crash_point
 from leakproof.driver.batch import BatchOutcome, BatchPlan, batch_millis
-from leakproof.driver.bounds import BOUND_NOT_REACHED, shortfall
 from leakproof.driver.committing import Committer
-from leakproof.driver.control import RunControl, RunLimits
+from leakproof.driver.control import RunControl, RunLimits, describe
 from leakproof.driver.dispatch import run_tasks
-from leakproof.driver.grouping import group
 from leakproof.driver.input_report import InputReport
 from leakproof.driver.key_guard import KeyMoveGuard
-from leakproof.driver.placement import place
+from leakproof.driver.outcome import run_outcome
 from leakproof.driver.planning import Planner
 from leakproof.driver.progress import Progress, log_line
 from leakproof.driver.rekeying import RekeyStage
 from leakproof.driver.shutdown_hook import JvmShutdownHook
 from leakproof.driver.spark_session import (
-    executor_locations,
-    rdd_with_locations,
+    BatchTasks,
     warm_up_workers,
 )
 from leakproof.driver.startup import prepare_tables, start_driver
@@ -60,14 +55,13 @@ from leakproof.errors import (
 )
 from leakproof.hbase.state_store import HBaseLeaseStore, HBaseRunRecord, HBaseTableSet
 from leakproof.kafka.admin import KafkaMetadata
-from leakproof.logs import FIELDS
 from leakproof.model.fingerprint import meaning
 from leakproof.reports import TaskReport
 from leakproof.runs import heartbeat_period_s
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Job", "RunLimits", "describe"]
+__all__ = ["Job", "RunLimits"]
 
 
 class Job:
@@ -90,9 +84,8 @@ class Job:
         self._closing: list[Any] = []  # clients to close when the run ends
         self.planner: Planner | None = None
         self.committer: Committer | None = None
-        # partition -> preferred executor; written and read by the planning (transform) thread
-        self._placement: dict[int, str] = {}
-        self._placement_warned = False
+        # a batch's RDD, each range preferring its last executor: the planning thread's
+        self._tasks = BatchTasks()
         self._outputs = 0  # batch outputs that succeeded (the output thread's count)
         self._abandoned = False  # a stop's deadline passed with a batch still running
         self._dispatched = threading.Event()  # a batch's tasks were submitted to Spark
@@ -173,19 +166,9 @@ class Job:
         batch_ms = batch_millis(t)
         if not self.control.planning_allowed():
             return sc.emptyRDD()
-        if self._rekey is not None:
-            try:  # the stage first: the ranges planned next hold what it copied
-                with self.control.in_flight():
-                    if self._rekey.run(sc, batch_ms):
-                        self.control.not_idle()
-            except KafkaReadError as exc:
-                log.warning("batch %d: Kafka metadata of %s unavailable (%s); re-keying "
-                            "nothing this batch", batch_ms, self.source_cfg.kafka.topic, exc)
-            except Exception as exc:  # noqa: BLE001 - a failed stage stops the job, named
-                self.control.fail(exc if isinstance(exc, LeakproofError) else BatchFailed(
-                    f"batch {batch_ms}: re-keying {self.source_cfg.kafka.topic} failed: "
-                    f"{describe(exc)}"))
-                return sc.emptyRDD()
+        # the stage first: the ranges planned next hold what it copied
+        if self._rekey is not None and not self._rekey.before_batch(sc, batch_ms, self.control):
+            return sc.emptyRDD()
         try:
             crash_point("driver_planning")
             plan = self.planner.plan(batch_ms, self.control.rate)
@@ -214,26 +197,9 @@ class Job:
         self.control.hand_over(plan)
         if self._inputs is not None:
             self._inputs.report(plan)
-        work = plan.work
-        if not work:
+        if not plan.work:
             return sc.emptyRDD()
-        executors = executor_locations(sc)
-        if executors is None and not self._placement_warned:
-            self._placement_warned = True
-            log.warning("cannot list the executors; ranges run without a preferred executor")
-        cores = 1 if plan.one_task else int(sc.defaultParallelism)
-        if not executors or plan.one_task:  # local mode (nothing to prefer), none listed yet
-            runs = [ranges for ranges, _ in group(work, cores)]
-            return sc.parallelize(runs, len(runs))
-        # every assigned partition, with records or not, so a quiet one keeps its executor
-        # and the first placement does not depend on which partitions had records
-        placed = place((r.partition for r in plan.ranges), executors, self._placement)
-        if placed != self._placement:
-            log.info("ranges prefer executors: %s", ", ".join(
-                f"p{p}@{where.rsplit('_', 1)[-1]}" for p, where in sorted(placed.items())))
-        self._placement = placed
-        return rdd_with_locations(sc, [(ranges, where or "")
-                                       for ranges, where in group(work, cores, placed)])
+        return self._tasks.rdd(sc, plan)
 
     def _reserve_cell_ts(self, until: int) -> None:
         """Record in the lease row how far this driver's cell timestamps may go."""
@@ -372,38 +338,9 @@ class Job:
     def _outcome(self) -> tuple[int, str]:
         """The exit code and the run record's account of the end (JSON)."""
         assert self.committer is not None
-        committed = dict(sorted(self.committer.committed.items()))
-        last = self.committer.last_batch_ms
-        failure = self.control.failure
-        where = (f"the last committed batch is {last}" if last else
-                 "this run committed no batch")
-        if failure is not None and not self.control.asked_to_stop:
-            log.error("job failed; offsets were not committed past the last good batch. "
-                      "Restart to resume from HBase. Cause: %s", failure)
-            rc, how = 1, f"failed: {failure}"
-        elif failure is not None or self._abandoned:
-            # Asked to stop, and the batch in flight could not finish: nothing after the last
-            # commit was committed, so nothing is lost -- a restart replays that batch.
-            log.warning("stopped as asked (%s); the batch in flight was abandoned without "
-                        "commit%s. Nothing is lost: %s (offsets %s) and a restart resumes "
-                        "there.", self.control.stop_reason,
-                        f" ({failure})" if failure else "", where, committed)
-            rc, how = 0, f"stopped ({self.control.stop_reason}); batch in flight abandoned"
-        else:
-            log.info("stopped after %d batches (%s); %s; committed offsets %s", self._outputs,
-                     self.control.stop_reason, where, committed, extra={FIELDS: {
-                         "stop_reason": self.control.stop_reason, "last_batch_ms": last,
-                         "offsets": committed}})
-            rc, how = 0, f"stopped ({self.control.stop_reason})"
-        short = shortfall(self.planner.until if self.planner else None, committed)
-        if rc == 0 and short:  # a backfill stopped early is never taken for a finished copy
-            log.error("the bounded run (%s) stopped before its bound: %s. The tables do not "
-                      "yet hold every record up to it; run again with the same bound to "
-                      "finish (exit %d)", self.control.limits.bound(), short,
-                      BOUND_NOT_REACHED)
-            rc, how = BOUND_NOT_REACHED, f"{how}; bound not reached: {short}"
-        return rc, json.dumps({"exit": rc, "how": how, "last_batch_ms": last,
-                               "offsets": committed})
+        return run_outcome(self.control, self.committer.committed,
+                           self.committer.last_batch_ms, self._outputs, self._abandoned,
+                           self.planner.until if self.planner else None)
 
     def _start_metrics(self, sc: Any) -> None:
         from leakproof.driver import metrics
@@ -411,17 +348,3 @@ class Job:
         for client in metrics.start(self.topic, self.group, self.cfg.job, self.progress,
                                     sc.version, sc.applicationId):
             self._closes(client)
-
-
-_PY_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Refused|Failed)): (.+)$")
-
-
-def describe(exc: BaseException) -> str:
-    """The useful line of an error: for a failed Spark job, the Python error of the task."""
-    lines = str(exc).splitlines()
-    found = [m for m in map(_PY_ERROR.match, lines) if m]
-    ours = [m for m in found if m.group(1).startswith("leakproof.")]
-    pick = ours[0] if ours else (found[-1] if found else None)
-    if pick is not None:
-        return f"{pick.group(1).rsplit('.', 1)[-1]}: {pick.group(3)[:500]}"
-    return f"{type(exc).__name__}: {lines[0][:500] if lines else ''}"

@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from leakproof.config import Config
-from leakproof.errors import ConfigError, KafkaReadError
+from leakproof.driver.control import RunControl, describe
+from leakproof.errors import BatchFailed, ConfigError, KafkaReadError, LeakproofError
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.offsets import per_partition_budget
 from leakproof.rekey import RekeyReport, rekey_group, totals
@@ -36,6 +37,23 @@ class RekeyStage:
         self.cfg, self._meta = cfg, meta
         self.source = cfg.kafka.topic
         self.internal = cfg.input.rekey.internal_topic(self.source)
+
+    def before_batch(self, sc: Any, batch_ms: int, control: RunControl) -> bool:
+        """The stage's tasks for the batch ``batch_ms``, run before its ranges are planned;
+        False: it failed, and ``control`` says so (the job stops). Kafka's metadata away:
+        nothing re-keyed this batch, the job goes on."""
+        try:
+            with control.in_flight():
+                if self.run(sc, batch_ms):
+                    control.not_idle()
+        except KafkaReadError as exc:
+            log.warning("batch %d: Kafka metadata of %s unavailable (%s); re-keying "
+                        "nothing this batch", batch_ms, self.source, exc)
+        except Exception as exc:  # noqa: BLE001 - a failed stage stops the job, named
+            control.fail(exc if isinstance(exc, LeakproofError) else BatchFailed(
+                f"batch {batch_ms}: re-keying {self.source} failed: {describe(exc)}"))
+            return False
+        return True
 
     def prepare(self) -> None:
         """Create the internal topic when it is missing (``kafka.rekey``)."""

@@ -16,6 +16,9 @@ from typing import Any
 
 from leakproof.config import Config
 from leakproof.driver import spark_compat
+from leakproof.driver.batch import BatchPlan
+from leakproof.driver.grouping import group
+from leakproof.driver.placement import place
 from leakproof.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -101,6 +104,35 @@ def rdd_with_locations(sc: Any, items: list[tuple[Any, str]]) -> Any:
     jrdd = sc._jsc.sc().makeRDD(spark.to_seq(jvm, pairs), tag)
     return RDD(jvm.org.apache.spark.api.java.JavaRDD.fromRDD(jrdd, tag), sc,
                BatchedSerializer(pickler, 1))  # type: ignore[no-untyped-call]
+
+
+class BatchTasks:
+    """A batch's RDD: one Spark partition per task, each holding a run of ranges
+    (``grouping``), each preferring the executor its partitions ran on last (``placement``):
+    the placement is kept from batch to batch."""
+
+    def __init__(self) -> None:
+        self._placement: dict[int, str] = {}
+        self._warned = False
+
+    def rdd(self, sc: Any, plan: BatchPlan) -> Any:
+        executors = executor_locations(sc)
+        if executors is None and not self._warned:
+            self._warned = True
+            log.warning("cannot list the executors; ranges run without a preferred executor")
+        cores = 1 if plan.one_task else int(sc.defaultParallelism)
+        if not executors or plan.one_task:  # local mode (nothing to prefer), none listed yet
+            runs = [ranges for ranges, _ in group(plan.work, cores)]
+            return sc.parallelize(runs, len(runs))
+        # every assigned partition, with records or not, so a quiet one keeps its executor
+        # and the first placement does not depend on which partitions had records
+        placed = place((r.partition for r in plan.ranges), executors, self._placement)
+        if placed != self._placement:
+            log.info("ranges prefer executors: %s", ", ".join(
+                f"p{p}@{where.rsplit('_', 1)[-1]}" for p, where in sorted(placed.items())))
+        self._placement = placed
+        return rdd_with_locations(sc, [(ranges, where or "")
+                                       for ranges, where in group(plan.work, cores, placed)])
 
 
 # An executor's JVM only hands ranges to its Python workers, which read, fold and write, and
