@@ -22,6 +22,7 @@ can so alternate which of them meets a cold HBase); RATE_PER_PARTITION= caps bat
 same-run baseline of read_committed's cost); CLOSED=1 also publishes closed-session
 summaries to a topic of their own, in transactions (TRANSACTIONAL=0: plain sends), and prints
 what publishing cost per batch;
+REKEY=1 sends the events under null keys and runs the job with input.rekey (no peers);
 KEEP=1 keeps the run's HBase tables (dropped otherwise: HBase slows as they pile up); INTERVAL= sets
 another batch interval (s) than config.yml's.
 LATENCY=1 (make bench-latency): a steady load for LATENCY_S at RATE (default half the last

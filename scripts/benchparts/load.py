@@ -15,12 +15,13 @@ from benchparts.settings import (
     FRAMED,
     PARTITIONS,
     PRODUCER,
+    REKEY,
     ROOT,
     SESSIONS,
     SPAN_S,
     SPEC,
 )
-from leakproof import config
+from leakproof import codec, config
 from leakproof.commands.produce import send_confluent, send_events, send_raw
 from leakproof.examples import access_log
 from leakproof.generator import generate
@@ -30,7 +31,8 @@ from leakproof.kafka.admin import create_topic
 def prefill(cfg: config.Config, name: str) -> None:
     """Create the topic ``name`` and fill it with the run's records: EVENTS web events in
     SESSIONS sessions (MANY, SPAN_S), the same registry-framed (FORMAT=confluent), or the
-    access-log example's requests (MODEL=access, FORMAT=json)."""
+    access-log example's requests (MODEL=access, FORMAT=json); REKEY=1: the web events under
+    null keys."""
     what = (f"about {EVENTS} access-log requests in {EVENTS // 12} visits" if ACCESS else
             f"{EVENTS} events, {SESSIONS} sessions"
             f"{f' starting within {SPAN_S} s' if SPAN_S else ''}")
@@ -43,6 +45,9 @@ def prefill(cfg: config.Config, name: str) -> None:
     elif FRAMED:
         assert cfg.input.registry is not None
         report = send_confluent(cfg.kafka, name, generate(SPEC), cfg.input.registry)
+    elif REKEY:  # null keys: the producer spreads them over the partitions
+        report = send_raw(cfg.kafka, name, ((None, codec.encode_value(e))
+                                            for e in generate(SPEC)))
     else:
         report = send_events(cfg.kafka, name, generate(SPEC))
     print(f"   produced in {report.seconds:.1f}s ({report.rate:.0f} ev/s)", flush=True)

@@ -1,8 +1,9 @@
 """What a run is asked to do, read once from the environment: the topic's shape (EVENTS,
 SESSIONS, SPAN_S, MANY, PARTITIONS), the ceiling's processes (WORKERS), the model and its
-format (MODEL, FORMAT), the peers (PEERS, PEERS_FIRST), the profile's window (PROFILE_S), the
-latency mode's producer and warm-up (PRODUCER, WARMUP_S), and the repository root and the
-local region server's log every part reads or writes under."""
+format (MODEL, FORMAT), null keys re-keyed by the job (REKEY), the peers (PEERS,
+PEERS_FIRST), the profile's window (PROFILE_S), the latency mode's producer and warm-up
+(PRODUCER, WARMUP_S), and the repository root and the local region server's log every part
+reads or writes under."""
 
 from __future__ import annotations
 
@@ -47,6 +48,11 @@ REGISTRY_URL = "http://127.0.0.1:8081/apis/ccompat/v7"
 if ACCESS or FRAMED:  # the peers read bare web events only
     PEERS = []
 if ACCESS:
+    PEERS = []
+# REKEY=1: the same web events under null keys (as log shippers send them), re-keyed by the
+# job through its internal topic (input.rekey); no peers (they read keyed records)
+REKEY = os.environ.get("REKEY") == "1"
+if REKEY:
     PEERS = []
 # MODEL=gap: the same web events with sessions.by: gap (each session id a visitor, its
 # events split by the gap); the peer is Spark's session_window on the same topic

@@ -24,6 +24,7 @@ from benchparts.settings import (
     PEERS,
     PEERS_FIRST,
     REGISTRY_URL,
+    REKEY,
     ROOT,
 )
 from leakproof import config
@@ -57,6 +58,8 @@ def measure(name: str) -> int:
         data["events"].update(format="confluent", registry={"url": REGISTRY_URL})
     if GAP:
         data.setdefault("sessions", {})["by"] = "gap"
+    if REKEY:
+        data.setdefault("input", {})["rekey"] = {"field": "session_id"}
     if ACCESS:
         data.update(access_log.model_sections())
         data["events"]["format"] = "json" if ACCESS_JSON else "avro"
