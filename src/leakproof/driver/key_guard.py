@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from leakproof.driver.batch import BatchPlan
 from leakproof.moved_keys import KeyMoves
-from leakproof.ports.driver import LeaseStore
+from leakproof.ports.driver import TopicRecords
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 class KeyMoveGuard:
     """What keys moving between partitions ask of each batch's tasks."""
 
-    def __init__(self, store: LeaseStore, topic: str, settle_s: float) -> None:
+    def __init__(self, store: TopicRecords, topic: str, settle_s: float) -> None:
         self._store = store
         self._topic = topic
         self._settle_s = settle_s

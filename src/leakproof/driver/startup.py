@@ -36,7 +36,7 @@ from leakproof.hbase.connection import (
 from leakproof.lease import Lease
 from leakproof.model.fingerprint import beyond_force, changes, only_added
 from leakproof.offsets import CommittedBatch, StartPlan
-from leakproof.ports.driver import CommitStore, GroupMirror, LeaseStore, TableSet
+from leakproof.ports.driver import CommitStore, GroupMirror, LeaseStore, TableRecords, TableSet
 from leakproof.sessions import incarnation_of
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def prepare_tables(cfg: HBaseConfig) -> None:
                     "session row read go to disk; in the HBase shell: %s", command)
 
 
-def check_model(leases: LeaseStore, model: str) -> None:
+def check_model(leases: TableRecords, model: str) -> None:
     """Record the model the first time; refuse one whose meaning differs from the rows'.
     A recorded meaning of an older version (without the session settings) that agrees is
     recorded again, complete (``fingerprint``: it is read as the configured settings)."""

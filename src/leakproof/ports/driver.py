@@ -15,8 +15,8 @@ from leakproof.moved_keys import KeyMoves
 from leakproof.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
 from leakproof.runs import RunState
 
-__all__ = ["REQUIRED_AUDIT", "CommitStore", "GroupMirror", "LeaseStore", "Metadata",
-           "RunRecord", "RunState", "TableSet"]
+__all__ = ["REQUIRED_AUDIT", "CommitStore", "DriverLease", "GroupMirror", "LeaseStore",
+           "Metadata", "RunRecord", "RunState", "TableRecords", "TableSet", "TopicRecords"]
 
 # The audit keys every commit store gives back from ``latest()``, because the start-up
 # checks read them. epoch: the lease epoch of the driver that committed; topic_id: Kafka's
@@ -125,8 +125,9 @@ class TableSet(Protocol):
     def close(self) -> None: ...
 
 
-class LeaseStore(Protocol):
-    """The driver lease of one topic and group, and the record of skipped data."""
+class DriverLease(Protocol):
+    """The driver lease of one topic and group: who may commit, and how far its cells'
+    timestamps may go."""
 
     def take(self, tag: str) -> Lease:
         """Bump the epoch: from now on only this lease may commit."""
@@ -145,6 +146,11 @@ class LeaseStore(Protocol):
         lease; False: it does not any more."""
         ...
 
+
+class TopicRecords(Protocol):
+    """What the job keeps of the topic it reads: its Kafka id, the data skipped, the keys
+    moved when partitions were added."""
+
     def record_gap(self, gap: Gap) -> None: ...
 
     def topic_id(self) -> str | None:
@@ -157,6 +163,22 @@ class LeaseStore(Protocol):
         ...
 
     def record_topic_id(self, topic_id: str) -> None: ...
+
+    def first_topic_id(self, candidate: str | None) -> str | None:
+        """The id of the topic whose session fences carry no incarnation tag (the first the
+        job read): ``candidate`` when none is recorded yet, then that for good."""
+        ...
+
+    def key_moves(self) -> KeyMoves:
+        """When batches may run as several tasks again after partitions were added."""
+        ...
+
+    def record_key_moves(self, moves: KeyMoves) -> None: ...
+
+
+class TableRecords(Protocol):
+    """What the table set records of its writers: the one job that owns it, and the
+    meaning of the model its session rows were written under."""
 
     def recorded_model(self) -> str | None:
         """The meaning of the model the session rows were written under (None: unknown)."""
@@ -174,15 +196,11 @@ class LeaseStore(Protocol):
         it holds its lease: another job may have taken a starting one's tables over)."""
         ...
 
-    def first_topic_id(self, candidate: str | None) -> str | None:
-        """The id of the topic whose session fences carry no incarnation tag (the first the
-        job read): ``candidate`` when none is recorded yet, then that for good."""
-        ...
 
-    def key_moves(self) -> KeyMoves:
-        """When batches may run as several tasks again after partitions were added."""
-        ...
-
-    def record_key_moves(self, moves: KeyMoves) -> None: ...
+class LeaseStore(DriverLease, TopicRecords, TableRecords, Protocol):
+    """The driver's rows of the state table for one topic and group, by concern: the lease
+    (``DriverLease``), the topic's records (``TopicRecords``) and the table set's
+    (``TableRecords``), kept together in one store since they share its row and its
+    connection; a function that needs one concern names that one."""
 
     def close(self) -> None: ...
