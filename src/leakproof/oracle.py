@@ -185,25 +185,35 @@ def _rows(events: Iterable[tuple[int, Event, bool]], close_after_ms: int, model:
         if state == "closed" and retention_ms is not None and reach[sid] < _swept_below(
                 watermark[last_in[sid]], retention_ms, close_after_ms):
             state = RETIRED
-        row = {"first_ts": str(min(e.ts for e in evs)), "last_ts": str(last_ts),
-               "state": state,
-               "late_events": str(late[sid])}
-        if sequenced:
-            ooo, highest = 0, None
-            for e in evs:
-                seq = e.seq or 0
-                if highest is not None and seq <= highest:
-                    ooo += 1
-                highest = seq if highest is None else max(highest, seq)
-            row["duplicates"], row["out_of_order"] = str(dups[sid]), str(ooo)
-        for agg in model.aggregates:
-            cond = conditions[agg.name]
-            chosen = [e for e in evs if cond is None or holds(cond, e.record)]
-            text = _aggregate(agg, chosen, fields, sequenced, python.get(agg.name))
-            if text is not None:
-                row[agg.name] = text
-        rows[sid] = row
+        rows[sid] = _id_row(evs, state, late[sid], dups[sid], model, fields, conditions,
+                            python)
     return rows
+
+
+def _id_row(evs: list[Event], state: str, late: int, dups: int, model: Model,
+            fields: Mapping[str, Field], conditions: Mapping[str, where.Node | None],
+            python: Mapping[str, Any]) -> dict[str, str]:
+    """One session's cells by id, from its applied events in the order they were applied
+    (``fields``: the model's; ``conditions``: each aggregate's parsed ``where``;
+    ``python``: each Python aggregate's instance)."""
+    sequenced = model.sequence is not None
+    row = {"first_ts": str(min(e.ts for e in evs)), "last_ts": str(max(e.ts for e in evs)),
+           "state": state, "late_events": str(late)}
+    if sequenced:
+        ooo, highest = 0, None
+        for e in evs:
+            seq = e.seq or 0
+            if highest is not None and seq <= highest:
+                ooo += 1
+            highest = seq if highest is None else max(highest, seq)
+        row["duplicates"], row["out_of_order"] = str(dups), str(ooo)
+    for agg in model.aggregates:
+        cond = conditions[agg.name]
+        chosen = [e for e in evs if cond is None or holds(cond, e.record)]
+        text = _aggregate(agg, chosen, fields, sequenced, python.get(agg.name))
+        if text is not None:
+            row[agg.name] = text
+    return row
 
 
 def expected_gap_rows(partitions: Mapping[int, Iterable[Event]], close_after_ms: int,
