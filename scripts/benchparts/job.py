@@ -25,7 +25,8 @@ def run_job(cfg_path: Path, cfg: config.Config, work: Path) -> Drain | None:
     if rc != 0:
         print(f"job failed (exit {rc}); see {log}")
         return None
-    with contextlib.closing(open_store(cfg)) as store:
+    # with input.rekey the job commits the internal topic's offsets (config.session_stage)
+    with contextlib.closing(open_store(config.session_stage(cfg))) as store:
         rows = store.history(100_000)
     rows.reverse()
     commits, before = [], 0
