@@ -11,6 +11,7 @@ aggregates are shared: they say what the model is, not how it folds.
 from __future__ import annotations
 
 import heapq
+import json
 import operator
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -486,4 +487,68 @@ def rekey_problems(source: Mapping[tuple[int, int], tuple[bytes | None, bytes | 
                         f"{twice[:5]}")
     if missing:
         problems.append(f"{len(missing)} source records not copied, e.g. {missing[:5]}")
+    return problems[:50]
+
+
+def summary_problems(records: Iterable[tuple[bytes | None, bytes | None,
+                                             Sequence[tuple[str, bytes | None]]]],
+                     rows: Mapping[str, Mapping[str, str]], *, updates: bool,
+                     json_values: bool = True, held: bool = False) -> list[str]:
+    """The summaries topic, read at read_committed (``records``: key, value, headers, each
+    partition in offset order), against the session rows (DESIGN "Closed-session
+    summaries"): per key the ``leakproof.version`` headers strictly increase (so no key and
+    version twice); each key's last record equals its row (a tombstone: no row), with
+    ``leakproof.final`` true exactly when the row is closed -- for an open row only with
+    ``updates`` (``emit: update``): else its summary comes at its close. With ``updates``
+    every row has a summary, and each JSON value's ``version`` and ``final`` are its
+    headers'; with ``held`` too (``emit: {every_s: N}``) an open row's last change may be
+    held back, so only the closed rows are held to that. ``json_values``: the values are
+    JSON (else only the headers are checked)."""
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    last: dict[str, tuple[bytes | None, bool]] = {}
+    for key, value, headers in records:
+        sid = (key or b"").decode()
+        found = {name: v for name, v in headers if v is not None}
+        try:
+            version = int(found["leakproof.version"])
+            final = {b"true": True, b"false": False}[found["leakproof.final"]]
+        except (KeyError, ValueError):
+            problems.append(f"summary of {sid}: no valid leakproof.version / leakproof.final "
+                            f"headers ({headers!r})")
+            continue
+        if sid in seen and version <= seen[sid]:
+            problems.append(f"summary of {sid}: version {version} after {seen[sid]}")
+        seen[sid] = version
+        if updates and json_values and value is not None:
+            doc = json.loads(value)
+            if (doc.get("version"), doc.get("final")) != (version, final):
+                problems.append(f"summary of {sid}: value says version {doc.get('version')} "
+                                f"final {doc.get('final')}, headers {version} {final}")
+        last[sid] = (value, final)
+    for sid, (value, final) in sorted(last.items()):
+        row = rows.get(sid)
+        if row is not None and row.get("state") != "closed" and (held or not updates):
+            # open: its summary comes at its close (or its window): the last record may
+            # still be an earlier session's of the key (used again after the retention)
+            continue
+        if value is None:
+            if row is not None:
+                problems.append(f"summary of {sid}: a tombstone last, but the row is there")
+            continue
+        if row is None:
+            problems.append(f"summary of {sid}: no row")
+            continue
+        if final != (row.get("state") == "closed"):
+            problems.append(f"summary of {sid}: final {final}, the row is {row.get('state')}")
+        if json_values:
+            doc = {k: v for k, v in json.loads(value).items()
+                   if k not in ("session_id", "version", "final")}
+            if doc != dict(row):
+                problems.append(f"summary of {sid}: last {doc} is not its row {dict(row)}")
+    if updates:
+        missing = sorted(sid for sid, row in rows.items() if sid not in last and (
+            not held or row.get("state") == "closed"))
+        if missing:
+            problems.append(f"{len(missing)} session rows with no summary, e.g. {missing[:5]}")
     return problems[:50]

@@ -18,6 +18,12 @@ attempts of one range running at once (a speculative copy, a zombie) may each se
 writes part way and owe different sessions; under one id the second would take the first's
 marker for its own and never send what only it owed. With the digest each goes out (a
 session the two share is then published twice: at least once, never lost).
+
+With ``output.emit: {every_s: N}`` the outbox also holds the open sessions changed since
+the partition's last window opened and not yet published (``held``), and when that window
+opened (``emitted``, a cell timestamp: the version it sent): ``throttled``. They are
+written with it, before the rows, so a crash never loses a change: it is owed, or held, or
+the replay folds it again.
 """
 
 from __future__ import annotations
@@ -25,20 +31,25 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 ID = b"w:outbox"
 SESSIONS = b"w:outbox_sessions"
 PUBLISHED = b"w:outbox_published"
+HELD = b"w:outbox_held"
+EMITTED = b"w:outbox_emitted"
 
 
 @dataclass(frozen=True)
 class Outbox:
-    """A partition's outbox: the newest one's id and sessions, and the id last published."""
+    """A partition's outbox: the newest one's id and sessions, and the id last published;
+    with ``every_s``, the sessions held back and when the last window opened (-1: never)."""
 
     id: str = ""
     sessions: tuple[str, ...] = ()
     published: str = ""
+    held: tuple[str, ...] = ()
+    emitted: int = -1
 
     @property
     def pending(self) -> bool:
@@ -55,17 +66,49 @@ class Outbox:
         sessions = tuple(dict.fromkeys((*self.owed(), *closed)))
         if not sessions:
             return None
-        return Outbox(with_digest(new_id, sessions), sessions, self.published)
+        return replace(self, id=with_digest(new_id, sessions), sessions=sessions)
+
+    def throttled(self, new_id: str, due: Iterable[str], changed: Iterable[str],
+                  now: int, every_ms: int) -> Outbox | None:
+        """``next`` for ``output.emit: {every_s: N}`` at cell timestamp ``now``: ``due``
+        (closes, tombstones) go out now; the open sessions ``changed`` too, with every one
+        held before, when the partition's window is open (``every_ms`` since the last one
+        opened at ``emitted``) -- so a session goes out at most once per window while it
+        changes -- else they are held. With nothing to send but a new held list, the same
+        (published) outbox with that list: only the list is written."""
+        changed = tuple(changed)
+        release = bool(self.held or changed) and (
+            self.emitted < 0 or now - self.emitted >= every_ms)
+        out: tuple[str, ...] = (*self.owed(), *due)
+        kept: tuple[str, ...] = (*self.held, *changed)
+        emitted = self.emitted
+        if release:
+            out, kept, emitted = (*out, *kept), (), now
+        sessions = tuple(dict.fromkeys(out))
+        sent = set(sessions)
+        held = tuple(sid for sid in dict.fromkeys(kept) if sid not in sent)
+        if sessions:
+            return Outbox(with_digest(new_id, sessions), sessions, self.published, held,
+                          emitted)
+        if (held, emitted) == (self.held, self.emitted):
+            return None
+        return replace(self, held=held, emitted=emitted)
 
     def encode(self) -> dict[bytes, bytes]:
-        return {ID: self.id.encode(), SESSIONS: json.dumps(list(self.sessions)).encode()}
+        cells = {ID: self.id.encode(), SESSIONS: json.dumps(list(self.sessions)).encode()}
+        if self.held or self.emitted >= 0:  # every_s only: close and update write as before
+            cells[HELD] = json.dumps(list(self.held)).encode()
+            cells[EMITTED] = str(self.emitted).encode()
+        return cells
 
     @classmethod
     def parse(cls, cells: Mapping[bytes, bytes]) -> Outbox:
         """From the state row's cells (an absent outbox is an empty one)."""
         return cls(cells.get(ID, b"").decode(),
                    tuple(json.loads(cells.get(SESSIONS, b"[]"))),
-                   cells.get(PUBLISHED, b"").decode())
+                   cells.get(PUBLISHED, b"").decode(),
+                   tuple(json.loads(cells.get(HELD, b"[]"))),
+                   int(cells.get(EMITTED, b"-1")))
 
 
 def with_digest(attempt_id: str, sessions: Iterable[str]) -> str:

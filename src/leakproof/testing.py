@@ -32,7 +32,7 @@ from leakproof.ports.task import Mark, PartitionSave
 from leakproof.runs import RUNNING, STOPPED, RunState
 from leakproof.session_cells import readable
 from leakproof.sessions import SessionState
-from leakproof.summaries import Encode
+from leakproof.summaries import Encode, EncodeUpdate, Headers
 
 
 @dataclass
@@ -655,19 +655,25 @@ class FakeSummarySink:
     journal: Journal
     committed: list[tuple[str, list[tuple[bytes, bytes | None]]]] = field(default_factory=list)
     encode: Encode | None = None  # None: JSON
+    updates: bool = False  # output.emit: update
+    encode_update: EncodeUpdate | None = None  # None: JSON
+    every_ms: int | None = None  # output.emit: {every_s: N}, in ms (then updates too)
+    # each committed transaction's records' headers, as ``committed`` holds their records
+    headers: list[list[Headers]] = field(default_factory=list)
 
     def published(self, outbox_id: str) -> bool:
         """As the marker tells it: the newest committed transaction's id covers it."""
         return bool(self.committed) and covers(self.committed[-1][0], outbox_id)
 
     def publish(self, records: Sequence[tuple[bytes, bytes | None]], outbox_id: str,
-                until_offset: int) -> None:
+                until_offset: int, headers: Sequence[Headers] = ()) -> None:
         """As ``ClosedSink.publish``: the marker is read first; a covered outbox is not
         sent again."""
         self.journal.step("publish")
         if self.published(outbox_id):
             return
         self.committed.append((outbox_id, list(records)))
+        self.headers.append(list(headers) or [[] for _ in records])
 
 
 # --------------------------------------------------------------------------- redrive

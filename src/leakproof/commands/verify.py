@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 
 from leakproof import oracle
 from leakproof.commands.dead_letters import current_source
@@ -207,7 +207,28 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], until_ms: int | None = N
                                     f"raw bytes")
     verdict.problems += _redrive_problems(name, got.copies, dead, whole=until_ms is None)
     verdict.problems += copied
+    if (out := cfg.output.closed_sessions_topic) is not None:
+        tell(f"reading the summaries on {out} at read_committed")
+        verdict.problems += oracle.summary_problems(
+            read_summaries(cfg, out), actual, updates=cfg.output.updates,
+            json_values=cfg.output.format == "json", held=cfg.output.every_ms is not None)
     return verdict
+
+
+def read_summaries(cfg: Config, topic: str
+                   ) -> Iterator[tuple[bytes | None, bytes | None,
+                                       Sequence[tuple[str, bytes | None]]]]:
+    """Every record of the summaries ``topic`` a read_committed consumer sees: key, value,
+    headers, each partition in offset order (a key's records are in one partition)."""
+    kafka = replace(cfg.kafka, isolation_level="read_committed")
+    meta = KafkaMetadata(kafka)
+    try:
+        bounds = meta.log_bounds(topic, meta.partitions(topic))
+    finally:
+        meta.close()
+    for p, b in sorted(bounds.items()):
+        for rec in read_range(kafka, OffsetRange(topic, p, b.log_start, b.readable_end)):
+            yield rec.key, rec.value, rec.headers or ()
 
 
 def rekey_check(cfg: Config, tell: Say) -> list[str]:

@@ -5,13 +5,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from leakproof.config.reader import TOPIC_RE, Section, mapping
 from leakproof.config.security import KerberosConfig, Registry, read_registry, with_login
 from leakproof.errors import ConfigError
 
 SummaryFormat = Literal["json", "avro"]
+EmitWord = Literal["close", "update"]
+
+
+@dataclass(frozen=True)
+class EmitEvery:
+    """``output.emit: {every_s: N}``: as ``update``, each open session at most once per N
+    seconds while it changes (its close always at once)."""
+
+    every_s: float
+
+
+Emit = EmitWord | EmitEvery
 
 
 @dataclass(frozen=True)
@@ -33,6 +45,22 @@ class OutputConfig:
     # ``registry`` (``output.registry``, else ``events.registry``).
     format: SummaryFormat = "json"
     registry: Registry | None = None
+    # close: a summary when a session closes, and again when a late fold changes it.
+    # update: in every range that changed the session, open or closed. EmitEvery: as
+    # update, an open session at most once per every_s (outbox.throttled). Each summary
+    # record carries headers leakproof.version / leakproof.final; but close, the value
+    # holds them too (JSON keys, Avro fields; close keeps the value as it always was).
+    emit: Emit = "close"
+
+    @property
+    def updates(self) -> bool:
+        """Open sessions' summaries go out too, each with its version and final."""
+        return self.emit != "close"
+
+    @property
+    def every_ms(self) -> int | None:
+        """``{every_s: N}``: N in ms; else None."""
+        return round(self.emit.every_s * 1000) if isinstance(self.emit, EmitEvery) else None
 
 
 def read_output(data: dict[str, Any], events_registry: Registry | None,
@@ -56,8 +84,25 @@ def read_output(data: dict[str, Any], events_registry: Registry | None,
             raise ConfigError("'output.format: avro' needs 'output.registry.url' (or "
                               "'events.registry' with api confluent) to register the "
                               "summary schema in")
+    emit = _emit(s)
     return OutputConfig(
         closed_sessions_topic=s.text("closed_sessions_topic", pattern=TOPIC_RE, optional=True),
         transactional=s.flag("transactional"),
         transaction_timeout_s=s.number("transaction_timeout_s", minimum=0, exclusive=True),
-        format=fmt, registry=registry)
+        format=fmt, registry=registry, emit=emit)
+
+
+def _emit(s: Section) -> Emit:
+    """``output.emit``: close | update | {every_s: N} with N > 0."""
+    value = s.get("emit")
+    if isinstance(value, dict):
+        every = Section(value, "output.emit", EmitEvery)
+        if "every_s" not in value:
+            raise ConfigError("'output.emit.every_s' is required in the mapping form "
+                              "{every_s: N}")
+        return EmitEvery(every.number("every_s", minimum=0, exclusive=True))
+    if value not in get_args(EmitWord):
+        raise ConfigError(f"'output.emit' = {value!r} is not valid; use one of: close | "
+                          f"update | {{every_s: N}}")
+    word: EmitWord = value
+    return word

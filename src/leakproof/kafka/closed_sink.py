@@ -37,7 +37,7 @@ from leakproof.errors import PublishError
 from leakproof.kafka import producer_settings
 from leakproof.kafka.reader import consumer_settings
 from leakproof.outbox import covers
-from leakproof.summaries import Encode
+from leakproof.summaries import Encode, EncodeUpdate, Headers
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +84,15 @@ class ClosedSink:
     """Publishes one source partition's closed-session summaries to the output topic."""
 
     def __init__(self, kafka: KafkaConfig, output: OutputConfig, partition: int,
-                 encode: Encode | None = None, scope: str = "") -> None:
-        """``encode``: a summary's record value (None: JSON); ``scope``: the tables' prefix
-        (``transactional_id``)."""
+                 encode: Encode | None = None, scope: str = "",
+                 encode_update: EncodeUpdate | None = None) -> None:
+        """``encode``: a summary's record value (None: JSON), ``encode_update`` the same
+        with ``output.emit: update``; ``scope``: the tables' prefix (``transactional_id``)."""
         assert output.closed_sessions_topic is not None
         self.encode = encode
+        self.updates = output.updates
+        self.every_ms = output.every_ms
+        self.encode_update = encode_update
         self._kafka, self._output, self.partition = kafka, output, partition
         self.topic = output.closed_sessions_topic
         self.txn_id = (transactional_id(kafka, partition, scope) if output.transactional
@@ -153,10 +157,10 @@ class ClosedSink:
         return found is not None and covers(found.metadata, outbox_id)
 
     def publish(self, records: Sequence[tuple[bytes, bytes | None]], outbox_id: str,
-                until_offset: int) -> None:
-        """Send ``records`` (key, value) and the marker in one transaction, and commit it;
-        on any failure abort (best effort) and raise PublishError. Without transactions:
-        send and flush.
+                until_offset: int, headers: Sequence[Headers] = ()) -> None:
+        """Send ``records`` (key, value; ``headers``: none, or one list per record) and the
+        marker in one transaction, and commit it; on any failure abort (best effort) and
+        raise PublishError. Without transactions: send and flush.
 
         The marker is read first (by a producer that has fenced every older one): an outbox
         a concurrent attempt of the range already published is not sent again. A
@@ -170,8 +174,7 @@ class ClosedSink:
         if not self.txn_id:
             producer = self._ready()
             def send_all() -> None:
-                for key, value in records:
-                    producer.send(self.topic, key=key, value=value)
+                self._send(producer, records, headers)
                 producer.flush()
 
             self._call("send", send_all)
@@ -179,24 +182,29 @@ class ClosedSink:
         if self.published(outbox_id):
             return  # a copy of this range running beside this one published it
         try:
-            self._transaction(records, outbox_id, until_offset)
+            self._transaction(records, outbox_id, until_offset, headers)
         except PublishError as exc:
             if not isinstance(exc.__cause__, KafkaError):
                 raise  # past the deadline: the broker is not answering
             if self.published(outbox_id):
                 return  # a copy of this task published this very outbox
             log.info("%s: %s; once more with a new producer", self.txn_id, exc.__cause__)
-            self._transaction(records, outbox_id, until_offset)
+            self._transaction(records, outbox_id, until_offset, headers)
+
+    def _send(self, producer: Any, records: Sequence[tuple[bytes, bytes | None]],
+              headers: Sequence[Headers]) -> None:
+        for i, (key, value) in enumerate(records):
+            producer.send(self.topic, key=key, value=value,
+                          headers=headers[i] if headers else None)
 
     def _transaction(self, records: Sequence[tuple[bytes, bytes | None]], outbox_id: str,
-                     until_offset: int) -> None:
+                     until_offset: int, headers: Sequence[Headers] = ()) -> None:
         producer = self._ready()
         try:
             self._call("begin_transaction", producer.begin_transaction)
 
             def send_all() -> None:
-                for key, value in records:
-                    producer.send(self.topic, key=key, value=value)
+                self._send(producer, records, headers)
 
             # a fence reported while sending is a KafkaError like any other: PublishError
             self._call("send", send_all)

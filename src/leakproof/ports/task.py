@@ -16,7 +16,7 @@ from leakproof.events import Event
 from leakproof.open_index import Entry, IndexChanges
 from leakproof.outbox import Outbox
 from leakproof.sessions import NO_WATERMARK, PartitionState, SessionState
-from leakproof.summaries import Encode
+from leakproof.summaries import Encode, EncodeUpdate, Headers
 
 __all__ = [
     "DeadLetters",
@@ -248,16 +248,22 @@ class DeadLetters(Protocol):
 
 class SummarySink(Protocol):
     """The closed-session summaries of one source partition (Kafka, in transactions);
-    ``encode`` makes a summary's record value (``leakproof.summaries``; None: JSON)."""
+    ``encode`` makes a summary's record value (``leakproof.summaries``; None: JSON);
+    ``updates``: every change goes out, open sessions' too (``output.emit: update``), each
+    value made by ``encode_update`` (None: JSON); ``every_ms``: an open session's at most
+    once per that many ms (``output.emit: {every_s: N}``; None: every change)."""
 
     encode: Encode | None
+    updates: bool
+    encode_update: EncodeUpdate | None
+    every_ms: int | None
 
     def published(self, outbox_id: str) -> bool:
         """Whether the outbox ``outbox_id`` went out (its commit marker says so)."""
         ...
 
     def publish(self, records: Sequence[tuple[bytes, bytes | None]], outbox_id: str,
-                until_offset: int) -> None:
+                until_offset: int, headers: Sequence[Headers] = ()) -> None:
         """``records`` (key, value; None: a tombstone) and the outbox's marker: all
-        committed, or none."""
+        committed, or none. ``headers``: none, or one list per record, in order."""
         ...

@@ -52,7 +52,7 @@ from leakproof.model.spec import Model
 from leakproof.offsets import Gap, OffsetRange, named
 from leakproof.reports import TaskReport
 from leakproof.sessions import fence_key
-from leakproof.summaries import Encode, avro_summary, summary_schema
+from leakproof.summaries import Encode, EncodeUpdate, avro_summary, avro_update, summary_schema
 from leakproof.task.kept_trail import SharedKeptRows, Trail, trail_root
 from leakproof.task.process import Rules, Stores, TaskBatch, process_ranges
 
@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 _connections: dict[HBaseConfig, ConnectionSlot] = {}
 _decoders: dict[tuple[Model, InputConfig], codec.Decoder] = {}
 _encoders: dict[tuple[Model, OutputConfig], Encode] = {}
+_update_encoders: dict[tuple[Model, OutputConfig], EncodeUpdate] = {}
 _sinks: dict[tuple[str, str, str, OutputConfig, int, str], ClosedSink] = {}
 _kept: dict[tuple[HBaseConfig, str, int], KeptRows] = {}
 
@@ -107,25 +108,42 @@ def _sink(cfg: Config, partition: int) -> ClosedSink:
            cfg.hbase.table_prefix or "")
     sink = _sinks.get(key)
     if sink is None:
-        sink = _sinks[key] = ClosedSink(cfg.kafka, cfg.output, partition,
-                                        _summary_encoder(cfg), cfg.hbase.table_prefix or "")
+        avro, updates = cfg.output.format == "avro", cfg.output.updates
+        sink = _sinks[key] = ClosedSink(
+            cfg.kafka, cfg.output, partition,
+            _summary_encoder(cfg) if avro and not updates else None,
+            cfg.hbase.table_prefix or "", _update_encoder(cfg) if avro and updates else None)
     return sink
 
 
-def _summary_encoder(cfg: Config) -> Encode | None:
-    """None for JSON; for Avro, the summary schema registered (once per worker and output:
-    registering is idempotent) and its id framed before each record."""
-    if cfg.output.format != "avro":
-        return None
+def _summary_encoder(cfg: Config) -> Encode:
+    """Avro: the summary schema registered (once per worker and output: registering is
+    idempotent) and its id framed before each record."""
     key = (cfg.model, cfg.output)
     found = _encoders.get(key)
     if found is None:
-        assert cfg.output.registry is not None and cfg.output.closed_sessions_topic  # config
         model = compile_model(cfg.model, by_time=cfg.sessions.by == "gap")
-        schema_id = client(cfg.output.registry).register(
-            f"{cfg.output.closed_sessions_topic}-value", json.dumps(summary_schema(model)))
-        found = _encoders[key] = avro_summary(model, confluent_frame(schema_id))
+        found = _encoders[key] = avro_summary(model, _registered(cfg, summary_schema(model)))
     return found
+
+
+def _update_encoder(cfg: Config) -> EncodeUpdate:
+    """``_summary_encoder`` with ``output.emit: update``: ``version`` and ``final`` too."""
+    key = (cfg.model, cfg.output)
+    found = _update_encoders.get(key)
+    if found is None:
+        model = compile_model(cfg.model, by_time=cfg.sessions.by == "gap")
+        found = _update_encoders[key] = avro_update(
+            model, _registered(cfg, summary_schema(model, updates=True)))
+    return found
+
+
+def _registered(cfg: Config, schema: dict[str, Any]) -> bytes:
+    """The Confluent frame of ``schema``, registered as ``<closed_sessions_topic>-value``."""
+    assert cfg.output.registry is not None and cfg.output.closed_sessions_topic  # config
+    schema_id = client(cfg.output.registry).register(
+        f"{cfg.output.closed_sessions_topic}-value", json.dumps(schema))
+    return confluent_frame(schema_id)
 
 
 def waves(ranges: Sequence[OffsetRange], most: int = WAVE_RECORDS
