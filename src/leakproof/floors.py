@@ -13,11 +13,11 @@ from pathlib import Path
 FLOORS = ("core", "ports", "adapters", "task", "driver", "commands", "cli")
 FOLDER_FLOOR = {"ports": "ports", "kafka": "adapters", "hbase": "adapters",
                 "commit_stores": "adapters", "task": "task", "driver": "driver",
-                "commands": "commands"}
+                "commands": "commands", "testing": "task"}
 # top-level modules that are not pure: the Kerberos login (a KDC client), the entry
 # points, and the unit tests' fakes (the real stores over a fake table)
 MODULE_FLOOR = {"leakproof.kerberos": "adapters", "leakproof.cli": "cli",
-                "leakproof.__main__": "cli", "leakproof.testing": "task"}
+                "leakproof.__main__": "cli"}
 
 
 def floor(name: str) -> int:
