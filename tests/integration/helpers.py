@@ -446,3 +446,20 @@ def submit_yarn(env: Env, mode: str, config: str, label: str, *args: str,
         cmd += ["--py-files", ",".join(py_files)]
     cmd += [str(ROOT / "scripts" / "spark_main.py"), "run", "--config", config_arg, *args]
     return background(cmd, env.tmp / f"{label}.log", {"HADOOP_CONF_DIR": str(YARN_CONF)})
+
+
+def crash_mid_publish(env: Env, config: str) -> None:
+    """The summaries' crash sequence, each run restarted from HBase by the next: the
+    driver's JVM killed with a worker's sixth transaction open, then right after one
+    committed (before the offsets did), then a Python worker killed after the session rows
+    (outbox written, nothing published; the run exits 1). Each of the first two finds a
+    batch committed before it."""
+    for point, code in (("task_before_publish_commit@6:executor", None),
+                        ("task_after_publish@6:executor", None),
+                        ("task_after_sessions@2", 1)):
+        before = len(offsets_rows(env))
+        crashed = env.run("--until-idle", "4", config=config,
+                          env={"LEAKPROOF_CRASH_AT": point}, check=False)
+        assert crashed.returncode != 0 if code is None else crashed.returncode == code, (
+            point, crashed.returncode, crashed.stderr[-3000:])
+        assert len(offsets_rows(env)) > before or point.endswith("@2"), point
