@@ -21,7 +21,8 @@ can so alternate which of them meets a cold HBase); RATE_PER_PARTITION= caps bat
 (more of them); ISOLATION=read_uncommitted reads as before transactions were honoured (the
 same-run baseline of read_committed's cost); CLOSED=1 also publishes closed-session
 summaries to a topic of their own, in transactions (TRANSACTIONAL=0: plain sends), and prints
-what publishing cost per batch;
+what publishing cost per batch and how many offsets the summaries took per record read
+(EMIT=update or EMIT=every_s:N: live updates, output.emit);
 REKEY=1 sends the events under null keys and runs the job with input.rekey (no peers);
 KEEP=1 keeps the run's HBase tables (dropped otherwise: HBase slows as they pile up); INTERVAL= sets
 another batch interval (s) than config.yml's.

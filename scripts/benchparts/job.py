@@ -14,6 +14,7 @@ from benchparts.joblog import batch_records, cache_hits, task_times
 from benchparts.settings import ACCESS, SPEC
 from leakproof import config
 from leakproof.commit_stores import open_store
+from leakproof.kafka.admin import KafkaMetadata
 
 
 def run_job(cfg_path: Path, cfg: config.Config, work: Path) -> Drain | None:
@@ -54,6 +55,10 @@ def run_job(cfg_path: Path, cfg: config.Config, work: Path) -> Drain | None:
             print(f"   closed-session summaries ({mode}): slowest task's publish per batch "
                   f"median {publish[len(publish) // 2]:.0f} ms, max {publish[-1]:.0f} ms, "
                   f"over {len(publish)} batches", flush=True)
+        out = _summaries_written(cfg)
+        print(f"   summaries topic: {out} offsets written (records and transaction "
+              f"markers), {out / max(drain.records, 1):.3f} per record read "
+              f"(output.emit: {cfg.output.emit})", flush=True)
     tasks = task_times(log)
     if len(tasks) >= 5:
         print(f"   slowest task per batch (read+fold+write): 2nd {tasks[1]:.2f}s, last three "
@@ -61,3 +66,15 @@ def run_job(cfg_path: Path, cfg: config.Config, work: Path) -> Drain | None:
               f"{max(tasks):.2f}s; last three / 2nd "
               f"{sum(tasks[-4:-1]) / 3 / tasks[1]:.2f} (target <= 1.20)", flush=True)
     return drain
+
+
+def _summaries_written(cfg: config.Config) -> int:
+    """How many offsets the run's summaries topic holds (its records and markers)."""
+    topic = cfg.output.closed_sessions_topic
+    assert topic is not None
+    meta = KafkaMetadata(cfg.kafka)
+    try:
+        bounds = meta.log_bounds(topic, meta.partitions(topic))
+    finally:
+        meta.close()
+    return sum(b.log_end - b.log_start for b in bounds.values())

@@ -52,6 +52,10 @@ def measure(name: str) -> int:
     if os.environ.get("CLOSED") == "1":
         data.setdefault("output", {})["closed_sessions_topic"] = f"{name}-closed"
         data["output"]["transactional"] = os.environ.get("TRANSACTIONAL", "1") == "1"
+        if os.environ.get("EMIT"):  # output.emit: update, or every_s:N
+            emit = os.environ["EMIT"]
+            data["output"]["emit"] = ({"every_s": float(emit.split(":", 1)[1])}
+                                      if emit.startswith("every_s:") else emit)
     if os.environ.get("LATENCY"):
         return latency_mode(data, work, name)
     if FRAMED:
