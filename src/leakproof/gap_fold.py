@@ -115,7 +115,7 @@ class GapFolder(PartitionFolder):
              redriven: bool = False) -> Outcome:
         visitor, ts, seq, record = event
         watermark_before = self._step(offset, ts, lead)
-        if self.past_horizon(ts, watermark_before):
+        if self._retention is not None and self.past_horizon(ts, watermark_before):
             self._counts[Outcome.LATE] += 1
             return Outcome.LATE
         mine = self._visits.setdefault(visitor, [])

@@ -390,14 +390,16 @@ class PartitionFolder:
         """
         sid, ts, seq, record = event
         watermark_before = self._step(offset, ts, lead)
-        if self.past_horizon(ts, watermark_before):
+        # per event: the retention's rules cost an attribute test when it is off
+        if self._retention is not None and self.past_horizon(ts, watermark_before):
             self._counts[Outcome.LATE] += 1
             return Outcome.LATE
         s = self._sessions.get(sid)
         if s is not None and s.fences.get(self._fence_key, -1) >= offset:
             outcome = Outcome.REPLAYED
         else:
-            if s is None or self._forgotten(s, watermark_before):
+            if s is None or (self._retention is not None
+                             and self._forgotten(s, watermark_before)):
                 values, orders = self._model.initial()
                 fresh = SessionState(sid, values, orders, first_ts=ts, last_ts=ts)
                 if s is not None:  # its row is deleted first; its fences stay true
@@ -444,13 +446,15 @@ class PartitionFolder:
 
     def past_horizon(self, ts: int, watermark: int) -> bool:
         """Whether an event at ``ts`` is older than the retention keeps, at ``watermark``:
-        late, whatever it would have joined (that may be deleted already)."""
-        return self._retention is not None and watermark != NO_WATERMARK and \
-            ts <= watermark - self._retention
+        late, whatever it would have joined (that may be deleted already). Callers test
+        that a retention is set first."""
+        assert self._retention is not None
+        return watermark != NO_WATERMARK and ts <= watermark - self._retention
 
     def _forgotten(self, s: SessionState, watermark: int) -> bool:
         """Whether ``s`` is past the retention: its row is deleted, or about to be."""
-        return self._retention is not None and watermark != NO_WATERMARK and \
+        assert self._retention is not None
+        return watermark != NO_WATERMARK and \
             s.last_ts + self._close_after_ms < watermark - self._retention
 
     def _reached(self, s: SessionState, ts: int) -> None:
