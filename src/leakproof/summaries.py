@@ -8,7 +8,7 @@ count a long, a sum a long or a double, min/max/first/last the type of their fie
 aggregate its text. Every aggregate field is nullable: a session may have no value yet.
 
 Every summary record (and tombstone) carries two headers: ``leakproof.version`` (decimal
-text: the cell timestamp of the range that published it, ``task.process._publish``) and
+text: the cell timestamp of the range that published it, ``task.publish``) and
 ``leakproof.final`` (``true`` once the session is closed). With ``output.emit: update`` the
 value holds them too (``json_update``, ``avro_update``); with ``close`` the value stays as it
 always was.

@@ -7,6 +7,7 @@
   decode, load, fold, write; one store call per step for all of them), over the ports alone;
 - ``index``: the open-session index loaded before the fold and saved after it (the one place
   a possibly stale entry is checked against its session row);
+- ``publish``: step 7, the summaries a range owes and their transaction (``output.emit``);
 - ``sweep``: the retention sweep (``sessions.retention_days``): the closed sessions past a
   range's cut go into the fold's removals, so its writes delete their rows;
 - ``kept_sessions``: the kept-rows cache in front of the session rows, so a range reads only
@@ -19,5 +20,5 @@ Imports: the pure core, ``ports`` and the adapters; never ``driver``, ``commands
 imports an adapter (``kafka/``, ``hbase/``): ``process`` and
 ``index`` import no pyspark, kafka or happybase (checked there too), so every write-order
 and fence rule is a unit test over the fakes in ``leakproof.testing``. Inside, ``worker``
-calls ``process``, which calls ``index``, ``sweep`` and ``kept_sessions``.
+calls ``process``, which calls ``index``, ``sweep``, ``publish`` and ``kept_sessions``.
 """

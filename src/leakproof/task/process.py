@@ -16,8 +16,8 @@
    their cause was fixed in between, and left there a redrive would count them again;
 6. the open-session indexes, then the watermarks -- last, so neither runs ahead of the
    session rows (``index.save``); the touched rows are kept for the partitions' next ranges;
-7. each range's closed sessions' summaries, in one Kafka transaction with its outbox's
-   marker.
+7. each range's closed sessions' summaries (or every change, ``output.emit``), in one Kafka
+   transaction with its outbox's marker (``task.publish``).
 
 The ranges of a task go through steps 2-6 together, one store call per step for all of them
 (a wide topic's task carries hundreds of small ranges, and a call costs HBase and the
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from leakproof import open_index
 from leakproof.crashpoints import crash_point
@@ -79,9 +79,9 @@ from leakproof.sessions import (
     fence_key,
     lead_of,
 )
-from leakproof.summaries import headers, json_summary, json_update
 from leakproof.task import index
 from leakproof.task.kept_sessions import KeptSessions, foreign, keep_after
+from leakproof.task.publish import owed, publish
 from leakproof.task.sweep import Swept, SweptRange, sweep
 
 
@@ -352,7 +352,8 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, rules: Rule
         r.report.write_s = write_s * share
         # 7. the summaries, read from the rows as they now stand, in one transaction
         if outbox is not None and stores.summaries is not None:
-            r.report.publish_s = _publish(stores, model, topic, r.rng, outbox, result, ts)
+            r.report.publish_s = publish(stores.summaries(r.rng.partition), stores.sessions,
+                                         stores.partitions, model, r.rng, outbox, result, ts)
             r.report.write_s += r.report.publish_s
         r.report.applied, r.report.replayed = result.applied, result.replayed
         r.report.late, r.report.duplicates = result.late, result.duplicates
@@ -411,46 +412,6 @@ def _fold(folder: PartitionFolder | GapFolder, r: _Range, dead_until: int) -> li
         for offset, event, lead in r.events:
             folder.feed(offset, event, lead)
     return []
-
-
-def _publish(stores: Stores, model: CompiledModel, topic: str, rng: OffsetRange,
-             outbox: Outbox, result: FoldResult, ts: int) -> float:
-    """Step 7 for one range; returns the seconds it took.
-
-    Every record's version is ``ts``, the cell timestamp of this step: above that of every
-    step before it that published (``cell_clock``: it grows with batch and lease epoch,
-    across drivers), and each key goes out once per transaction. So per key the versions a
-    read_committed consumer sees strictly increase -- a row an earlier attempt wrote and
-    did not get to publish goes out under this step's version, as it now stands. (Only two
-    attempts of one range running at once, which publish at least once, may both send a
-    key: at the same version.)"""
-    assert stores.summaries is not None  # the caller's condition
-    t0 = time.monotonic()
-    if not outbox.pending:  # with every_s, only its held list changed: nothing to send
-        return 0.0
-    sink = stores.summaries(rng.partition)
-    updates, owes = sink.updates, set(outbox.sessions)  # (every_s: not the held ones)
-    rows = {sid: s for sid, s in result.touched.items()
-            if sid in owes and (updates or s.closed)}
-    found = stores.sessions.read(owes - rows.keys())
-    # a session owed whose row is gone was merged into another: a tombstone for its key;
-    # one open again (a replay folded it afresh, split by the gap) is owed when it closes,
-    # or with updates goes out open
-    gone = owes - rows.keys() - found.keys()
-    rows.update((sid, s) for sid, s in found.items() if updates or s.closed)
-    keys = sorted({*rows, *gone})
-    if updates:
-        live = sink.encode_update or json_update(model)
-        values = [live(sid, rows[sid], ts) if sid in rows else None for sid in keys]
-    else:
-        encode = sink.encode or json_summary(model)
-        values = [encode(sid, rows[sid]) if sid in rows else None for sid in keys]
-    sink.publish([(sid.encode(), value) for sid, value in zip(keys, values, strict=True)],
-                 outbox.id, rng.until_offset,
-                 [headers(ts, sid not in rows or rows[sid].closed) for sid in keys])
-    crash_point("task_after_publish")
-    stores.partitions.outbox_published(topic, rng.partition, outbox.id, ts=ts)
-    return time.monotonic() - t0
 
 
 def _may_close(partition: int, owners_in: int | None, owner_watermarks: Mapping[int, int],
@@ -592,30 +553,3 @@ def _shares(records: Sequence[int]) -> list[float]:
     """Each range's share of a step's common time: by records (equal when none has any)."""
     total = sum(records)
     return [n / total for n in records] if total else [1 / len(records)] * len(records)
-
-
-def owed(sink: SummarySink, stored: Outbox, result: FoldResult, new_id: str,
-         ts: int = 0) -> Outbox | None:
-    """The outbox this range writes, or None: the sessions it closed or changed while
-    closed (with ``sink.updates``, every session it changed, open or not; with
-    ``sink.every_ms`` the open ones only when the partition's window is open at ``ts``,
-    else held: ``Outbox.throttled``), and those a pending outbox still owes (unless its
-    marker says it went out).
-
-    The window goes by the cell timestamp ``ts`` (the summaries' version), not the batch
-    time: it grows across drivers whatever their clocks say, and the spacing it keeps is
-    the one a consumer sees between versions."""
-    if stored.pending and sink.published(stored.id):
-        stored = replace(stored, published=stored.id)
-    if sink.every_ms is not None:
-        return stored.throttled(
-            new_id, [*(sid for sid, s in result.touched.items() if s.closed),
-                     *result.closed_untouched, *result.removed],
-            [sid for sid, s in result.touched.items() if not s.closed], ts, sink.every_ms)
-    if sink.updates:
-        return stored.next(new_id, [*result.touched, *result.closed_untouched,
-                                    *result.removed])
-    closed = [sid for sid, s in result.touched.items() if s.closed]
-    # a closed session merged away (split by the gap): its summary key gets a tombstone
-    gone = [sid for sid, s in result.removed.items() if s.closed]
-    return stored.next(new_id, [*closed, *result.closed_untouched, *gone])
