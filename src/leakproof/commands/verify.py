@@ -152,38 +152,10 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], until_ms: int | None = N
                  if (p, offset) in copy_at] for p, evs in got.events.items()}
     bad = got.bad
     verdict.redriven = len(redriven)
-    # the seeds' events are WebEvents: compared field by field with the records read back
-    # (a reader schema that evolved past the web schema adds fields the seeds never had)
-    names = [f["name"] for f in schema_json()["fields"]]
-    in_topic = Counter(tuple(e.record.get(n) for n in names)
-                       for evs in per_partition.values() for e in evs)
-    produced = Counter(tuple(w.to_record()[n] for n in names)
-                       for spec in specs for w in generate(spec))
-    verdict.events = sum(in_topic.values())
+    verdict.events = sum(map(len, per_partition.values()))
     verdict.bad_records = len(bad)
-    if specs and in_topic != produced:
-        missing = produced - in_topic
-        extra = in_topic - produced
-        verdict.problems.append(f"topic holds {sum(in_topic.values())} events, the seeds give "
-                                f"{sum(produced.values())}: {sum(missing.values())} missing, "
-                                f"{sum(extra.values())} extra")
-    if cfg.sessions.by == "gap":
-        # a visitor's sessions split by the gap; partitions merged by record timestamp, as
-        # after partitions were added too
-        expected = oracle.expected_gap_rows_merged(
-            stamped, cfg.sessions.close_after_ms, cfg.sessions.gap_ms, cfg.model,
-            max_duration_ms=cfg.sessions.max_duration_ms,
-            fold_late=cfg.sessions.late == "fold", redriven=again,
-            retention_ms=cfg.sessions.retention_ms)
-    else:
-        # once partitions were added, the job closes a session only in its key's partition
-        grown = HBaseLeaseStore(cfg.hbase, cfg.kafka.topic,
-                                cfg.kafka.group_id).key_moves().grown
-        expected = oracle.expected_rows_merged(stamped, cfg.sessions.close_after_ms,
-                                               cfg.model, len(stamped) if grown else None,
-                                               fold_late=cfg.sessions.late == "fold",
-                                               redriven=again,
-                                               retention_ms=cfg.sessions.retention_ms)
+    verdict.problems += _seed_problems(per_partition, specs)
+    expected = _expected(cfg, stamped, again)
     tell(f"{len(expected)} sessions expected; reading the session rows and dead letters "
          f"from HBase")
     conn = connect(cfg.hbase)
@@ -195,16 +167,7 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], until_ms: int | None = N
     verdict.sessions = len(actual)
     verdict.dead_letters = len(dead)
     verdict.problems += oracle.compare(expected, actual)[:50]
-    want_dead = {(b.partition, b.offset) for b in bad} | redriven
-    if set(dead) != want_dead:
-        verdict.problems.append(
-            f"dead letters: {len(want_dead - set(dead))} bad records not dead-lettered, "
-            f"{len(set(dead) - want_dead)} dead letters for good records")
-    for b in bad:
-        cells = dead.get((b.partition, b.offset))
-        if cells is not None and (cells.get(b"d:value") != b.value or cells.get(b"d:key") != b.key):
-            verdict.problems.append(f"dead letter {b.partition}:{b.offset} does not hold the "
-                                    f"raw bytes")
+    verdict.problems += _dead_letter_problems(bad, redriven, dead)
     verdict.problems += _redrive_problems(name, got.copies, dead, whole=until_ms is None)
     verdict.problems += copied
     if (out := cfg.output.closed_sessions_topic) is not None:
@@ -213,6 +176,62 @@ def verify(cfg: Config, specs: Sequence[GeneratorSpec], until_ms: int | None = N
             read_summaries(cfg, out), actual, updates=cfg.output.updates,
             json_values=cfg.output.format == "json", held=cfg.output.every_ms is not None)
     return verdict
+
+
+def _seed_problems(per_partition: dict[int, list[Event]], specs: Sequence[GeneratorSpec]
+                   ) -> list[str]:
+    """The topic's events against the seeds': the seeds' events are WebEvents, compared
+    field by field with the records read back (a reader schema that evolved past the web
+    schema adds fields the seeds never had)."""
+    if not specs:
+        return []
+    names = [f["name"] for f in schema_json()["fields"]]
+    in_topic = Counter(tuple(e.record.get(n) for n in names)
+                       for evs in per_partition.values() for e in evs)
+    produced = Counter(tuple(w.to_record()[n] for n in names)
+                       for spec in specs for w in generate(spec))
+    if in_topic == produced:
+        return []
+    missing, extra = produced - in_topic, in_topic - produced
+    return [f"topic holds {sum(in_topic.values())} events, the seeds give "
+            f"{sum(produced.values())}: {sum(missing.values())} missing, "
+            f"{sum(extra.values())} extra"]
+
+
+def _expected(cfg: Config, stamped: dict[int, list[tuple[int, Event]]],
+              again: dict[int, list[int]]) -> dict[str, dict[str, str]]:
+    """The oracle's rows for the topic's (record timestamp, event) pairs per partition,
+    ``again`` the places of re-driven copies."""
+    if cfg.sessions.by == "gap":
+        # a visitor's sessions split by the gap; partitions merged by record timestamp, as
+        # after partitions were added too
+        return oracle.expected_gap_rows_merged(
+            stamped, cfg.sessions.close_after_ms, cfg.sessions.gap_ms, cfg.model,
+            max_duration_ms=cfg.sessions.max_duration_ms,
+            fold_late=cfg.sessions.late == "fold", redriven=again,
+            retention_ms=cfg.sessions.retention_ms)
+    # once partitions were added, the job closes a session only in its key's partition
+    grown = HBaseLeaseStore(cfg.hbase, cfg.kafka.topic, cfg.kafka.group_id).key_moves().grown
+    return oracle.expected_rows_merged(stamped, cfg.sessions.close_after_ms, cfg.model,
+                                       len(stamped) if grown else None,
+                                       fold_late=cfg.sessions.late == "fold",
+                                       redriven=again, retention_ms=cfg.sessions.retention_ms)
+
+
+def _dead_letter_problems(bad: Sequence[DecodeError], redriven: set[tuple[int, int]],
+                          dead: dict[tuple[int, int], dict[bytes, bytes]]) -> list[str]:
+    """Every bad record dead-lettered with its raw bytes (and the records a redrive sent
+    back), no dead letter for a good one."""
+    problems = []
+    want = {(b.partition, b.offset) for b in bad} | redriven
+    if set(dead) != want:
+        problems.append(f"dead letters: {len(want - set(dead))} bad records not "
+                        f"dead-lettered, {len(set(dead) - want)} dead letters for good records")
+    for b in bad:
+        cells = dead.get((b.partition, b.offset))
+        if cells is not None and (cells.get(b"d:value") != b.value or cells.get(b"d:key") != b.key):
+            problems.append(f"dead letter {b.partition}:{b.offset} does not hold the raw bytes")
+    return problems
 
 
 def read_summaries(cfg: Config, topic: str
