@@ -178,7 +178,8 @@ def _secured_services(cfg: config_mod.Config) -> str:
 
 def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--until-idle", type=float, metavar="S",
-                   help="stop gracefully after S seconds without new records")
+                   help="stop gracefully once the batches planned for S seconds found no "
+                        "new records (counted from the first that looked)")
     p.add_argument("--max-batches", type=int, metavar="N", help="stop after N batches")
     bound = p.add_mutually_exclusive_group()
     bound.add_argument("--until-offsets", type=_offsets, metavar="P=O[,P=O...]",

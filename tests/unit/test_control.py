@@ -36,8 +36,23 @@ def test_idle_only_with_nothing_in_flight() -> None:
     assert c.take(1) is not None
     assert not c.idle()  # its output runs
     c.output_done()
+    assert not c.idle()  # no round has looked since
+    c.hand_over(plan(2, 0))
+    assert c.take(2) is not None
+    c.output_done()
     assert c.idle()
     assert c.take(1) is None  # a batch is taken once
+
+
+def test_the_idle_clock_starts_when_planning_first_finds_nothing() -> None:
+    c = RunControl(RunLimits(until_idle_s=0.0))
+    assert not c.idle()  # a stream slow to start, or a first batch slow to plan, is not idle
+    c.hand_over(plan(1, 0))
+    c.take(1)
+    c.output_done()
+    assert c.idle()
+    c.not_idle()  # Kafka did not answer: the clock starts again at the next round
+    assert not c.idle()
 
 
 def test_no_idle_stop_without_until_idle() -> None:

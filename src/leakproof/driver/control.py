@@ -60,7 +60,9 @@ class RunControl:
         self._pending: dict[int, BatchPlan] = {}  # planned, output not yet started
         self._running = 0  # outputs started and not yet finished
         self._planned_with_data = 0
-        self._last_data = time.monotonic()
+        # when planning first found nothing new since the last records or outage (None: it
+        # has not yet): a slow start or a slow first batch is not silence
+        self._quiet_since: float | None = None
         self._rate: float | None = None
         self._keys_moved_ms: int | None = None  # output found keys moved; planning takes it
         self._asked = False  # the stop came from an operator: a signal or `leakproof stop`
@@ -146,8 +148,11 @@ class RunControl:
             self._pending[plan.batch_ms] = plan
             if plan.last:
                 self._request_stop(f"every partition read to its bound ({self.limits.bound()})")
-            if plan.records:
-                self._last_data = time.monotonic()
+            if not plan.records:
+                if self._quiet_since is None:
+                    self._quiet_since = time.monotonic()
+            else:
+                self._quiet_since = None
                 self._planned_with_data += 1
                 limit = self.limits.max_batches
                 if limit and self._planned_with_data >= limit:
@@ -190,14 +195,17 @@ class RunControl:
         """Something happened that is not "no new records" (e.g. Kafka did not answer):
         ``--until-idle`` must not stop the job during an outage."""
         with self._lock:
-            self._last_data = time.monotonic()
+            self._quiet_since = None
 
     def idle(self) -> bool:
-        """``--until-idle`` is due: nothing in flight and no records planned for that long."""
+        """``--until-idle`` is due: nothing in flight, and planning has looked and found no
+        new records for that long (counted from a round that looked, never from the start:
+        a Kafka or Spark slow to answer is not an idle topic)."""
         with self._lock:
-            if self.limits.until_idle_s is None or not self._quiescent():
+            if (self.limits.until_idle_s is None or self._quiet_since is None
+                    or not self._quiescent()):
                 return False
-            return time.monotonic() - self._last_data > self.limits.until_idle_s
+            return time.monotonic() - self._quiet_since > self.limits.until_idle_s
 
     # -- keys moved (partitions added) ---------------------------------------------------
 

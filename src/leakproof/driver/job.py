@@ -288,7 +288,6 @@ class Job:
             self.control.install_signal_handlers()
             hook = JvmShutdownHook.install(sc, self.control, self.cfg.job.stop_timeout_s)
             ssc.start()
-            self.control.not_idle()  # the idle clock starts with the stream
             log.info("streaming %s every %.3gs on %s", self.topic,
                      self.cfg.job.batch_interval_s, sc.master)
             stops.poll()
