@@ -5,6 +5,10 @@
   ``process_ranges``;
 - ``process``: ``process_ranges``, a task's ranges through its numbered steps (read and
   decode, load, fold, write; one store call per step for all of them), over the ports alone;
+- ``read``: step 1, each range's records decoded, and the ranges cut into runs that go
+  through the later steps together;
+- ``session_keys``: the session rule's seam in the steps (``ById``, ``ByGap``): which rows a
+  step reaches, what its load completes, its folder, and what it writes around the rows;
 - ``index``: the open-session index loaded before the fold and saved after it (the one place
   a possibly stale entry is checked against its session row);
 - ``publish``: step 7, the summaries a range owes and their transaction (``output.emit``);
@@ -20,5 +24,6 @@ Imports: the pure core, ``ports`` and the adapters; never ``driver``, ``commands
 imports an adapter (``kafka/``, ``hbase/``): ``process`` and
 ``index`` import no pyspark, kafka or happybase (checked there too), so every write-order
 and fence rule is a unit test over the fakes in ``leakproof.testing``. Inside, ``worker``
-calls ``process``, which calls ``index``, ``sweep``, ``publish`` and ``kept_sessions``.
+calls ``process``, which calls ``read``, ``session_keys``, ``index``, ``sweep``,
+``publish`` and ``kept_sessions``.
 """

@@ -40,18 +40,9 @@ from dataclasses import dataclass, field
 
 from leakproof import open_index
 from leakproof.crashpoints import crash_point
-from leakproof.dead_letter import origin_of, source
-from leakproof.errors import CommitRefused, DecodeError
-from leakproof.events import Event
-from leakproof.gap_fold import (
-    GapFolder,
-    GapRule,
-    candidates,
-    listed_last,
-    session_key,
-    start_of,
-    visitor_of,
-)
+from leakproof.dead_letter import source
+from leakproof.errors import CommitRefused
+from leakproof.gap_fold import GapRule
 from leakproof.kept_rows import KeptRows, new_token
 from leakproof.model.compiled import CompiledModel
 from leakproof.moved_keys import home, placed
@@ -77,11 +68,12 @@ from leakproof.sessions import (
     Outcome,
     PartitionFolder,
     fence_key,
-    lead_of,
 )
 from leakproof.task import index
 from leakproof.task.kept_sessions import KeptSessions, foreign, keep_after
 from leakproof.task.publish import owed, publish
+from leakproof.task.read import ReadRange, apart, read_range
+from leakproof.task.session_keys import SessionKeys, keys_for
 from leakproof.task.sweep import Swept, SweptRange, sweep
 
 
@@ -100,21 +92,6 @@ class Stores:
     kept: KeptRows | None = None
 
 
-@dataclass
-class _Range:
-    """One range on its way through the steps."""
-
-    rng: OffsetRange
-    report: TaskReport
-    events: list[tuple[int, Event, int | None]]  # offset, event, lead (``_read``)
-    dead: list[DecodeError]
-    touched: frozenset[str]
-    newest_record_ts: int = -1  # the newest Kafka timestamp among its records
-    # the offsets of its events whose records are re-driven dead letters: they fold even
-    # into a closed session (``sessions.PartitionFolder.feed``)
-    redriven: frozenset[int] = frozenset()
-
-
 @dataclass(frozen=True)
 class Rules:
     """The session rules a range folds by (the config's ``sessions:``), the same in every
@@ -123,11 +100,9 @@ class Rules:
     ``lead_ms`` (the grace): an event moves the watermark at most that far past its
     record's Kafka timestamp (``sessions.lead_of``; None: no bound). ``fold_late``: late
     events are folded in too (``sessions.late: fold``). With ``gap`` an event's key is a
-    visitor's, its events split into sessions by that rule (``gap_fold``): the load reads
-    the visitors' rows (``stores.visits``) first, and the writes list new sessions there
-    before their rows, and delete the rows of sessions merged away (or whose start moved)
-    after them. ``retention_ms``: ``sessions.retention_days`` (``task.sweep``; None: kept
-    for ever)."""
+    visitor's, its events split into sessions by that rule (``task.session_keys.ByGap``,
+    over ``stores.visits``). ``retention_ms``: ``sessions.retention_days``
+    (``task.sweep``; None: kept for ever)."""
 
     close_after_ms: int
     lead_ms: int | None = None
@@ -182,130 +157,136 @@ def process_ranges(work: Iterable[tuple[OffsetRange, Iterable[Record]]], decode:
                    ) -> list[TaskReport]:
     """Steps 1-7 of the module docstring for ranges of one topic, in order; returns each
     range's counts and timings."""
-    ranges = [_read(rng, records, decode, rules.lead_ms) for rng, records in work]
+    ranges = [read_range(rng, records, decode, rules.lead_ms) for rng, records in work]
     if len({r.rng.topic for r in ranges}) > 1:
         raise ValueError("process_ranges takes the ranges of one topic")
     if (placed_in := batch.placed_in) is not None:  # a decoded event's key is its session id
         for r in ranges:
             r.report.moved_keys = sum(not placed(sid.encode(), r.rng.partition, placed_in)
                                       for sid in r.touched)
-    for step in _apart([r for r in ranges if not r.report.moved_keys]):
+    for step in apart([r for r in ranges if not r.report.moved_keys]):
         _steps(step, stores, model, rules, batch)
     return [r.report for r in ranges]
 
 
-def _read(rng: OffsetRange, records: Iterable[Record], decode: Decode,
-          lead_ms: int | None = None) -> _Range:
-    """Step 1 for one range: each event with its offset and how far it may move the
-    watermark (``sessions.lead_of``; None: its event time)."""
-    report = TaskReport(rng.partition, rng.from_offset, rng.until_offset)
-    t0 = time.monotonic()
-    events: list[tuple[int, Event, int | None]] = []
-    dead: list[DecodeError] = []
-    keep, topic, partition = events.append, rng.topic, rng.partition
-    newest = -1
-    redriven: set[int] = set()
-    for rec in records:  # once per record: locals only
-        if rec.timestamp > newest:
-            newest = rec.timestamp
-        try:
-            event = decode(rec.key, rec.value, topic=topic, partition=partition,
-                           offset=rec.offset, timestamp=rec.timestamp, headers=rec.headers)
-            keep((rec.offset, event, None if lead_ms is None else lead_of(rec.timestamp,
-                                                                          lead_ms)))
-            if rec.headers and origin_of(rec.headers) is not None:
-                redriven.add(rec.offset)
-        except DecodeError as err:
-            err.timestamp, err.headers = rec.timestamp, rec.headers  # its dead letter keeps them
-            dead.append(err)
-            report.dead_letter_kinds[err.kind] = report.dead_letter_kinds.get(err.kind, 0) + 1
-    report.records = len(events) + len(dead)
-    report.read_s = time.monotonic() - t0
-    return _Range(rng, report, events, dead, frozenset(e.session_id for _, e, _ in events),
-                  newest, frozenset(redriven))
+@dataclass(frozen=True)
+class _Step:
+    """Ranges going through steps 2-7 together, with what each step of theirs reads:
+    their topic, the session rule's seam, the worker's kept rows in front of the session
+    rows, and the cell timestamp they all write at (the greatest of theirs: a later step,
+    a range after them in the batch, always has a greater one)."""
+
+    ranges: list[ReadRange]
+    stores: Stores
+    model: CompiledModel
+    rules: Rules
+    batch: TaskBatch
+    keys: SessionKeys
+    kept: KeptSessions
+    topic: str
+    ts: int
 
 
-def _apart(ranges: Sequence[_Range]) -> list[list[_Range]]:
-    """``ranges`` cut, in order, into runs that may go through the steps together: no two
-    of a run share a partition or a touched session."""
-    runs: list[list[_Range]] = []
-    current: list[_Range] = []
-    partitions: set[int] = set()
-    touched: set[str] = set()
-    for r in ranges:
-        if current and (r.rng.partition in partitions or not touched.isdisjoint(r.touched)):
-            runs.append(current)
-            current, partitions, touched = [], set(), set()
-        current.append(r)
-        partitions.add(r.rng.partition)
-        touched |= r.touched
-    if current:
-        runs.append(current)
-    return runs
-
-
-def _steps(step: list[_Range], stores: Stores, model: CompiledModel, rules: Rules,
+def _steps(ranges: list[ReadRange], stores: Stores, model: CompiledModel, rules: Rules,
            batch: TaskBatch) -> None:
     """Steps 2-7 for ranges of distinct partitions that touch no session in common."""
-    close_after_ms, gap, cell_ts = rules.close_after_ms, rules.gap, batch.cell_ts
-    incarnation, owners_in = batch.incarnation, batch.owners_in
-    kept = KeptSessions(stores.sessions, stores.kept)  # the worker's kept rows in front
-    topic = step[0].rng.topic
-    ts = max(cell_ts[r.rng.partition] for r in step)
-    # what the load moves (an old layout's index) at the lowest: if the step is cut into
-    # ranges that each write at their own, none of their deletes can leave a moved entry
-    first_ts = min(cell_ts[r.rng.partition] for r in step)
-    # 2. load
+    step = _Step(ranges, stores, model, rules, batch,
+                 keys_for(rules.gap, stores.sessions, stores.visits),
+                 KeptSessions(stores.sessions, stores.kept), ranges[0].rng.topic,
+                 max(batch.cell_ts[r.rng.partition] for r in ranges))
     t0 = time.monotonic()
-    key_of: Callable[[str], str] = visitor_of if gap is not None else str
-    listed: dict[str, dict[int, int]] = {}
-    reachable = (_reachable(stores.visits, step, gap, listed) if gap is not None
-                 else [r.touched for r in step])
+    reachable, wanted, loaded = _load(step)  # 2
+    if len(ranges) > 1 and _overlap([ld.sessions() for ld in loaded]):
+        # a session found in one range's index is touched or owed by another: each alone
+        for r in ranges:
+            _steps([r], stores, model, rules, batch)
+        return
+    shares = _shares([r.report.records for r in ranges])
+    load_s = time.monotonic() - t0
+    started = [ld.state.watermark for ld in loaded]  # the fold moves it on in place
+    results, decoded = _fold_all(ranges, loaded, wanted, model, rules, batch, step.keys)  # 3
+    for r, share in zip(ranges, shares, strict=True):
+        r.report.fold_s += load_s * share
+    t2 = time.monotonic()
+    swept = _sweep(step, loaded, results, started)  # 4, with a retention
+    outboxes, tokens = _write(step, reachable, loaded, results, swept)  # 4 and 5
+    _withdraw(step, decoded)  # 5
+    _save(step, loaded, results, swept, tokens)  # 6
+    write_s = time.monotonic() - t2
+    for r, result, outbox, share, gone in zip(ranges, results, outboxes, shares, swept,
+                                              strict=True):
+        r.report.write_s = write_s * share
+        if outbox is not None and stores.summaries is not None:  # 7
+            r.report.publish_s = publish(stores.summaries(r.rng.partition), stores.sessions,
+                                         stores.partitions, model, r.rng, outbox, result,
+                                         step.ts)
+            r.report.write_s += r.report.publish_s
+        _report(r.report, result, gone)
+    crash_point("task_done")  # every write of these ranges made (fault tests wait for it)
+
+
+def _load(step: _Step) -> tuple[list[frozenset[str]], list[index.Wanted], list[index.Loaded]]:
+    """Step 2: the sessions each range may reach, what it asks of the index, and what the
+    load read (completed by the session rule)."""
+    batch, owners_in, keys = step.batch, step.batch.owners_in, step.keys
+    reachable = keys.reach(step.ranges)
     wanted = [index.Wanted(r.rng.partition, sessions,
                            max((e.ts if lead is None else min(e.ts, lead)
                                 for _, e, lead in r.events), default=NO_WATERMARK),
                            None if r.rng.count else batch.idle.get(r.rng.partition))
-              for r, sessions in zip(step, reachable, strict=True)]
-    loaded = index.load(stores.partitions, stores.sessions, kept, topic, close_after_ms, wanted,
-                        ts=first_ts, incarnation=incarnation,
+              for r, sessions in zip(step.ranges, reachable, strict=True)]
+    # what the load moves (an old layout's index) at the lowest: if the step is cut into
+    # ranges that each write at their own, none of their deletes can leave a moved entry
+    first_ts = min(batch.cell_ts[r.rng.partition] for r in step.ranges)
+    loaded = index.load(step.stores.partitions, step.stores.sessions, step.kept, step.topic,
+                        step.rules.close_after_ms, wanted, ts=first_ts,
+                        incarnation=batch.incarnation,
                         owner_of=None if owners_in is None else
-                        (lambda sid: home(key_of(sid).encode(), owners_in)))
-    if gap is not None:
-        _complete(stores.visits, stores.sessions, gap, reachable, loaded, listed)
-    if len(step) > 1 and _overlap([ld.sessions() for ld in loaded]):
-        # a session found in one range's index is touched or owed by another: each alone
-        for r in step:
-            _steps([r], stores, model, rules, batch)
-        return
-    shares = _shares([r.report.records for r in step])
-    load_s = time.monotonic() - t0
-    # 3. fold
-    started = [ld.state.watermark for ld in loaded]  # the fold moves it on in place
-    results, decoded = _fold_all(step, loaded, wanted, model, rules, batch, key_of)
-    for r, share in zip(step, shares, strict=True):
-        r.report.fold_s += load_s * share
-    t2 = time.monotonic()
-    swept = ([Swept()] * len(step) if rules.retention_ms is None else
-             sweep(stores.partitions, stores.sessions, topic,
-                   [SweptRange(r.rng.partition, fence_key(topic, r.rng.partition, incarnation),
-                               r.rng.from_offset, ld, result, wm)
-                    for r, ld, result, wm in zip(step, loaded, results, started, strict=True)],
-                   rules.retention_ms, close_after_ms, deleting=owners_in is None))
-    # 4. the lease, the outboxes, the session rows. (Thrift1 has no multi-column
-    # check-and-mutate, so the lease check narrows the zombie window to the time between this
-    # read and the writes; the fences keep a zombie's late writes from counting twice.)
+                        (lambda sid: home(keys.key_of(sid).encode(), owners_in)))
+    keys.complete(reachable, loaded)
+    return reachable, wanted, loaded
+
+
+def _sweep(step: _Step, loaded: Sequence[index.Loaded], results: Sequence[FoldResult],
+           started: Sequence[int]) -> list[Swept]:
+    """With a retention, the closed sessions past each range's cut join its removals
+    (``task.sweep``), from the watermark the range started from."""
+    rules, topic = step.rules, step.topic
+    if rules.retention_ms is None:
+        return [Swept()] * len(step.ranges)
+    return sweep(step.stores.partitions, step.stores.sessions, topic,
+                 [SweptRange(r.rng.partition,
+                             fence_key(topic, r.rng.partition, step.batch.incarnation),
+                             r.rng.from_offset, ld, result, wm)
+                  for r, ld, result, wm in zip(step.ranges, loaded, results, started,
+                                               strict=True)],
+                 rules.retention_ms, rules.close_after_ms,
+                 deleting=step.batch.owners_in is None)
+
+
+def _write(step: _Step, reachable: Sequence[frozenset[str]], loaded: Sequence[index.Loaded],
+           results: Sequence[FoldResult], swept: Sequence[Swept]
+           ) -> tuple[list[Outbox | None], list[bytes]]:
+    """Step 4 and the dead letters of step 5: the lease, the pending marks (with the
+    outboxes and writer tokens, returned), the session rows and what the session rule
+    writes around them.
+
+    Thrift1 has no multi-column check-and-mutate, so the lease check narrows the zombie
+    window to the time between this read and the writes; the fences keep a zombie's late
+    writes from counting twice."""
+    stores, batch, ts, topic, ranges = step.stores, step.batch, step.ts, step.topic, step.ranges
     holder = stores.lease.epoch()
     if holder != batch.epoch:
-        raise CommitRefused(f"{named([r.rng for r in step])}: the driver lease is at epoch "
+        raise CommitRefused(f"{named([r.rng for r in ranges])}: the driver lease is at epoch "
                             f"{holder}, this driver's is {batch.epoch}; not writing")
     crash_point("task_after_lease_check")
-    tokens = [new_token() for _ in step]
-    outboxes: list[Outbox | None] = [None] * len(step)
+    tokens = [new_token() for _ in ranges]
+    outboxes: list[Outbox | None] = [None] * len(ranges)
     if stores.summaries is not None:
         outboxes = [owed(stores.summaries(r.rng.partition), ld.stored.outbox, result,
                          outbox_id(batch.batch_ms, r.rng.from_offset, r.rng.until_offset,
                                    batch.epoch), ts)
-                    for r, ld, result in zip(step, loaded, results, strict=True)]
+                    for r, ld, result in zip(ranges, loaded, results, strict=True)]
     # A row written before a stop moves its session on while its old index entry stays: the
     # replay reads the row, not the entry, so only the mark says to check that entry later.
     # The writer tokens go first too: from here on no worker may trust the rows it kept for
@@ -313,59 +294,58 @@ def _steps(step: list[_Range], stores: Stores, model: CompiledModel, rules: Rule
     stores.partitions.begin_writes(topic, [
         Mark(r.rng.partition, max(_pending(result), ld.stored.check_below), outbox, token,
              max(ld.stored.dead_until, r.dead[-1].offset) if r.dead else -1, gone.retain)
-        for r, ld, result, outbox, token, gone in zip(step, loaded, results, outboxes, tokens,
-                                                      swept, strict=True)],
+        for r, ld, result, outbox, token, gone in zip(ranges, loaded, results, outboxes,
+                                                      tokens, swept, strict=True)],
         foreign(((topic, r.rng.partition), ld.rows.values())
-                for r, ld in zip(step, loaded, strict=True)), ts=ts)
-    if stores.visits is not None and (listing := _listing(results, listed, gap)):
-        stores.visits.add(listing, ts=ts)  # every row listed before it is written
+                for r, ld in zip(ranges, loaded, strict=True)), ts=ts)
+    step.keys.before_rows(results, ts)
     stores.sessions.write([s for result in results for s in result.touched.values()],
                           close=[sid for result in results for sid in result.closed_untouched],
                           ts=ts, replaced={sid for result in results for sid in result.replaced})
     crash_point("task_after_sessions")
-    removed = [sid for result in results for sid in result.removed]
-    if stores.visits is not None or removed:  # then the rows merged away or swept, and
-        stores.sessions.remove(removed, ts=ts)  # their listings
-        crash_point("task_after_session_deletes")
-    if stores.visits is not None:
-        stores.visits.drop(_unlisted(reachable, loaded, results), ts=ts)
-    # 5. dead letters
-    stores.dead_letters.write([err for r in step for err in r.dead], batch.batch_ms, ts=ts,
-                              incarnation=incarnation)
-    for r, offsets in zip(step, decoded, strict=True):
+    step.keys.after_rows(reachable, loaded, results, ts)
+    stores.dead_letters.write([err for r in ranges for err in r.dead], batch.batch_ms, ts=ts,
+                              incarnation=batch.incarnation)
+    return outboxes, tokens
+
+
+def _withdraw(step: _Step, decoded: Sequence[Sequence[int]]) -> None:
+    """The rest of step 5: the dead letters of records this attempt took into account."""
+    for r, offsets in zip(step.ranges, decoded, strict=True):
         if offsets:
-            r.report.withdrawn = stores.dead_letters.withdraw(
-                source(topic, incarnation), r.rng.partition, offsets, ts=ts)
-    # 6. the indexes (the owners' entries for sessions left open here first), then the
-    # watermarks
-    _hand_over(stores.partitions, topic, results, owners_in, close_after_ms, ts, key_of)
-    index.save(stores.partitions, topic,
+            r.report.withdrawn = step.stores.dead_letters.withdraw(
+                source(step.topic, step.batch.incarnation), r.rng.partition, offsets,
+                ts=step.ts)
+
+
+def _save(step: _Step, loaded: Sequence[index.Loaded], results: Sequence[FoldResult],
+          swept: Sequence[Swept], tokens: Sequence[bytes]) -> None:
+    """Step 6: the indexes (the owners' entries for sessions left open here first), then
+    the watermarks; then the rows written are kept for the partitions' next ranges."""
+    topic, ts, batch, ranges = step.topic, step.ts, step.batch, step.ranges
+    _hand_over(step.stores.partitions, topic, results, batch.owners_in,
+               step.rules.close_after_ms, ts, step.keys.key_of)
+    index.save(step.stores.partitions, topic,
                [(r.rng.partition, ld, result, r.newest_record_ts)
-                for r, ld, result in zip(step, loaded, results, strict=True)], ts=ts,
+                for r, ld, result in zip(ranges, loaded, results, strict=True)], ts=ts,
                swept=[(gone.cut, gone.forget, gone.held) for gone in swept])
-    if gap is None:  # split by the gap, rows come and go under new keys: none is kept
-        kept.keep([keep_after(fence_key(topic, r.rng.partition, incarnation),
-                              ld.stored.writer, token, result)
-                   for r, ld, result, token in zip(step, loaded, results, tokens, strict=True)])
-    write_s = time.monotonic() - t2
-    for r, result, outbox, share in zip(step, results, outboxes, shares, strict=True):
-        r.report.write_s = write_s * share
-        # 7. the summaries, read from the rows as they now stand, in one transaction
-        if outbox is not None and stores.summaries is not None:
-            r.report.publish_s = publish(stores.summaries(r.rng.partition), stores.sessions,
-                                         stores.partitions, model, r.rng, outbox, result, ts)
-            r.report.write_s += r.report.publish_s
-        r.report.applied, r.report.replayed = result.applied, result.replayed
-        r.report.late, r.report.duplicates = result.late, result.duplicates
-        r.report.sessions, r.report.closed = len(result.touched), len(result.closed_now)
-    for r, gone in zip(step, swept, strict=True):
-        r.report.retired = gone.count
-    crash_point("task_done")  # every write of these ranges made (fault tests wait for it)
+    if step.keys.keeps_rows:
+        step.kept.keep([keep_after(fence_key(topic, r.rng.partition, batch.incarnation),
+                                   ld.stored.writer, token, result)
+                        for r, ld, result, token in zip(ranges, loaded, results, tokens,
+                                                        strict=True)])
 
 
-def _fold_all(step: Sequence[_Range], loaded: Sequence[index.Loaded],
+def _report(report: TaskReport, result: FoldResult, swept: Swept) -> None:
+    report.applied, report.replayed = result.applied, result.replayed
+    report.late, report.duplicates = result.late, result.duplicates
+    report.sessions, report.closed = len(result.touched), len(result.closed_now)
+    report.retired = swept.count
+
+
+def _fold_all(step: Sequence[ReadRange], loaded: Sequence[index.Loaded],
               wanted: Sequence[index.Wanted], model: CompiledModel, rules: Rules,
-              batch: TaskBatch, key_of: Callable[[str], str]
+              batch: TaskBatch, keys: SessionKeys
               ) -> tuple[list[FoldResult], list[list[int]]]:
     """Step 3 for each range of a step, over what its load read (its state moved on in
     place): the fold's results, and per range the offsets whose dead letters are withdrawn
@@ -373,18 +353,16 @@ def _fold_all(step: Sequence[_Range], loaded: Sequence[index.Loaded],
     # each range's watermark after this step: an owner in the same step counts with it
     after = {w.partition: max(ld.state.watermark, w.newest_ts)
              for w, ld in zip(wanted, loaded, strict=True)}
-    topic, close_after_ms, gap = step[0].rng.topic, rules.close_after_ms, rules.gap
+    topic, close_after_ms = step[0].rng.topic, rules.close_after_ms
     results, decoded = [], []
     for r, ld in zip(step, loaded, strict=True):
         t1 = time.monotonic()
         owners = {p: max(mark, after.get(p, mark)) for p, mark in ld.owner_watermarks.items()}
         may_close = _may_close(r.rng.partition, batch.owners_in, owners, close_after_ms,
-                               key_of)
-        key = fence_key(topic, r.rng.partition, batch.incarnation)
-        folder = (PartitionFolder(model, key, close_after_ms, ld.state, ld.rows, may_close,
-                                  rules.fold_late, rules.retention_ms) if gap is None else
-                  GapFolder(model, key, close_after_ms, gap, ld.state, ld.rows, may_close,
-                            rules.fold_late, r.rng.from_offset, rules.retention_ms))
+                               keys.key_of)
+        folder = keys.folder(model, fence_key(topic, r.rng.partition, batch.incarnation),
+                             close_after_ms, ld, may_close, rules.fold_late,
+                             rules.retention_ms, r.rng.from_offset)
         decoded.append(_fold(folder, r, ld.stored.dead_until))
         folder.advance(ld.idle_watermark)
         results.append(folder.finish())
@@ -394,7 +372,7 @@ def _fold_all(step: Sequence[_Range], loaded: Sequence[index.Loaded],
     return results, decoded
 
 
-def _fold(folder: PartitionFolder | GapFolder, r: _Range, dead_until: int) -> list[int]:
+def _fold(folder: PartitionFolder, r: ReadRange, dead_until: int) -> list[int]:
     """Step 3 for one range: its events fed to its folder, in offset order. Returns the
     offsets whose dead letters an earlier attempt wrote and this one took into account
     (not skipped as replays): their rows are withdrawn in step 5. The usual range -- no
@@ -450,99 +428,6 @@ def _pending(result: FoldResult) -> int:
     record's timestamp moves the watermark less than its session)."""
     return max([result.partition.watermark,
                 *(s.last_ts + 1 for s in (*result.touched.values(), *result.removed.values()))])
-
-
-def _reachable(visits: Visits | None, step: Sequence[_Range], rule: GapRule,
-               listed: dict[str, dict[int, int]]) -> list[frozenset[str]]:
-    """Split by the gap: each range's sessions its events may reach, as the visitors' rows
-    list them (one read for the step, left in ``listed``)."""
-    assert visits is not None  # a gap rule comes with its visitors' store
-    listed.update(visits.read({e.session_id for r in step for _, e, _ in r.events}))
-    out = []
-    for r in step:
-        times: dict[str, list[int]] = {}
-        for _, e, _ in r.events:
-            times.setdefault(e.session_id, []).append(e.ts)
-        out.append(frozenset(session_key(visitor, start) for visitor, ts in times.items()
-                             for start in candidates(listed.get(visitor, {}), ts, rule)))
-    return out
-
-
-def _complete(visits: Visits | None, store: SessionRows, rule: GapRule,
-              reachable: Sequence[frozenset[str]], loaded: Sequence[index.Loaded],
-              listed: dict[str, dict[int, int]]) -> None:
-    """Split by the gap: the rows a range's fold must also see, read into its ``Loaded``.
-
-    - A listed session without a row: another attempt of this range (a speculative copy, a
-      zombie) may have moved or merged it since the listing was read. It lists the session
-      that took it in before deleting the row, so reading the visitor's row again finds it.
-    - A session a pending outbox owes, or one the index would close after a crash (an entry
-      checked against its row): it may be a row a stopped range merged into another and did
-      not get to delete; with its visitor's sessions read, the fold sees what absorbed it,
-      deletes it and owes its key a tombstone, instead of publishing or closing it.
-    Repeated while new keys come up (a few rounds at most)."""
-    assert visits is not None
-    done: set[str] = set().union(*reachable)
-    asked: dict[str, tuple[int, list[int]]] = {}  # visitor -> (its range, times near which)
-
-    def ask(i: int, sid: str) -> None:
-        asked.setdefault(visitor_of(sid), (i, []))[1].append(start_of(sid))
-
-    for i, (sessions, ld) in enumerate(zip(reachable, loaded, strict=True)):
-        for sid in sorted(sessions - ld.rows.keys()):
-            ask(i, sid)
-        for sid in ld.stored.outbox.owed():
-            ask(i, sid)
-        for e in ld.found:
-            if e.session_id not in ld.rows and e.last_ts < ld.stored.check_below:
-                ask(i, e.session_id)
-    for _ in range(8):
-        if not asked:
-            return
-        fresh = visits.read(asked)
-        listed.update(fresh)
-        wanted = {session_key(visitor, start): i for visitor, (i, times) in asked.items()
-                  for start in candidates(fresh.get(visitor, {}), times, rule)
-                  if session_key(visitor, start) not in done}
-        done |= wanted.keys()
-        found = store.read(wanted)
-        asked = {}
-        for sid, i in sorted(wanted.items()):
-            row = found.get(sid)
-            if row is None:
-                ask(i, sid)
-            else:
-                loaded[i].rows.setdefault(sid, row)
-                loaded[i].before.setdefault(sid, row)
-
-
-def _listing(results: Sequence[FoldResult], listed: Mapping[str, Mapping[int, int]],
-             rule: GapRule | None) -> dict[str, dict[int, int]]:
-    """The sessions the ranges write that their visitors' rows do not list yet, or list
-    with a last_ts they have passed: each with its last_ts rounded up (``listed_last``), so
-    a session's entry is written when it starts and then about once per eight gaps."""
-    assert rule is not None
-    out: dict[str, dict[int, int]] = {}
-    for result in results:
-        for s in result.touched.values():
-            visitor = visitor_of(s.session_id)
-            if listed.get(visitor, {}).get(s.first_ts, -1) < s.last_ts:
-                out.setdefault(visitor, {})[s.first_ts] = listed_last(s.last_ts, rule)
-    return out
-
-
-def _unlisted(reachable: Sequence[frozenset[str]], loaded: Sequence[index.Loaded],
-              results: Sequence[FoldResult]) -> dict[str, list[int]]:
-    """The listings to drop: sessions removed, and those listed without a row (a range that
-    stopped before dropping them) -- unless written again now."""
-    written = {sid for result in results for sid in result.touched}
-    gone = {sid for result in results for sid in result.removed}
-    for sessions, ld in zip(reachable, loaded, strict=True):
-        gone |= sessions - ld.rows.keys()
-    out: dict[str, list[int]] = {}
-    for sid in sorted(gone - written):
-        out.setdefault(visitor_of(sid), []).append(start_of(sid))
-    return out
 
 
 def _overlap(sets: Sequence[set[str]]) -> bool:
