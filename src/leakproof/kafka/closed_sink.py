@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# a range's transaction, made anew with a new producer after a refusal or a deadline, at
+# most this many times in all: a fence, then a coordinator moving, is the worst seen
+PUBLISH_ATTEMPTS = 3
+
 
 def transactional_id(cfg: KafkaConfig, partition: int, scope: str = "") -> str:
     """The id every publisher of ``partition``'s summaries shares; ``scope``: the tables'
@@ -164,12 +168,18 @@ class ClosedSink:
 
         The marker is read first (by a producer that has fenced every older one): an outbox
         a concurrent attempt of the range already published is not sent again. A
-        transaction the broker refused is made once more with a new producer, unless the
-        marker shows the outbox already out. Most often the refusal is a fence: a newer
-        producer of this id initialised since ours, because the partition's last range ran
-        in another Python worker (or a copy of this task ran, and then it may have published
-        this very outbox). The new producer fences the other in turn. (kafka-python reports
-        a fence as ProducerFencedError once, then as a KafkaError naming its error state.)
+        transaction the broker refused, or one a call of which passed its deadline, is made
+        again with a new producer (``PUBLISH_ATTEMPTS`` in all), unless the marker then
+        shows the outbox already out. Most often a refusal is a fence: a newer producer of
+        this id initialised since ours, because the partition's last range ran in another
+        Python worker (or a copy of this task ran, and then it may have published this very
+        outbox). A deadline passes when a broker died under the transaction (its
+        coordinator's, or the marker group's): kafka-python's producer keeps asking the dead
+        node, while a new one finds the coordinator the cluster moved it to. Either way the
+        new producer's ``init_transactions`` fences the old one and aborts what it left
+        open, so the old transaction can no longer commit beside the new one. (kafka-python
+        reports a fence as ProducerFencedError once, then as a KafkaError naming its error
+        state.)
         """
         if not self.txn_id:
             producer = self._ready()
@@ -179,17 +189,22 @@ class ClosedSink:
 
             self._call("send", send_all)
             return
-        if self.published(outbox_id):
-            return  # a copy of this range running beside this one published it
-        try:
-            self._transaction(records, outbox_id, until_offset, headers)
-        except PublishError as exc:
-            if not isinstance(exc.__cause__, KafkaError):
-                raise  # past the deadline: the broker is not answering
-            if self.published(outbox_id):
-                return  # a copy of this task published this very outbox
-            log.info("%s: %s; once more with a new producer", self.txn_id, exc.__cause__)
-            self._transaction(records, outbox_id, until_offset, headers)
+        for attempt in range(1, PUBLISH_ATTEMPTS + 1):
+            try:
+                if self.published(outbox_id):
+                    return  # a copy of this range (running beside this one, or an earlier
+                    # attempt of this one) published it
+                self._transaction(records, outbox_id, until_offset, headers)
+                return
+            except PublishError as exc:
+                if attempt == PUBLISH_ATTEMPTS:
+                    raise
+                self.drop()
+                fenced = isinstance(exc.__cause__, KafkaError)  # the usual: see above
+                log.log(logging.INFO if fenced else logging.WARNING,
+                        "%s: %s; once more with a new producer (attempt %d of %d)",
+                        self.txn_id, exc.__cause__ if fenced else exc, attempt + 1,
+                        PUBLISH_ATTEMPTS)
 
     def _send(self, producer: Any, records: Sequence[tuple[bytes, bytes | None]],
               headers: Sequence[Headers]) -> None:
