@@ -74,8 +74,8 @@ lock: ## re-resolve the newest versions pyproject.toml allows into constraints.t
 jars: venv ## fetch the Kafka and HBase jars from Maven Central (cached)
 	$(STACK) fetch
 
-stack-up: venv ## start Kafka, HBase + Thrift (SPARK=1: also Spark standalone; WIPE=1: empty data)
-	$(STACK) up $(if $(filter 1,$(SPARK)),--spark) $(if $(filter 1,$(WIPE)),--wipe)
+stack-up: venv ## start Kafka, HBase + Thrift (SPARK=1: also Spark standalone; WIPE=1: empty data; CLUSTER=1: 3 Kafka nodes, 2 HBase masters and 2 region servers)
+	$(STACK) up $(if $(filter 1,$(SPARK)),--spark) $(if $(filter 1,$(WIPE)),--wipe) $(if $(filter 1,$(CLUSTER)),--cluster)
 
 stack-down: venv ## stop everything the stack started (WIPE=1: SIGKILL it and delete its data)
 	$(STACK) down $(if $(filter 1,$(WIPE)),--wipe)
@@ -107,7 +107,7 @@ test-kafka3: venv ## the Kafka-facing integration tests against a Kafka 3.9 brok
 test-unit: venv ## the pure tests only (no network, no JVM)
 	$(BIN)/pytest -q tests/unit
 
-trip: venv ## one record's trip through a task, Kafka to its session row: the stops, and any call up a floor
+trip: venv ## one record's trip through a task, Kafka to its session row: the stops, and any call up a floor (on the code alone: pytest -s tests/unit/test_trip.py)
 	$(STACK) up
 	$(BIN)/python scripts/trip.py
 

@@ -11,6 +11,10 @@ kept in ``.services/<service>/<name>.pid`` and its output in ``.services/<servic
     stack.py status                    one line per service: pid, port, resident memory
     stack.py start NAME                one service; returns once it answers (as `up` does)
     stack.py stop|kill NAME            one service (kafka, hbase, thrift, spark-master, ...)
+    stack.py up --cluster              three Kafka nodes and a two-master, two-region-server
+                                       HBase in place of the one-node Kafka and HBase
+    stack.py cut brokerN | heal        one Kafka node of the cluster stack cut off from its
+                                       peers (its clients still reach it), or none
 
 It uses only the standard library plus kafka-python and happybase for the readiness probes,
 so it runs from the project's virtualenv.
@@ -27,6 +31,7 @@ import sys
 
 from stackparts.base import HOST, ROOT, RUN, SERVICES, StackError, log, render
 from stackparts.catalog import all_services, by_name, optional_services, wait_ready
+from stackparts.cluster import cut, heal
 from stackparts.commands import down, status, up
 from stackparts.hbase import (
     HBASE_JDK17_OPTS,
@@ -150,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="start from empty Kafka, HBase and schema registry")
     p_up.add_argument("--yarn", action="store_true",
                       help="also a YARN MiniCluster (ResourceManager on 8032)")
+    p_up.add_argument("--cluster", action="store_true",
+                      help="the cluster stack: 3 KRaft nodes (RF 3, min ISR 2), HBase with "
+                           "2 masters and 2 region servers, in place of the one-node ones")
     p_up.add_argument("--secure", action="store_true",
                       help="also the secured stack: KDC, Kerberized Kafka and HBase (Thrift "
                            "SASL on 9190, HTTPS on 9191)")
@@ -161,15 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     p_down = sub.add_parser("down")
     p_down.add_argument("--wipe", action="store_true", help="also delete all data")
     sub.add_parser("status")
-    for cmd in ("start", "stop", "kill"):
+    for cmd in ("start", "stop", "kill", "pause", "resume", "cut"):
         p = sub.add_parser(cmd)
         p.add_argument("name")
+    sub.add_parser("heal", help="every Kafka node of the cluster stack reaches its peers")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "fetch":
             fetch()
         elif args.cmd == "up":
-            up(args.spark, args.wipe)
+            up(args.spark, args.wipe, args.cluster)
             if args.yarn:
                 yarn_up()
             if args.secure:
@@ -189,6 +198,14 @@ def main(argv: list[str] | None = None) -> int:
             by_name(args.name).stop()
         elif args.cmd == "kill":
             by_name(args.name).kill()
+        elif args.cmd == "pause":
+            by_name(args.name).pause()
+        elif args.cmd == "resume":
+            by_name(args.name).resume()
+        elif args.cmd == "cut":
+            cut(int(args.name.removeprefix("broker")))
+        elif args.cmd == "heal":
+            heal()
         elif args.cmd == "start" and args.name == "yarn":
             yarn_up()
         elif args.cmd == "start":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from stackparts.base import StackError, log
+from stackparts.cluster import cluster_services
 from stackparts.hbase import (
     THRIFT_CLASS,
     THRIFT_FC_PORT,
@@ -32,7 +33,7 @@ def optional_services() -> list[Service]:
 
 def all_services() -> list[Service]:
     return [*secure_services(), kafka_service(), hbase_service(), thrift_service(),
-            registry_service(), *spark_services(), *optional_services()]
+            registry_service(), *spark_services(), *optional_services(), *cluster_services()]
 
 
 def by_name(name: str) -> Service:
@@ -47,6 +48,8 @@ def wait_ready(svc: Service) -> None:
     t0 = time.monotonic()
     if svc.name in ("kafka", "kafka3"):
         wait_until(svc, "describe_cluster", probe_kafka)
+    elif svc.group == "cluster" and svc.name.startswith("kafka"):
+        wait_until(svc, "describe_cluster", lambda: probe_kafka(svc.host, svc.port))
     elif svc.name == "registry":
         wait_until(svc, "GET /subjects", probe_registry)
     elif svc.group == "hbase" and THRIFT_CLASS in svc.argv:  # any plain Thrift server

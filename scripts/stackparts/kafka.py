@@ -104,10 +104,10 @@ def format_kafka_storage(properties: Path, lib: Path = RUN / "kafka" / "lib") ->
         raise StackError(f"kafka storage format failed:\n{result.stdout}{result.stderr}")
 
 
-def probe_kafka() -> None:
+def probe_kafka(host: str = HOST, port: int = KAFKA_PORT) -> None:
     from kafka import KafkaAdminClient
 
-    admin = KafkaAdminClient(bootstrap_servers=f"{HOST}:{KAFKA_PORT}", bootstrap_timeout_ms=5000,
+    admin = KafkaAdminClient(bootstrap_servers=f"{host}:{port}", bootstrap_timeout_ms=5000,
                              request_timeout_ms=5000)
     try:
         admin.describe_cluster()

@@ -84,6 +84,17 @@ class Service:
         wait_port_closed(self)
         log(f"{self.name} stopped")
 
+    def pause(self) -> None:
+        """SIGSTOP: the process hangs with its sockets open, as a stalled host does."""
+        pid = self.pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        pid = self.pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL, as a crash would: no shutdown hook runs."""
         pid = self.pid()
