@@ -265,8 +265,9 @@ def produce(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 def _topic_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["create"], help="create it (if it does not exist)")
     p.add_argument("--partitions", type=int, required=True, help="how many partitions")
-    p.add_argument("--replication-factor", type=int, default=1, metavar="N",
-                   help="copies of each partition (default 1: the local stack's one broker)")
+    p.add_argument("--replication-factor", type=int, default=-1, metavar="N",
+                   help="copies of each partition (default: the brokers' "
+                        "default.replication.factor)")
 
 
 def topic(args: argparse.Namespace, cfg: config_mod.Config) -> int:

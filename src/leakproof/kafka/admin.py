@@ -362,8 +362,9 @@ def admin_settings(cfg: KafkaConfig) -> dict[str, Any]:
 
 
 def create_topic(cfg: KafkaConfig, topic: str, partitions: int,
-                 configs: dict[str, str] | None = None, replication_factor: int = 1) -> bool:
-    """Create the topic if it does not exist; True if this call created it."""
+                 configs: dict[str, str] | None = None, replication_factor: int = -1) -> bool:
+    """Create the topic if it does not exist; True if this call created it. Its copies:
+    ``replication_factor``, or the brokers' ``default.replication.factor`` (-1)."""
     admin = KafkaAdminClient(**admin_settings(cfg))
     try:
         spec: dict[str, Any] = {"num_partitions": partitions,
