@@ -6,7 +6,9 @@
 #                          shared services, or judge timing), then the quiet modules three
 #                          at a time on one stack (the cluster tests on one worker, in turn), then
 #                          the integration core again on pyspark 3.5 (.venv-spark35), its
-#                          standalone cluster restarted from Spark 3.5's jars
+#                          standalone cluster restarted from Spark 3.5's jars; last, on a
+#                          stack it started, the multinode tier on the cluster stack
+#                          (three Kafka nodes, two HBase masters, two region servers)
 #   scripts/test.sh fast   unit + the integration tests that are neither faults, cluster,
 #                          slow nor serial; Kafka and HBase only
 #
@@ -127,6 +129,15 @@ else
     tests/integration/test_observability.py::test_metrics_endpoint_and_batch_inputs_in_the_spark_ui
   if [ "$started" = 0 ]; then  # a developer's stack: its standalone cluster back on this venv's Spark
     spark_on $bin/python > /dev/null || fail "could not restart Spark"
+  fi
+  if [ "$started" = 1 ]; then
+    # the cluster stack in the plain one's place: three Kafka nodes, two HBase masters and
+    # two region servers (it takes their ports); its faults, one test at a time
+    step "multinode: a real cluster's faults (brokers, controller, coordinator, region server, master)"
+    $bin/python scripts/stack.py down --wipe > /dev/null
+    $bin/python scripts/stack.py up --cluster --spark --wipe || fail "the cluster stack did not start"
+    LEAKPROOF_TEST_BOOTSTRAP=127.0.0.1:9092,127.0.0.2:9092,127.0.0.3:9092 \
+      tests multinode -m multinode "$@" tests/integration
   fi
 fi
 

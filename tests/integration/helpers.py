@@ -38,6 +38,9 @@ from submit import standalone_submit as standalone_submit
 
 ROOT = Path(__file__).resolve().parents[2]
 KAFKA = ("127.0.0.1", 9092)
+# the brokers the tests' jobs and clients bootstrap from: the plain stack's one, or the
+# cluster stack's three (`make stack-up CLUSTER=1`), which the multinode tier sets here
+BOOTSTRAP = os.environ.get("LEAKPROOF_TEST_BOOTSTRAP", "127.0.0.1:9092")
 THRIFT = ("127.0.0.1", 9090)
 # a second Thrift server on the same HBase (`stack.py start thrift-spare`), which the tests
 # that stop or kill Thrift point their jobs at: the tests beside them keep theirs
@@ -76,7 +79,7 @@ def require_yarn() -> None:
 def base_config(name: str, **sections: dict[str, Any]) -> dict[str, Any]:
     """A test's config: its topic, its table prefix, one-second batches, local[2]."""
     data: dict[str, Any] = {
-        "kafka": {"bootstrap_servers": "127.0.0.1:9092", "topic": name, "group_id": "it",
+        "kafka": {"bootstrap_servers": BOOTSTRAP, "topic": name, "group_id": "it",
                   "max_rate_per_partition": 0, "read_timeout_s": 30},
         "hbase": {"table_prefix": name},
         "job": {"batch_interval_s": 1, "master": "local[2]"},
@@ -236,7 +239,7 @@ class TransactionalProducer:
 
     def __init__(self, topic: str, transactional_id: str) -> None:
         self.topic = topic
-        self._producer = KafkaProducer(bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}",
+        self._producer = KafkaProducer(bootstrap_servers=BOOTSTRAP,
                                        transactional_id=transactional_id, acks="all",
                                        enable_idempotence=True, linger_ms=5)
         self._producer.init_transactions()
@@ -296,7 +299,7 @@ def summaries(topic: str, isolation: str, decode: Callable[[bytes], dict[str, An
               ) -> list[tuple[str, dict[str, Any]]]:
     """Every summary on the output topic, in order, as a consumer at ``isolation`` sees it
     (``decode``: a record value to {cell: text})."""
-    consumer = KafkaConsumer(topic, bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}", group_id=None,
+    consumer = KafkaConsumer(topic, bootstrap_servers=BOOTSTRAP, group_id=None,
                              auto_offset_reset="earliest", consumer_timeout_ms=5000,
                              isolation_level=isolation)
     try:
@@ -348,7 +351,7 @@ def offsets_rows(env: Env, table_prefix: str | None = None
 
 
 def log_ends(env: Env, partitions: int = 4) -> dict[int, int]:
-    admin = KafkaAdminClient(bootstrap_servers="127.0.0.1:9092")
+    admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
     try:
         got = admin.list_partition_offsets({TopicPartition(env.name, p): OffsetSpec.LATEST
                                             for p in range(partitions)})
