@@ -59,7 +59,7 @@ def test_topic_create_takes_a_replication_factor() -> None:
     assert (args.partitions, args.replication_factor) == (8, 3)
     args = build_parser().parse_args(["topic", "create", "--config", "c.yml",
                                       "--partitions", "8"])
-    assert args.replication_factor == 1
+    assert args.replication_factor == -1  # the brokers' default.replication.factor
 
 
 def test_with_log_format_json_every_record_and_the_exit_message_are_one_json_object(
