@@ -11,9 +11,10 @@ of the source partition in the group ``<group>.closed-sessions``
 (``send_offsets_to_transaction``): the marker a replay reads to tell a published outbox
 from a pending one (outbox.py); with a table prefix the group is
 ``<group>.closed-sessions.<table prefix>``. Every publish reads
-the marker first, with a producer that has fenced every older one: of two attempts of one
-range running at once (a speculative copy, a zombie), the second sees the first's
-transaction committed, or its own init aborted it.
+the marker first, with a producer that has fenced every older one (and a marker reader made
+after that fence: ``drop``): of two attempts of one range running at once (a speculative
+copy, a zombie), the second sees the first's transaction committed, or its own init
+aborted it (an init completes a transaction whose commit was already asked for instead).
 
 kafka-python's ``commit_transaction``, ``abort_transaction`` and
 ``send_offsets_to_transaction`` wait without a deadline: each call here runs under
@@ -63,7 +64,7 @@ def marker_group(cfg: KafkaConfig, scope: str = "") -> str:
 
 def within(seconds: float, what: str, call: Callable[[], T]) -> T:
     """``call()``, or PublishError once ``seconds`` have passed (the call is left to finish
-    or fail in its daemon thread; its producer is dropped by the caller)."""
+    or fail in its daemon thread; the caller drops its producer, ``ClosedSink.drop``)."""
     done: list[T] = []
     failed: list[BaseException] = []
 
@@ -128,11 +129,13 @@ class ClosedSink:
                 settings.update(transactional_id=self.txn_id,
                                 transaction_timeout_ms=round(
                                     self._output.transaction_timeout_s * 2000))
-            producer = KafkaProducer(**settings)
+            # kept before its init: an init past its deadline is dropped (closed) with it,
+            # never left to finish later and fence the next producer of this id
+            producer = self._producer = KafkaProducer(**settings)
             if self.txn_id:
-                # fences every older producer of this id; aborts what one left open
+                # fences every older producer of this id; aborts what one left open (or,
+                # if its commit was already asked for, waits for that commit to complete)
                 self._call("init_transactions", producer.init_transactions)
-            self._producer = producer
         return self._producer
 
     def published(self, outbox_id: str) -> bool:
@@ -176,10 +179,12 @@ class ClosedSink:
         outbox). A deadline passes when a broker died under the transaction (its
         coordinator's, or the marker group's): kafka-python's producer keeps asking the dead
         node, while a new one finds the coordinator the cluster moved it to. Either way the
-        new producer's ``init_transactions`` fences the old one and aborts what it left
-        open, so the old transaction can no longer commit beside the new one. (kafka-python
-        reports a fence as ProducerFencedError once, then as a KafkaError naming its error
-        state.)
+        new producer's ``init_transactions`` fences the old one: every later request of the
+        old one carries an older epoch and is refused. A transaction it left open is
+        aborted; one whose commit it had asked for is completed first -- so the marker,
+        read again after the init by a new reader, says which, and the outbox goes out
+        again only if it was not committed. (kafka-python reports a fence as
+        ProducerFencedError once, then as a KafkaError naming its error state.)
         """
         if not self.txn_id:
             producer = self._ready()
@@ -241,15 +246,34 @@ class ClosedSink:
             raise
 
     def drop(self) -> None:
-        """Forget the producer (fenced, timed out or broken): the next range makes one anew."""
+        """Forget the producer (fenced, timed out or broken) and the marker reader: the
+        next attempt makes both anew. The reader too: kafka-python answers a marker read
+        with a fetch still in flight from before, which a timed-out read leaves behind --
+        sent before the new producer's init, it may miss a copy's commit since."""
         producer, self._producer = self._producer, None
         if producer is not None:
+            _close_now(producer, self.txn_id)
+        markers, self._markers = self._markers, None
+        if markers is not None:
             try:
-                producer.close(timeout=0)
+                markers.close(autocommit=False)
             except Exception:
-                log.debug("closing producer %s failed", self.txn_id, exc_info=True)
+                log.debug("closing the marker reader of %s failed", self.txn_id,
+                          exc_info=True)
 
     def close(self) -> None:
         self.drop()
-        if self._markers is not None:
-            self._markers.close()
+
+
+def _close_now(producer: Any, txn_id: str | None) -> None:
+    """Close ``producer`` at once, its unsent batches dropped. kafka-python's
+    ``close(timeout=0)`` flushes first and raises while any batch is unacknowledged, before
+    it stops the sender: its I/O thread would go on retrying a dead producer's requests
+    (each refused by the broker: an older epoch). The sender is then stopped directly."""
+    try:
+        producer.close(timeout=0)
+    except Exception:
+        log.debug("closing producer %s failed; stopping its sender", txn_id, exc_info=True)
+        sender = getattr(producer, "_sender", None)
+        if sender is not None:
+            sender.force_close()
