@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -44,9 +45,13 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# a range's transaction, made anew with a new producer after a refusal or a deadline, at
-# most this many times in all: a fence, then a coordinator moving, is the worst seen
-PUBLISH_ATTEMPTS = 3
+# a range's transaction is made anew with a new producer after a refusal or a deadline
+# until this long has passed since its first try: the larger of a minute and four calls'
+# deadlines (output.transaction_timeout_s). A broker killed or cut off from its peers moves
+# its partitions' leaders and coordinators in 6-40 s on the cluster stack (a cut-off leader
+# answers as the leader until the others' metadata reaches the client).
+PUBLISH_BUDGET_S = 60.0
+PUBLISH_BUDGET_CALLS = 4
 
 
 def transactional_id(cfg: KafkaConfig, partition: int, scope: str = "") -> str:
@@ -172,11 +177,11 @@ class ClosedSink:
         The marker is read first (by a producer that has fenced every older one): an outbox
         a concurrent attempt of the range already published is not sent again. A
         transaction the broker refused, or one a call of which passed its deadline, is made
-        again with a new producer (``PUBLISH_ATTEMPTS`` in all), unless the marker then
-        shows the outbox already out. Most often a refusal is a fence: a newer producer of
-        this id initialised since ours, because the partition's last range ran in another
-        Python worker (or a copy of this task ran, and then it may have published this very
-        outbox). A deadline passes when a broker died under the transaction (its
+        again with a new producer (for up to ``PUBLISH_BUDGET_S`` or four deadlines), unless
+        the marker then shows the outbox already out. Most often a refusal is a fence: a
+        newer producer of this id initialised since ours, because the partition's last range
+        ran in another Python worker (or a copy of this task ran, and then it may have
+        published this very outbox). A deadline passes when a broker died under the transaction (its
         coordinator's, or the marker group's): kafka-python's producer keeps asking the dead
         node, while a new one finds the coordinator the cluster moved it to. Either way the
         new producer's ``init_transactions`` fences the old one: every later request of the
@@ -194,7 +199,10 @@ class ClosedSink:
 
             self._call("send", send_all)
             return
-        for attempt in range(1, PUBLISH_ATTEMPTS + 1):
+        budget = max(PUBLISH_BUDGET_S, PUBLISH_BUDGET_CALLS * self._output.transaction_timeout_s)
+        give_up = time.monotonic() + budget
+        attempt = 1
+        while True:
             try:
                 if self.published(outbox_id):
                     return  # a copy of this range (running beside this one, or an earlier
@@ -202,14 +210,17 @@ class ClosedSink:
                 self._transaction(records, outbox_id, until_offset, headers)
                 return
             except PublishError as exc:
-                if attempt == PUBLISH_ATTEMPTS:
+                if time.monotonic() >= give_up:
                     raise
                 self.drop()
+                attempt += 1
                 fenced = isinstance(exc.__cause__, KafkaError)  # the usual: see above
                 log.log(logging.INFO if fenced else logging.WARNING,
-                        "%s: %s; once more with a new producer (attempt %d of %d)",
-                        self.txn_id, exc.__cause__ if fenced else exc, attempt + 1,
-                        PUBLISH_ATTEMPTS)
+                        "%s: %s; once more with a new producer (attempt %d, %.0fs left of %.0f)",
+                        self.txn_id, exc.__cause__ if fenced else exc, attempt,
+                        give_up - time.monotonic(), budget)
+                if not fenced:
+                    time.sleep(1.0)  # a cluster moving leaders: give its metadata a moment
 
     def _send(self, producer: Any, records: Sequence[tuple[bytes, bytes | None]],
               headers: Sequence[Headers]) -> None:
