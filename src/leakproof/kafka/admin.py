@@ -217,6 +217,7 @@ class KafkaMetadata:
             if not all(_coordinator_busy(e) for e in failed.values()):
                 raise KafkaReadError(f"group {group} offsets not mirrored: {failed}")
             if time.monotonic() > deadline:
+                self._renew()
                 raise CoordinatorNotReady(f"the coordinator of Kafka group {group} is not "
                                           f"ready yet ({next(iter(failed.values()))})")
             time.sleep(0.3)
@@ -257,6 +258,24 @@ class KafkaMetadata:
         except KafkaError as exc:
             raise KafkaReadError(f"cannot describe Kafka group {group}: {exc}") from exc
         return found
+
+    def _renew(self) -> None:
+        """A new admin client in place of this one. kafka-python's keeps asking the group
+        coordinator it knew: a broker cut off from its peers answered NOT_COORDINATOR for
+        minutes, and every batch's copy to the group waited out its retries on it. A new
+        client finds the coordinator afresh. (Only the committer calls this, on its own
+        instance: no other thread holds the old client.)"""
+        try:
+            fresh = KafkaAdminClient(client_id=f"leakproof-driver-{self._cfg.group_id}",
+                                     **admin_settings(self._cfg))
+        except KafkaError:
+            log.debug("a new admin client could not be made; keeping the old", exc_info=True)
+            return
+        old, self._admin = self._admin, fresh
+        try:
+            old.close()
+        except Exception:  # the old client is done with either way
+            log.debug("closing the old admin client failed", exc_info=True)
 
     def close(self) -> None:
         if self._peek is not None:
