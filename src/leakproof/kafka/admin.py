@@ -40,10 +40,13 @@ class KafkaMetadata:
         self._peek: Any = None  # a read_uncommitted consumer, made on first need
         with _refusals_noted() as refusals:
             try:
-                self._admin = KafkaAdminClient(client_id=f"leakproof-driver-{cfg.group_id}",
-                                               **admin_settings(cfg))
+                self._admin = self._client()
             except KafkaError as exc:
                 raise _unreachable(cfg, exc, refusals) from exc
+
+    def _client(self) -> KafkaAdminClient:
+        return KafkaAdminClient(client_id=f"leakproof-driver-{self._cfg.group_id}",
+                                **admin_settings(self._cfg))
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partition ids, read fresh (partitions may be added while running)."""
@@ -266,8 +269,7 @@ class KafkaMetadata:
         client finds the coordinator afresh. (Only the committer calls this, on its own
         instance: no other thread holds the old client.)"""
         try:
-            fresh = KafkaAdminClient(client_id=f"leakproof-driver-{self._cfg.group_id}",
-                                     **admin_settings(self._cfg))
+            fresh = self._client()
         except KafkaError:
             log.debug("a new admin client could not be made; keeping the old", exc_info=True)
             return
