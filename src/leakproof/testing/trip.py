@@ -31,17 +31,13 @@ MOMENTS: dict[str, tuple[str, str | None]] = {
 }
 
 
-def not_on_the_trip(by: str, wire: bool = True) -> set[str]:
-    """The moments a trip of sessions ``by`` id or gap does not meet: the other rule's, and
-    with ``wire`` (the real stack: rows read and put through ``hbase.wire``) the store's
-    read, which the wire's reader stands for; without it, the wire's."""
+def not_on_the_trip(by: str) -> set[str]:
+    """The moments a trip on the real stack of sessions ``by`` id or gap does not meet: the
+    other rule's, and the store's read, which ``hbase.wire``'s reader stands for there."""
     other = ({"leakproof.sessions.PartitionFolder.feed"} if by == "gap" else
              {"leakproof.gap_fold.GapFolder.feed", "leakproof.hbase.visit_store.VisitStore.add",
               "leakproof.hbase.visit_store.VisitStore.read"})
-    store = {"leakproof.hbase.session_store.SessionStore.read"}
-    wires = {"leakproof.hbase.wire.gets.get_rows",
-             "leakproof.hbase.wire.puts.encode_mutate_rows"}
-    return other | (store if wire else wires)
+    return other | {"leakproof.hbase.session_store.SessionStore.read"}
 
 
 def carries(obj: Any, marker: str, depth: int = 3) -> bool:
