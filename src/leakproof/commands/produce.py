@@ -19,7 +19,7 @@ from leakproof import codec
 from leakproof.config import KafkaConfig, Registry
 from leakproof.errors import LeakproofError
 from leakproof.events import WebEvent, schema_json
-from leakproof.kafka import producer_settings
+from leakproof.kafka import bootstrapped, producer_settings
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def send_raw(cfg: KafkaConfig, topic: str,
              progress: Progress | None = None) -> ProduceReport:
     """Send (key, value) byte pairs in order; ``rate`` in records/s (None = as fast as can be);
     ``progress`` is told how far it got every ``PROGRESS_S`` seconds."""
-    producer = KafkaProducer(**producer_settings(cfg))
+    producer = bootstrapped(KafkaProducer, producer_settings(cfg))
     started = time.monotonic()
     told = started
     sent = 0

@@ -17,6 +17,9 @@ Kerberos login, the IO loop's stall threshold and count) and the idempotent prod
 - ``registry``: the schema registry's client (over ``urllib``, no kafka-python) and the
   decoders of record values.
 
+Every kafka-python client is made through ``bootstrapped``: from the first of its servers
+that answers, not from one picked at random (a stalled broker would fail it).
+
 Imports: the pure core and ``ports``, and of its own floor (the adapters) only the login,
 ``kerberos``; never ``hbase/``, ``task``, ``driver``, ``commands`` or ``cli``
 (``leakproof.floors``, checked by ``tests/unit/test_layers.py``). This module imports
@@ -27,8 +30,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import random
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from leakproof import kerberos
 from leakproof.config import KafkaConfig
@@ -72,6 +77,48 @@ def _net_client() -> Any:
     if _stalls not in logger.filters:
         logger.addFilter(_stalls)
     return functools.partial(KafkaNetClient, slow_task_threshold_secs=STALL_S)
+
+
+T = TypeVar("T")
+BOOTSTRAP_TIMEOUT_MS = 30_000  # kafka-python's default: what every try at once may take
+
+
+def bootstrapped(make: Callable[..., T], settings: dict[str, Any]) -> T:
+    """``make(**settings)`` (a kafka-python client), bootstrapped from the first of its
+    servers that answers.
+
+    kafka-python bootstraps from one server picked at random and gives that one the whole
+    ``bootstrap_timeout_ms``. A broker that is stalled (SIGSTOP, a hung host, a full disk:
+    its socket accepts, it never answers) fails one construction in three on a three-node
+    cluster, though the other two are up -- and a failed construction fails its task. Here
+    each server is tried alone, in random order, for its share of that time; the client
+    learns every broker from the first answer (metadata), as it would anyway."""
+    from kafka.errors import KafkaTimeoutError
+
+    servers = settings.get("bootstrap_servers", [])
+    servers = servers.split(",") if isinstance(servers, str) else list(servers)
+    if len(servers) < 2:
+        return make(**settings)
+    share = settings.get("bootstrap_timeout_ms", BOOTSTRAP_TIMEOUT_MS) // len(servers)
+    failure: Exception | None = None
+    made: list[Any] = []  # the clients' network layers, closed when their bootstrap fails
+    factory = settings.get("kafka_client") or _net_client()
+
+    def client(*args: Any, **kwargs: Any) -> Any:
+        made.append(factory(*args, **kwargs))
+        return made[-1]
+
+    for server in random.sample(servers, len(servers)):
+        try:
+            return make(**{**settings, "bootstrap_servers": [server],
+                           "bootstrap_timeout_ms": max(share, 5_000), "kafka_client": client})
+        except KafkaTimeoutError as exc:
+            failure = exc
+            while made:  # its IO loop and sockets, or they outlive the failure
+                made.pop().close()
+    assert failure is not None
+    raise type(failure)(f"no server of {servers} answered within {max(share, 5_000)} ms: "
+                        f"{failure}") from failure
 
 
 def client_settings(cfg: KafkaConfig) -> dict[str, Any]:

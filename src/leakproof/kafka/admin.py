@@ -26,7 +26,7 @@ from kafka.errors import (
 
 from leakproof.config import KafkaConfig
 from leakproof.errors import CoordinatorNotReady, GroupHasMembers, KafkaReadError, LeakproofError
-from leakproof.kafka import client_settings
+from leakproof.kafka import bootstrapped, client_settings
 from leakproof.offsets import HeldTransaction, LogBounds
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,8 @@ class KafkaMetadata:
                 raise _unreachable(cfg, exc, refusals) from exc
 
     def _client(self) -> KafkaAdminClient:
-        return KafkaAdminClient(client_id=f"leakproof-driver-{self._cfg.group_id}",
-                                **admin_settings(self._cfg))
+        return bootstrapped(KafkaAdminClient, {
+            "client_id": f"leakproof-driver-{self._cfg.group_id}", **admin_settings(self._cfg)})
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partition ids, read fresh (partitions may be added while running)."""
@@ -169,7 +169,7 @@ class KafkaMetadata:
                             group_id=None, enable_auto_commit=False, auto_offset_reset="none",
                             isolation_level="read_uncommitted",
                             max_partition_fetch_bytes=16 * 1024, fetch_max_bytes=1024 * 1024)
-            self._peek = KafkaConsumer(**settings)
+            self._peek = bootstrapped(KafkaConsumer, settings)
         return self._peek
 
     def offsets_for_time(self, topic: str, partitions: Iterable[int],
@@ -386,7 +386,7 @@ def create_topic(cfg: KafkaConfig, topic: str, partitions: int,
                  configs: dict[str, str] | None = None, replication_factor: int = -1) -> bool:
     """Create the topic if it does not exist; True if this call created it. Its copies:
     ``replication_factor``, or the brokers' ``default.replication.factor`` (-1)."""
-    admin = KafkaAdminClient(**admin_settings(cfg))
+    admin = bootstrapped(KafkaAdminClient, admin_settings(cfg))
     try:
         spec: dict[str, Any] = {"num_partitions": partitions,
                                 "replication_factor": replication_factor}

@@ -36,7 +36,7 @@ from kafka.structs import OffsetAndMetadata
 from leakproof.config import KafkaConfig, OutputConfig
 from leakproof.crashpoints import crash_point
 from leakproof.errors import PublishError
-from leakproof.kafka import producer_settings
+from leakproof.kafka import bootstrapped, producer_settings
 from leakproof.kafka.reader import consumer_settings
 from leakproof.outbox import covers
 from leakproof.summaries import Encode, EncodeUpdate, Headers
@@ -136,7 +136,7 @@ class ClosedSink:
                                     self._output.transaction_timeout_s * 2000))
             # kept before its init: an init past its deadline is dropped (closed) with it,
             # never left to finish later and fence the next producer of this id
-            producer = self._producer = KafkaProducer(**settings)
+            producer = self._producer = bootstrapped(KafkaProducer, settings)
             if self.txn_id:
                 # fences every older producer of this id; aborts what one left open (or,
                 # if its commit was already asked for, waits for that commit to complete)
@@ -161,7 +161,7 @@ class ClosedSink:
         if self._markers is None:
             settings = consumer_settings(self._kafka)
             settings.update(group_id=self._markers_group, isolation_level="read_committed")
-            self._markers = KafkaConsumer(**settings)
+            self._markers = bootstrapped(KafkaConsumer, settings)
         timeout_ms = round(self._output.transaction_timeout_s * 1000)
         found = self._call("reading the marker",
                            lambda: self._markers.committed(tp, metadata=True,

@@ -28,7 +28,7 @@ from kafka.errors import KafkaError, OffsetOutOfRangeError
 
 from leakproof.config import KafkaConfig
 from leakproof.errors import DataLossError, KafkaReadError
-from leakproof.kafka import client_settings
+from leakproof.kafka import bootstrapped, client_settings
 from leakproof.kafka.lean_fetch import lean_fetches, reads_lean
 from leakproof.kafka.records import KafkaRecord
 from leakproof.offsets import Gap, OffsetRange
@@ -88,8 +88,8 @@ def _consumer(cfg: KafkaConfig, topic: str, partition: int) -> KafkaConsumer:
     key = _consumer_key(cfg, topic)
     consumer = _consumers.get(key)
     if consumer is None:
-        consumer = _consumers[key] = KafkaConsumer(client_id=f"leakproof-{cfg.group_id}",
-                                                   **consumer_settings(cfg))
+        consumer = _consumers[key] = bootstrapped(KafkaConsumer, {
+            "client_id": f"leakproof-{cfg.group_id}", **consumer_settings(cfg)})
         lean_fetches(consumer)
     tp = TopicPartition(topic, partition)
     if consumer.assignment() != {tp}:

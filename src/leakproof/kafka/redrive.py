@@ -23,7 +23,7 @@ from leakproof.config import KafkaConfig
 from leakproof.crashpoints import crash_point
 from leakproof.dead_letter import origin_of
 from leakproof.errors import LeakproofError, PublishError
-from leakproof.kafka import producer_settings
+from leakproof.kafka import bootstrapped, producer_settings
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.closed_sink import within
 from leakproof.kafka.reader import read_range
@@ -64,7 +64,7 @@ class TransactionalPartition:
         settings = producer_settings(self._cfg)
         settings.update(transactional_id=self.txn_id,
                         transaction_timeout_ms=round(self._timeout_s * 1000))
-        self._producer = KafkaProducer(**settings)
+        self._producer = bootstrapped(KafkaProducer, settings)
         self._call("init_transactions", self._producer.init_transactions)
         end = self._bounds().log_end
         deadline = time.monotonic() + SETTLE_S

@@ -33,7 +33,7 @@ from kafka.structs import OffsetAndMetadata
 from leakproof.config import Config
 from leakproof.crashpoints import crash_point
 from leakproof.errors import DataLossError, DecodeError, OffsetError, PublishError
-from leakproof.kafka import producer_settings
+from leakproof.kafka import bootstrapped, producer_settings
 from leakproof.kafka.admin import create_topic
 from leakproof.kafka.closed_sink import within
 from leakproof.kafka.reader import consumer_settings, read_range
@@ -79,7 +79,7 @@ def rekey_partition(cfg: Config, partition: int, readable_end: int, partitions: 
                             f"failed (Kafka at {cfg.kafka.bootstrap_servers}, transactional id "
                             f"{txn_id}): {type(exc).__name__}: {exc}")
 
-    producer = KafkaProducer(**settings)
+    producer = bootstrapped(KafkaProducer, settings)
     try:
         try:
             # 1. fence every older copy; what it left open is aborted
@@ -152,7 +152,7 @@ def _offsets_consumer(cfg: Config) -> KafkaConsumer:
         # read_committed: the committed offset of a transaction still being completed is
         # "unstable" to such a consumer (retried), never the one from before it
         settings.update(group_id=key[1], isolation_level="read_committed")
-        consumer = _offset_readers[key] = KafkaConsumer(**settings)
+        consumer = _offset_readers[key] = bootstrapped(KafkaConsumer, settings)
     return consumer
 
 

@@ -1,0 +1,68 @@
+"""A kafka-python client is bootstrapped from the first of its servers that answers: each
+server alone, for its share of the bootstrap time, and a failed try's network layer closed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kafka.errors import KafkaTimeoutError
+
+from leakproof.kafka import bootstrapped
+
+SERVERS = ["127.0.0.1:9092", "127.0.0.2:9092", "127.0.0.3:9092"]
+
+
+class NetLayer:
+    def __init__(self, **configs: Any) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Cluster:
+    """Stands in for a client class: answers from the servers in ``up``, times out on the
+    others, as kafka-python's constructor does on a server that accepts and never answers."""
+
+    def __init__(self, up: set[str]) -> None:
+        self.up = up
+        self.tries: list[tuple[str, int | None]] = []
+        self.layers: list[NetLayer] = []
+
+    def __call__(self, **settings: Any) -> dict[str, Any]:
+        layer = settings["kafka_client"]()
+        self.layers.append(layer)
+        (server,) = settings["bootstrap_servers"]
+        self.tries.append((server, settings.get("bootstrap_timeout_ms")))
+        if server not in self.up:
+            raise KafkaTimeoutError(f"Unable to bootstrap from {[server]}")
+        return settings
+
+
+def test_one_server_is_asked_as_configured() -> None:
+    cluster = Cluster({SERVERS[0]})
+    settings = {"bootstrap_servers": SERVERS[:1], "kafka_client": NetLayer}
+    assert bootstrapped(cluster, settings)["bootstrap_servers"] == SERVERS[:1]
+    assert cluster.tries == [(SERVERS[0], None)]  # the settings untouched
+
+
+def test_a_stalled_server_is_passed_over_and_its_try_closed() -> None:
+    for _ in range(20):  # the order is random: every order ends at the answering server
+        cluster = Cluster({SERVERS[2]})
+        made = bootstrapped(cluster, {"bootstrap_servers": SERVERS, "kafka_client": NetLayer})
+        assert made["bootstrap_servers"] == [SERVERS[2]]
+        assert all(ms == 10_000 for _, ms in cluster.tries)
+        closed = [layer.closed for layer in cluster.layers]
+        assert closed == [True] * (len(cluster.tries) - 1) + [False]
+
+
+def test_no_server_answers_every_one_is_named() -> None:
+    cluster = Cluster(set())
+    with pytest.raises(KafkaTimeoutError, match="no server of") as failed:
+        bootstrapped(cluster, {"bootstrap_servers": ",".join(SERVERS), "kafka_client": NetLayer,
+                               "bootstrap_timeout_ms": 9_000})
+    assert all(server in str(failed.value) for server in SERVERS)
+    assert sorted(s for s, _ in cluster.tries) == SERVERS
+    assert {ms for _, ms in cluster.tries} == {5_000}  # a share never under five seconds
+    assert all(layer.closed for layer in cluster.layers)
