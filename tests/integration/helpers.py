@@ -386,15 +386,18 @@ def audit_total(env: Env, column: bytes) -> int:
     return sum(int(cells.get(b"audit:" + column, b"0")) for _, cells in offsets_rows(env))
 
 
-def finish_exact(env: Env, spec: GeneratorSpec, job: Background, timeout: float = 300) -> str:
-    """Wait for a background job to stop by itself (exit 0), then hold it to the oracle, the
-    offsets chain and one commit per record; returns its log."""
+def finish_exact(env: Env, spec: GeneratorSpec | tuple[GeneratorSpec, ...], job: Background,
+                 timeout: float = 300) -> str:
+    """Wait for a background job to stop (exit 0), then hold it to the oracle over ``spec``
+    (or every spec of a tuple: waves), the offsets chain and one commit per record; returns
+    its log."""
+    specs = spec if isinstance(spec, tuple) else (spec,)
     rc = job.wait(timeout=timeout)
     text = job.text()
     assert rc == 0, text[-6000:]
-    env.verify(spec)
+    env.verify(*specs)
     assert_offsets_chain(env)
-    assert audit_total(env, b"records") == records(spec)
+    assert audit_total(env, b"records") == records(*specs)
     return text
 
 

@@ -13,9 +13,11 @@ it starts in the plain one's place (``scripts/test.sh``)."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import happybase
 import pytest
@@ -36,6 +38,7 @@ from .helpers import (
     finish_exact,
     offsets_rows,
     published_once_per_change,
+    records,
     require_standalone,
     stack,
     standalone_submit,
@@ -59,14 +62,25 @@ def cluster_stack() -> Iterator[None]:
         pytest.fail("the cluster stack is not running: `make stack-up CLUSTER=1` (three "
                     f"brokers at {BOOTSTRAP})", pytrace=False)
     yield
+    nodes_back()
+
+
+def nodes_back() -> None:
+    """Every node a test stopped running again (a paused one resumed, a killed one started),
+    none cut off, every partition's replicas in sync."""
     stack("heal")
-    stack("up", "--cluster")  # every node a test killed started again
+    for node in NODES:
+        stack("resume", f"broker{node}")
+    stack("up", "--cluster")
     wait_for("three brokers again", lambda: len(_brokers()) == 3, timeout=180)
     wait_for("every partition fully replicated", _replicated, timeout=180)
 
 
-def _admin() -> KafkaAdminClient:
-    return KafkaAdminClient(bootstrap_servers=BOOTSTRAP, request_timeout_ms=10_000)
+def _admin(avoid: int | None = None) -> KafkaAdminClient:
+    """An admin client; bootstrapped away from node ``avoid`` (one that is paused and would
+    hold its first request until it times out)."""
+    servers = [s for s in BOOTSTRAP.split(",") if avoid is None or s != f"127.0.0.{avoid}:9092"]
+    return KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=10_000)
 
 
 def _brokers() -> list[int]:
@@ -87,8 +101,8 @@ def _replicated() -> bool:
         admin.close()
 
 
-def leader_of(topic: str, partition: int) -> int:
-    admin = _admin()
+def leader_of(topic: str, partition: int, avoid: int | None = None) -> int:
+    admin = _admin(avoid)
     try:
         (described,) = admin.describe_topics([topic])
         return int(next(p["leader_id"] for p in described["partitions"]
@@ -170,14 +184,21 @@ def job_with_summaries(env: Env, spec: GeneratorSpec, label: str, rate: int = 30
         yield job, topic
 
 
-def fault_then_commit(env: Env, fault: Callable[[], None], what: str) -> float:
-    """Two commits, then ``fault``; the seconds from it to the next commit."""
+def fault_then_commit(env: Env, job: Background, fault: Callable[[], None], what: str) -> float:
+    """Two commits, then ``fault``; the seconds from it to the next commit (a job that
+    ends meanwhile fails the test at once, with its log)."""
     wait_for("two commits", lambda: len(commits(env)) >= 2, timeout=240)
     before = commits(env)
     t0 = time.monotonic()
     fault()
-    wait_for(f"a commit after {what}", lambda: commits(env) - before, timeout=300)
+    wait_for(f"a commit after {what}", lambda: running(job) and commits(env) - before,
+             timeout=300)
     return time.monotonic() - t0
+
+
+def running(job: Background) -> bool:
+    assert job.poll() is None, f"the job ended ({job.poll()}):\n{job.text()[-6000:]}"
+    return True
 
 
 def exact_with_summaries(env: Env, spec: GeneratorSpec, job: Background, topic: str,
@@ -190,44 +211,59 @@ def exact_with_summaries(env: Env, spec: GeneratorSpec, job: Background, topic: 
 
 
 SPEC = GeneratorSpec(seed=5801, events=9_600, sessions=960, span_s=3 * 3600)
+# the waves' event times: each an hour after the last, so the sessions of the one before close
+WAVE_START = 1_700_000_000_000
+WAVE_MS = 3_600_000
 
 
 def test_partition_leader_killed_mid_batch_while_summaries_publish(env: Env) -> None:
     with job_with_summaries(env, SPEC, "leader-kill") as (job, topic):
         victim = leader_of(env.name, 0)
-        recovery = fault_then_commit(env, lambda: stack("kill", f"broker{victim}"),
+        recovery = fault_then_commit(env, job, lambda: stack("kill", f"broker{victim}"),
                                      f"broker{victim} (leader of partition 0) was killed")
         assert leader_of(env.name, 0) != victim
         exact_with_summaries(env, SPEC, job, topic, "leader-kill", recovery)
 
 
-def test_transaction_coordinator_killed_with_a_transaction_open(env: Env) -> None:
-    """A worker stops before its transaction's commit; its coordinator is killed; it goes
-    on. The transaction either commits (a new coordinator took the log over) or the batch
-    fails and is replayed (its producer fenced, the transaction aborted): once either way."""
-    release = env.tmp / "publish.release"
-    stalled = env.tmp / "publish.stalled"
-    crash = {"LEAKPROOF_CRASH_AT": f"task_before_publish_commit@3:stall={release}",
-             "LEAKPROOF_CRASH_ONCE": str(stalled)}
-    with job_with_summaries(env, SPEC, "coordinator-kill", extra_env=crash) as (job, topic):
-        wait_for("a transaction held open", stalled.exists, timeout=240)
-        _, coordinator = coordinator_of_open_transaction()
-        before = commits(env)
-        t0 = time.monotonic()
-        stack("kill", f"broker{coordinator}")
-        release.touch()
-        wait_for("a commit after the coordinator was killed", lambda: commits(env) - before,
-                 timeout=300)
-        exact_with_summaries(env, SPEC, job, topic, "coordinator-kill", time.monotonic() - t0)
+def _stall_at_publish_commit(env: Env, label: str) -> tuple[dict[str, str], Path, Path]:
+    """A worker's crash-point settings that hold its third transaction open before the
+    commit (after the sends and ``send_offsets_to_transaction``) until the test releases
+    it; with the file that says it stalled and the file that releases it."""
+    release, stalled = env.tmp / f"{label}.release", env.tmp / f"{label}.stalled"
+    return ({"LEAKPROOF_CRASH_AT": f"task_before_publish_commit@3:stall={release}",
+             "LEAKPROOF_CRASH_ONCE": str(stalled)}, stalled, release)
 
 
-def test_active_controller_killed(env: Env) -> None:
-    with job_with_summaries(env, SPEC, "controller-kill") as (job, topic):
-        victim = active_controller()
-        recovery = fault_then_commit(env, lambda: stack("kill", f"broker{victim}"),
-                                     f"the active controller broker{victim} was killed")
-        wait_for("a new controller", lambda: active_controller() != victim, timeout=120)
-        exact_with_summaries(env, SPEC, job, topic, "controller-kill", recovery)
+def kill_with_a_transaction_open(env: Env, job: Background, stalled: Path, release: Path,
+                                 victim: Callable[[], int], what: str) -> tuple[int, float]:
+    """Once a worker holds its transaction open: kill broker ``victim()``, release the
+    worker; the node killed, and the seconds from the kill to the next commit."""
+    wait_for("a transaction held open", stalled.exists, timeout=240)
+    node = victim()
+    before = commits(env)
+    t0 = time.monotonic()
+    stack("kill", f"broker{node}")
+    release.touch()
+    wait_for(f"a commit after {what} (broker{node}) was killed",
+             lambda: running(job) and commits(env) - before, timeout=300)
+    return node, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("who", ["coordinator", "controller"])
+def test_killed_with_a_transaction_open(env: Env, who: str) -> None:
+    """A worker stops before its transaction's commit; the transaction's coordinator (or the
+    active controller) is killed; the worker goes on. The transaction either commits (a new
+    coordinator took the log over) or the batch fails and is replayed (its producer fenced,
+    the transaction aborted): once either way."""
+    crash, stalled, release = _stall_at_publish_commit(env, who)
+    victim = ((lambda: coordinator_of_open_transaction()[1]) if who == "coordinator"
+              else active_controller)
+    with job_with_summaries(env, SPEC, f"{who}-kill", extra_env=crash) as (job, topic):
+        node, recovery = kill_with_a_transaction_open(env, job, stalled, release, victim,
+                                                      f"the {who}")
+        if who == "controller":
+            wait_for("a new controller", lambda: active_controller() != node, timeout=120)
+        exact_with_summaries(env, SPEC, job, topic, f"{who}-kill", recovery)
 
 
 def test_a_leader_cut_off_from_its_peers_while_the_job_reaches_it(env: Env) -> None:
@@ -236,7 +272,7 @@ def test_a_leader_cut_off_from_its_peers_while_the_job_reaches_it(env: Env) -> N
     never acknowledged; no offset is committed past one."""
     with job_with_summaries(env, SPEC, "cut-off") as (job, topic):
         victim = leader_of(env.name, 0)
-        recovery = fault_then_commit(env, lambda: stack("cut", f"broker{victim}"),
+        recovery = fault_then_commit(env, job, lambda: stack("cut", f"broker{victim}"),
                                      f"broker{victim} was cut off")
         wait_for("leadership moved", lambda: leader_of(env.name, 0) != victim, timeout=120)
         wait_for("another commit while it is cut off",
@@ -254,7 +290,7 @@ def test_region_server_of_the_sessions_table_killed_mid_drain(env: Env) -> None:
                  and region_servers_of(env, "web_sessions"), timeout=240)
         (port, *_) = sorted(region_servers_of(env, "web_sessions"))
         victim = 1 if port == 16020 else 2
-        recovery = fault_then_commit(env, lambda: stack("kill", f"regionserver{victim}"),
+        recovery = fault_then_commit(env, job, lambda: stack("kill", f"regionserver{victim}"),
                                      f"regionserver{victim} was killed")
         exact_with_summaries(env, SPEC, job, topic, "rs-kill", recovery)
     assert region_servers_of(env, "web_sessions") == {16020 if victim == 2 else 16021}
@@ -264,39 +300,87 @@ def test_active_master_killed_the_backup_takes_over(env: Env) -> None:
     with job_with_summaries(env, SPEC, "master-kill") as (job, topic):
         port = active_master()
         victim = 1 if port == 16000 else 2
-        recovery = fault_then_commit(env, lambda: stack("kill", f"hmaster{victim}"),
+        recovery = fault_then_commit(env, job, lambda: stack("kill", f"hmaster{victim}"),
                                      f"the active master hmaster{victim} was killed")
         wait_for("the backup active", lambda: active_master() != port, timeout=120)
         exact_with_summaries(env, SPEC, job, topic, "master-kill", recovery)
 
 
-def test_under_spark_submit_a_leader_then_a_region_server_killed(env: Env) -> None:
-    """The same faults under spark-submit on the standalone cluster (executors in their own
-    JVMs on two hosts, tasks retried elsewhere): a partition's leader killed, then the
-    region server holding the sessions table, in one run."""
+def test_under_spark_submit_every_fault_in_turn(env: Env) -> None:
+    """Every fault above, and a leader paused (SIGSTOP) past its session timeout then
+    resumed, in one run under spark-submit on the standalone cluster (executors in their own
+    JVMs, tasks retried elsewhere). A region server or master is killed while a broker is
+    still down, so that one restart serves two faults; every broker is back and every
+    partition in sync before the next broker's fault. A wave of events before each fault
+    keeps the job reading through it; the run stops on a group SIGTERM once every wave is
+    committed, as a supervisor stops it."""
     require_standalone()
-    spec = GeneratorSpec(seed=5802, events=16_000, sessions=1_600, span_s=3 * 3600)
     topic = f"{env.name}-closed"
     create_topic(env.cfg.kafka, topic, 2)
-    env.produce(spec)
+    crash, stalled, release = _stall_at_publish_commit(env, "standalone")
     config = env.variant("standalone", output=OUTPUT | {"closed_sessions_topic": topic},
-                         kafka={"max_rate_per_partition": 100},
+                         kafka={"max_rate_per_partition": 25},
                          hbase={"outage_tolerance_s": 180})
-    cmd = standalone_submit(config, "--until-idle", "5", **{
-        "spark.executor.memory": "640m", "spark.task.maxFailures": "8"})
+    cmd = standalone_submit(config, "--until-idle", "3600", **{
+        "spark.executor.memory": "640m", "spark.task.maxFailures": "8",
+        **{f"spark.executorEnv.{k}": v for k, v in crash.items()}})
+    waves: list[GeneratorSpec] = []
+    figures: dict[str, float] = {}
+
+    def wave() -> None:  # about 20 s of reading at 25 records a second a partition
+        waves.append(GeneratorSpec(seed=5810 + len(waves), events=2_000, sessions=200,
+                                   span_s=1800, start_ts=WAVE_START + len(waves) * WAVE_MS))
+        env.produce(waves[-1])
+
+    def step(label: str, fault: Callable[[], None], what: str) -> None:
+        running(job)
+        wave()
+        figures[label] = fault_then_commit(env, job, fault, what)
+
+    def hbase_fault(label: str, service: str) -> None:
+        step(label, lambda: stack("kill", service), f"{service} was killed")
+
     with background(cmd, env.tmp / "standalone.log") as job:
-        broker = leader_of(env.name, 0)
-        to_kafka = fault_then_commit(env, lambda: stack("kill", f"broker{broker}"),
-                                     f"broker{broker} (a leader) was killed")
+        wave()
+        _, figures["coordinator"] = kill_with_a_transaction_open(
+            env, job, stalled, release, lambda: coordinator_of_open_transaction()[1],
+            "the coordinator")
         wait_for("the sessions table on a region server",
                  lambda: region_servers_of(env, "web_sessions"), timeout=240)
-        server = 1 if min(region_servers_of(env, "web_sessions")) == 16020 else 2
-        to_hbase = fault_then_commit(env, lambda: stack("kill", f"regionserver{server}"),
-                                     f"regionserver{server} was killed")
-        finish_exact(env, spec, job, timeout=600)
+        holder = min(region_servers_of(env, "web_sessions"))
+        hbase_fault("region server", f"regionserver{1 if holder == 16020 else 2}")
+        nodes_back()
+        leader = leader_of(env.name, 0)
+        step("leader", lambda: stack("kill", f"broker{leader}"), f"broker{leader} was killed")
+        hbase_fault("master", f"hmaster{1 if active_master() == 16000 else 2}")
+        nodes_back()
+        controller = active_controller()
+        step("controller", lambda: stack("kill", f"broker{controller}"),
+             f"the active controller broker{controller} was killed")
+        nodes_back()
+        paused = leader_of(env.name, 0)
+        step("pause", lambda: stack("pause", f"broker{paused}"), f"broker{paused} was paused")
+        wait_for("leadership moved off the paused node",
+                 lambda: leader_of(env.name, 0, avoid=paused) != paused, timeout=120)
+        stack("resume", f"broker{paused}")
+        wait_for("every partition fully replicated", _replicated, timeout=180)
+        cut = leader_of(env.name, 0)
+        step("cut-off", lambda: stack("cut", f"broker{cut}"), f"broker{cut} was cut off")
+        wait_for("leadership moved off the cut node", lambda: leader_of(env.name, 0) != cut,
+                 timeout=120)
+        after_cut = commits(env)
+        wave()
+        wait_for("a commit with the new leader", lambda: running(job) and commits(env) - after_cut,
+                 timeout=300)
+        stack("heal")
+        wait_for("every wave committed",
+                 lambda: audit_total(env, b"records") >= records(*waves), timeout=900)
+        job.signal_group(signal.SIGTERM)
+        finish_exact(env, tuple(waves), job, timeout=180)
     published_once_per_change(env, topic)
-    print(f"standalone: leader kill -> next commit {to_kafka:.1f}s; region server kill -> "
-          f"next commit {to_hbase:.1f}s; events replayed {audit_total(env, b'replayed')}")
+    print("standalone: fault -> next commit " + ", ".join(
+        f"{label} {seconds:.1f}s" for label, seconds in figures.items())
+        + f"; events replayed {audit_total(env, b'replayed')}")
 
 
 def _has_table(env: Env, table: str) -> bool:
