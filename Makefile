@@ -13,7 +13,7 @@ ARGS ?=
 SYSTEM_PACKAGES := libkrb5-dev krb5-user faketime
 
 .DEFAULT_GOAL := help
-.PHONY: help trip promtool check-alerts bench-ui bench-wide bench-cells venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
+.PHONY: help trip promtool check-alerts bench-ui bench-wide bench-cluster bench-cells venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -127,6 +127,10 @@ bench-wide: venv ## the same events in 4, 240 and 900 partitions: drain time and
 	$(BIN)/pip install -q -c constraints.txt -e '.[bench]'
 	$(STACK) up
 	$(BIN)/python scripts/bench_wide.py
+
+bench-cluster: venv ## make bench's job on the one-node stack and the cluster stack, in turn (ROUNDS, EVENTS): ev/s, CPU, ratio
+	$(BIN)/pip install -q -c constraints.txt -e '.[bench]'
+	$(BIN)/python scripts/bench_cluster.py
 
 bench-cells: venv ## what a cell written to HBase costs (rows of 2-32 cells), and a row read, present or absent
 	$(STACK) up

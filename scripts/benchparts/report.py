@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 
 from benchparts.ceiling import Ceiling
 from benchparts.drain import Drain
-from benchparts.settings import MAKE_BENCH_SHAPE, ROOT
+from benchparts.settings import MAKE_BENCH_SHAPE, RESULT_JSON, ROOT
 
 
 def print_result(ceiling: Ceiling, job: Drain, peers: Mapping[str, Drain]) -> int:
@@ -34,6 +35,11 @@ def print_result(ceiling: Ceiling, job: Drain, peers: Mapping[str, Drain]) -> in
         (ROOT / ".services" / "bench" / "last.json").write_text(json.dumps(
             {"leakproof_steady": job.steady, "leakproof_rate": job.rate,
              "ceiling": ceiling_rate}))
+    if RESULT_JSON:  # another script's reading of this run (make bench-cluster)
+        Path(RESULT_JSON).write_text(json.dumps({"ceiling": ceiling_rate, **{
+            d.name: {"rate": d.rate, "steady": d.steady, "cpu_per_m": d.cpu_per_m,
+                     "by_role": {r: s / d.records * 1e6 for r, s in d.by_role.items()},
+                     "verdict": d.verdict} for d in (job, *peers.values())}}))
     ok = job.verdict.startswith("EXACT") and all(d.verdict.startswith("EXACT")
                                                  for d in peers.values())
     return 0 if ok else 1

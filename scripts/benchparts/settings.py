@@ -30,6 +30,7 @@ WORKERS = int(os.environ.get("WORKERS", "2"))
 MAKE_BENCH_SHAPE = not any(os.environ.get(k) for k in (
     "EVENTS", "SESSIONS", "SPAN_S", "MANY", "PARTITIONS", "RATE_PER_PARTITION", "MODEL",
     "FORMAT", "CLOSED", "ISOLATION"))
+RESULT_JSON = os.environ.get("RESULT_JSON")  # also write the figures there, as JSON
 PROFILE_S = int(os.environ.get("PROFILE_S", "12"))  # py-spy window on the job's workers
 # the peer's variants: decode in the JVM / in mapInPandas; capped batches / one batch
 PEERS = os.environ.get("PEERS", "jvm,jvm-one-batch,pandas").split(",")
