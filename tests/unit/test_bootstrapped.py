@@ -1,5 +1,6 @@
 """A kafka-python client is bootstrapped from the first of its servers that answers: each
-server alone, for its share of the bootstrap time, and a failed try's network layer closed."""
+server that accepts a connection alone, for its share of the bootstrap time, and a failed
+try's network layer closed; when none accepts, kafka-python's own bootstrap over them all."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ class Cluster:
     def __call__(self, **settings: Any) -> dict[str, Any]:
         layer = settings["kafka_client"]()
         self.layers.append(layer)
+        if len(settings["bootstrap_servers"]) > 1:
+            raise ValueError("asked with every server at once")
         (server,) = settings["bootstrap_servers"]
         self.tries.append((server, settings.get("bootstrap_timeout_ms")))
         if server not in self.up:
@@ -40,17 +43,40 @@ class Cluster:
         return settings
 
 
+def every(server: str) -> bool:
+    return True
+
+
 def test_one_server_is_asked_as_configured() -> None:
     cluster = Cluster({SERVERS[0]})
     settings = {"bootstrap_servers": SERVERS[:1], "kafka_client": NetLayer}
-    assert bootstrapped(cluster, settings)["bootstrap_servers"] == SERVERS[:1]
+    assert bootstrapped(cluster, settings, every)["bootstrap_servers"] == SERVERS[:1]
     assert cluster.tries == [(SERVERS[0], None)]  # the settings untouched
+
+
+def test_a_refusing_server_is_never_waited_on() -> None:
+    for _ in range(20):
+        cluster = Cluster({SERVERS[0], SERVERS[2]})
+        bootstrapped(cluster, {"bootstrap_servers": SERVERS, "kafka_client": NetLayer},
+                     lambda server: server != SERVERS[1])
+        assert SERVERS[1] not in [s for s, _ in cluster.tries]
+        assert len(cluster.tries) == 1
+
+
+def test_none_accepting_kafka_python_waits_for_any() -> None:
+    """Kafka starting, or gone: the configured bootstrap, over every server, unchanged."""
+    cluster = Cluster(set())
+    with pytest.raises(ValueError):  # the stand-in's way to say it was asked as configured
+        bootstrapped(cluster, {"bootstrap_servers": SERVERS, "kafka_client": NetLayer},
+                     lambda server: False)
+    assert cluster.tries == []
 
 
 def test_a_stalled_server_is_passed_over_and_its_try_closed() -> None:
     for _ in range(20):  # the order is random: every order ends at the answering server
         cluster = Cluster({SERVERS[2]})
-        made = bootstrapped(cluster, {"bootstrap_servers": SERVERS, "kafka_client": NetLayer})
+        made = bootstrapped(cluster, {"bootstrap_servers": SERVERS, "kafka_client": NetLayer},
+                            every)
         assert made["bootstrap_servers"] == [SERVERS[2]]
         assert all(ms == 10_000 for _, ms in cluster.tries)
         closed = [layer.closed for layer in cluster.layers]
@@ -61,7 +87,7 @@ def test_no_server_answers_every_one_is_named() -> None:
     cluster = Cluster(set())
     with pytest.raises(KafkaTimeoutError, match="no server of") as failed:
         bootstrapped(cluster, {"bootstrap_servers": ",".join(SERVERS), "kafka_client": NetLayer,
-                               "bootstrap_timeout_ms": 9_000})
+                               "bootstrap_timeout_ms": 9_000}, every)
     assert all(server in str(failed.value) for server in SERVERS)
     assert sorted(s for s, _ in cluster.tries) == SERVERS
     assert {ms for _, ms in cluster.tries} == {5_000}  # a share never under five seconds

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -83,7 +84,8 @@ T = TypeVar("T")
 BOOTSTRAP_TIMEOUT_MS = 30_000  # kafka-python's default: what every try at once may take
 
 
-def bootstrapped(make: Callable[..., T], settings: dict[str, Any]) -> T:
+def bootstrapped(make: Callable[..., T], settings: dict[str, Any],
+                 accepts: Callable[[str], bool] | None = None) -> T:
     """``make(**settings)`` (a kafka-python client), bootstrapped from the first of its
     servers that answers.
 
@@ -91,15 +93,21 @@ def bootstrapped(make: Callable[..., T], settings: dict[str, Any]) -> T:
     ``bootstrap_timeout_ms``. A broker that is stalled (SIGSTOP, a hung host, a full disk:
     its socket accepts, it never answers) fails one construction in three on a three-node
     cluster, though the other two are up -- and a failed construction fails its task. Here
-    each server is tried alone, in random order, for its share of that time; the client
-    learns every broker from the first answer (metadata), as it would anyway."""
+    the servers that accept a connection are tried alone, in random order, each for its
+    share of that time (a dead one, refusing, costs nothing); the client learns every broker
+    from the first answer (metadata), as it would anyway. When none accepts (Kafka starting,
+    or gone), kafka-python's own bootstrap waits for any of them."""
     from kafka.errors import KafkaTimeoutError
 
     servers = settings.get("bootstrap_servers", [])
     servers = servers.split(",") if isinstance(servers, str) else list(servers)
     if len(servers) < 2:
         return make(**settings)
-    share = settings.get("bootstrap_timeout_ms", BOOTSTRAP_TIMEOUT_MS) // len(servers)
+    accepting = [s for s in random.sample(servers, len(servers)) if (accepts or _accepts)(s)]
+    if not accepting:
+        return make(**settings)
+    share = max(settings.get("bootstrap_timeout_ms", BOOTSTRAP_TIMEOUT_MS) // len(servers),
+                5_000)
     failure: Exception | None = None
     made: list[Any] = []  # the clients' network layers, closed when their bootstrap fails
     factory = settings.get("kafka_client") or _net_client()
@@ -108,17 +116,27 @@ def bootstrapped(make: Callable[..., T], settings: dict[str, Any]) -> T:
         made.append(factory(*args, **kwargs))
         return made[-1]
 
-    for server in random.sample(servers, len(servers)):
+    for server in accepting:
         try:
             return make(**{**settings, "bootstrap_servers": [server],
-                           "bootstrap_timeout_ms": max(share, 5_000), "kafka_client": client})
+                           "bootstrap_timeout_ms": share, "kafka_client": client})
         except KafkaTimeoutError as exc:
             failure = exc
             while made:  # its IO loop and sockets, or they outlive the failure
                 made.pop().close()
     assert failure is not None
-    raise type(failure)(f"no server of {servers} answered within {max(share, 5_000)} ms: "
+    raise type(failure)(f"no server of {servers} answered within {share} ms: "
                         f"{failure}") from failure
+
+
+def _accepts(server: str) -> bool:
+    """Whether ``host:port`` accepts a TCP connection within a second."""
+    host, _, port = server.strip().rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=1.0).close()
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def client_settings(cfg: KafkaConfig) -> dict[str, Any]:
