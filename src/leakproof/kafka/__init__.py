@@ -118,15 +118,37 @@ def bootstrapped(make: Callable[..., T], settings: dict[str, Any],
 
     for server in accepting:
         try:
-            return make(**{**settings, "bootstrap_servers": [server],
-                           "bootstrap_timeout_ms": share, "kafka_client": client})
+            made_client = make(**{**settings, "bootstrap_servers": [server],
+                                  "bootstrap_timeout_ms": share, "kafka_client": client})
         except KafkaTimeoutError as exc:
             failure = exc
             while made:  # its IO loop and sockets, or they outlive the failure
                 made.pop().close()
+        else:
+            timeout_ms = settings.get("bootstrap_timeout_ms", BOOTSTRAP_TIMEOUT_MS)
+            for layer in made:
+                _bootstrap_from(layer, servers, timeout_ms)
+            config = getattr(made_client, "config", None)
+            if isinstance(config, dict) and "bootstrap_timeout_ms" in config:
+                config["bootstrap_timeout_ms"] = timeout_ms
+            return made_client
     assert failure is not None
     raise type(failure)(f"no server of {servers} answered within {share} ms: "
                         f"{failure}") from failure
+
+
+def _bootstrap_from(layer: Any, servers: list[str], timeout_ms: int) -> None:
+    """The made client's later bootstraps (when it has lost every broker it knew) from every
+    server again, with the configured time: bootstrapped from one, it would otherwise wait on
+    that one alone whenever it is the one that died. kafka-python keeps the list in its
+    cluster metadata, generated from its config (``ClusterMetadata``, 3.x)."""
+    cluster = getattr(getattr(layer, "_manager", None), "cluster", None)
+    if cluster is None or not hasattr(cluster, "_generate_bootstrap_brokers"):
+        return  # another kafka-python: the list it was made with stands
+    cluster.config["bootstrap_servers"] = servers
+    cluster._bootstrap_brokers = cluster._generate_bootstrap_brokers()
+    if isinstance(getattr(layer._manager, "config", None), dict):
+        layer._manager.config["bootstrap_timeout_ms"] = timeout_ms
 
 
 def _accepts(server: str) -> bool:
