@@ -83,6 +83,40 @@ def test_a_stalled_server_is_passed_over_and_its_try_closed() -> None:
         assert closed == [True] * (len(cluster.tries) - 1) + [False]
 
 
+def test_the_time_is_shared_among_the_servers_that_accept() -> None:
+    cluster = Cluster({SERVERS[0]})
+    bootstrapped(cluster, {"bootstrap_servers": SERVERS, "kafka_client": NetLayer},
+                 lambda server: server != SERVERS[1])
+    assert {ms for _, ms in cluster.tries} == {15_000}
+
+
+def test_a_failure_other_than_the_timeout_closes_the_try_and_is_raised() -> None:
+    def refused(**settings: Any) -> None:
+        settings["kafka_client"]()
+        raise PermissionError("authentication failed")
+
+    layers: list[NetLayer] = []
+
+    def layer(**configs: Any) -> NetLayer:
+        layers.append(NetLayer())
+        return layers[-1]
+
+    with pytest.raises(PermissionError):
+        bootstrapped(refused, {"bootstrap_servers": SERVERS, "kafka_client": layer}, every)
+    assert len(layers) == 1 and layers[0].closed
+
+
+def test_the_probe_reads_servers_as_kafka_python_does() -> None:
+    """A ``PROTOCOL://`` prefix, no port, IPv6 in brackets: read as kafka-python reads
+    them, never refused for their spelling; one it cannot read is tried."""
+    from leakproof.kafka import _address
+
+    assert _address("SASL_SSL://broker1:9093") == ("broker1", 9093)
+    assert _address("broker1") == ("broker1", 9092)
+    assert _address("[::1]:9094") == ("::1", 9094)
+    assert _address("broker1:not-a-port") is None
+
+
 def test_no_server_answers_every_one_is_named() -> None:
     cluster = Cluster(set())
     with pytest.raises(KafkaTimeoutError, match="no server of") as failed:

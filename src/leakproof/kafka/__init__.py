@@ -93,23 +93,24 @@ def bootstrapped(make: Callable[..., T], settings: dict[str, Any],
     ``bootstrap_timeout_ms``. A broker that is stalled (SIGSTOP, a hung host, a full disk:
     its socket accepts, it never answers) fails one construction in three on a three-node
     cluster, though the other two are up -- and a failed construction fails its task. Here
-    the servers that accept a connection are tried alone, in random order, each for its
-    share of that time (a dead one, refusing, costs nothing); the client learns every broker
-    from the first answer (metadata), as it would anyway. When none accepts (Kafka starting,
-    or gone), kafka-python's own bootstrap waits for any of them."""
+    the servers that accept a connection are tried alone, in random order, sharing that
+    time (a dead one, refusing, costs nothing); the client learns every broker from the
+    first answer (metadata) and, once bootstrapped, never reads its bootstrap list again
+    (kafka-python 3). When none accepts (Kafka starting, or gone), or the client goes
+    through a proxy, kafka-python's own bootstrap waits for any of them."""
     from kafka.errors import KafkaTimeoutError
 
     servers = settings.get("bootstrap_servers", [])
     servers = servers.split(",") if isinstance(servers, str) else list(servers)
-    if len(servers) < 2:
+    if len(servers) < 2 or settings.get("proxy_url"):
         return make(**settings)
     accepting = [s for s in random.sample(servers, len(servers)) if (accepts or _accepts)(s)]
     if not accepting:
         return make(**settings)
-    share = max(settings.get("bootstrap_timeout_ms", BOOTSTRAP_TIMEOUT_MS) // len(servers),
+    share = max(settings.get("bootstrap_timeout_ms", BOOTSTRAP_TIMEOUT_MS) // len(accepting),
                 5_000)
     failure: Exception | None = None
-    made: list[Any] = []  # the clients' network layers, closed when their bootstrap fails
+    made: list[Any] = []  # the clients' network layers, closed when their construction fails
     factory = settings.get("kafka_client") or _net_client()
 
     def client(*args: Any, **kwargs: Any) -> Any:
@@ -118,47 +119,47 @@ def bootstrapped(make: Callable[..., T], settings: dict[str, Any],
 
     for server in accepting:
         try:
-            made_client = make(**{**settings, "bootstrap_servers": [server],
-                                  "bootstrap_timeout_ms": share, "kafka_client": client})
-        except KafkaTimeoutError as exc:
+            return make(**{**settings, "bootstrap_servers": [server],
+                           "bootstrap_timeout_ms": share, "kafka_client": client})
+        except KafkaTimeoutError as exc:  # in these constructors: only the bootstrap's
             failure = exc
-            while made:  # its IO loop and sockets, or they outlive the failure
-                made.pop().close()
-        else:
-            timeout_ms = settings.get("bootstrap_timeout_ms", BOOTSTRAP_TIMEOUT_MS)
-            for layer in made:
-                _bootstrap_from(layer, servers, timeout_ms)
-            config = getattr(made_client, "config", None)
-            if isinstance(config, dict) and "bootstrap_timeout_ms" in config:
-                config["bootstrap_timeout_ms"] = timeout_ms
-            return made_client
+            _close(made)
+        except BaseException:
+            _close(made)  # its IO loop and sockets, or they outlive the failure
+            raise
     assert failure is not None
     raise type(failure)(f"no server of {servers} answered within {share} ms: "
                         f"{failure}") from failure
 
 
-def _bootstrap_from(layer: Any, servers: list[str], timeout_ms: int) -> None:
-    """The made client's later bootstraps (when it has lost every broker it knew) from every
-    server again, with the configured time: bootstrapped from one, it would otherwise wait on
-    that one alone whenever it is the one that died. kafka-python keeps the list in its
-    cluster metadata, generated from its config (``ClusterMetadata``, 3.x)."""
-    cluster = getattr(getattr(layer, "_manager", None), "cluster", None)
-    if cluster is None or not hasattr(cluster, "_generate_bootstrap_brokers"):
-        return  # another kafka-python: the list it was made with stands
-    cluster.config["bootstrap_servers"] = servers
-    cluster._bootstrap_brokers = cluster._generate_bootstrap_brokers()
-    if isinstance(getattr(layer._manager, "config", None), dict):
-        layer._manager.config["bootstrap_timeout_ms"] = timeout_ms
+def _close(made: list[Any]) -> None:
+    while made:
+        made.pop().close()
 
 
 def _accepts(server: str) -> bool:
-    """Whether ``host:port`` accepts a TCP connection within a second."""
-    host, _, port = server.strip().rpartition(":")
+    """Whether ``server`` accepts a TCP connection within a second (one whose address
+    cannot be read is tried all the same)."""
+    address = _address(server)
+    if address is None:
+        return True
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=1.0).close()
-    except (OSError, ValueError):
+        socket.create_connection(address, timeout=1.0).close()
+    except OSError:
         return False
     return True
+
+
+def _address(server: str) -> tuple[str, int] | None:
+    """``server``'s host and port as kafka-python reads them (a ``PROTOCOL://`` prefix
+    dropped, 9092 when no port is given, IPv6 in brackets); None if it cannot."""
+    from kafka.cluster import collect_hosts
+
+    try:
+        ((host, port, _),) = collect_hosts([server])
+    except ValueError:
+        return None
+    return str(host), int(port)
 
 
 def client_settings(cfg: KafkaConfig) -> dict[str, Any]:
