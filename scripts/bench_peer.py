@@ -122,6 +122,40 @@ def _decode_frames(frames: Iterator[Any]) -> Iterator[Any]:
 
 
 def main() -> int:
+    args = _arguments()
+    cfg = config.load(args.config)
+    topic = cfg.kafka.topic
+    meta = KafkaMetadata(cfg.kafka)
+    bounds = meta.log_bounds(topic, meta.partitions(topic))
+    meta.close()
+    total = args.expect or sum(b.log_end - b.log_start for b in bounds.values())
+    _ensure_table(cfg, args.table)
+    spark = _spark(cfg, len(bounds), args)
+    sessions, mode = _sessions(_events(spark, cfg, len(bounds), args), cfg, args)
+    hbase, table = cfg.hbase, args.table
+
+    def write(batch: Any, _batch_id: int) -> None:
+        batch.foreachPartition(lambda rows: _put_rows(hbase, table, rows))
+
+    query = (sessions.writeStream.outputMode(mode).foreachBatch(write)
+             .option("checkpointLocation", args.checkpoint)
+             .trigger(processingTime=f"{cfg.job.batch_interval_s} seconds").start())
+    done = 0
+    while done < total and query.isActive:
+        time.sleep(0.5)
+        done = sum(p["numInputRows"] for p in query.recentProgress)
+    failed = query.exception()
+    query.stop()
+    batches = _batches(query.recentProgress, topic)
+    spark.stop()
+    if failed is not None:
+        print(f"peer: the query failed: {failed}", file=sys.stderr)
+        return 1
+    print("PEER " + json.dumps({"total": total, "done": done, "batches": batches}), flush=True)
+    return 0 if done >= total else 1
+
+
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--config", required=True)
     parser.add_argument("--table", required=True, help="the HBase table to write (family s)")
@@ -135,29 +169,27 @@ def main() -> int:
                         help="group by session_id and session_window(ts, GAP_S) under a "
                              "watermark of the config's grace (append mode: each session "
                              "once it closed), rows keyed <session_id>:<start, 13 digits>")
-    args = parser.parse_args()
-    cfg = config.load(args.config)
-    topic = cfg.kafka.topic
+    return parser.parse_args()
 
-    meta = KafkaMetadata(cfg.kafka)
-    bounds = meta.log_bounds(topic, meta.partitions(topic))
-    meta.close()
-    total = args.expect or sum(b.log_end - b.log_start for b in bounds.values())
+
+def _ensure_table(cfg: config.Config, table: str) -> None:
     from leakproof.hbase.connection import connect, families
 
     conn = connect(cfg.hbase)
     try:
-        if args.table.encode() not in conn.tables():
-            conn.create_table(args.table, families("s"))  # as the job makes its own
+        if table.encode() not in conn.tables():
+            conn.create_table(table, families("s"))  # as the job makes its own
     finally:
         conn.close()
 
+
+def _spark(cfg: config.Config, partitions: int, args: argparse.Namespace) -> Any:
+    """A local session with the Kafka and Avro connectors of this pyspark's version and
+    RocksDB state, one shuffle partition a Kafka partition."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     import pyspark
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F  # noqa: N812 - the name every Spark user knows
-    from pyspark.sql.avro.functions import from_avro
 
     engine = pyspark.__version__
     scala = "2.13"
@@ -172,28 +204,42 @@ def main() -> int:
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
-             .config("spark.sql.shuffle.partitions", str(len(bounds)))
+             .config("spark.sql.shuffle.partitions", str(partitions))
              .config("spark.sql.streaming.stateStore.providerClass",
                      "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
              .getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def _events(spark: Any, cfg: config.Config, partitions: int, args: argparse.Namespace) -> Any:
+    """The topic from its start as a stream of decoded events (capped batches unless
+    ``--one-batch``), decoded by ``from_avro`` in the JVM or fastavro in ``mapInPandas``."""
+    from pyspark.sql import functions as F  # noqa: N812 - the name every Spark user knows
+    from pyspark.sql.avro.functions import from_avro
 
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", cfg.kafka.bootstrap_servers)
-              .option("subscribe", topic).option("startingOffsets", "earliest")
+              .option("subscribe", cfg.kafka.topic).option("startingOffsets", "earliest")
               .option("failOnDataLoss", "true"))
     if not args.one_batch:
-        per_batch = cfg.kafka.max_rate_per_partition * len(bounds) * cfg.job.batch_interval_s
+        per_batch = cfg.kafka.max_rate_per_partition * partitions * cfg.job.batch_interval_s
         reader = reader.option("maxOffsetsPerTrigger", str(int(per_batch)))
     raw = reader.load()
     if args.decode == "jvm":
         value = from_avro(F.col("value"), json.dumps(schema_json()), {"mode": "PERMISSIVE"})
-        events = (raw.select(value.alias("e")).select("e.*")
-                  .where(F.col("session_id").isNotNull()))
-    else:
-        events = raw.select("value").mapInPandas(
-            _decode_frames, "session_id string, user_id string, seq long, ts long, "
-            "event_type string, url string, status int, bytes long")
+        return (raw.select(value.alias("e")).select("e.*")
+                .where(F.col("session_id").isNotNull()))
+    return raw.select("value").mapInPandas(
+        _decode_frames, "session_id string, user_id string, seq long, ts long, "
+        "event_type string, url string, status int, bytes long")
+
+
+def _sessions(events: Any, cfg: config.Config, args: argparse.Namespace) -> tuple[Any, str]:
+    """The web model's aggregates by session id (update mode), or by session id and Spark's
+    ``session_window`` under a watermark (append mode: each session once, closed); with the
+    output mode they need."""
+    from pyspark.sql import functions as F  # noqa: N812
 
     def count_if(condition: Any) -> Any:
         return F.sum(F.when(condition, 1).otherwise(0))
@@ -221,23 +267,13 @@ def main() -> int:
     if args.session_window:
         sessions = sessions.withColumn("session_id", F.format_string(
             "%s:%013d", "session_id", F.col("first_ts"))).drop("w")
+    return sessions, mode
 
-    hbase, table = cfg.hbase, args.table
 
-    def write(batch: Any, _batch_id: int) -> None:
-        batch.foreachPartition(lambda rows: _put_rows(hbase, table, rows))
-
-    query = (sessions.writeStream.outputMode(mode).foreachBatch(write)
-             .option("checkpointLocation", args.checkpoint)
-             .trigger(processingTime=f"{cfg.job.batch_interval_s} seconds").start())
-    done = 0
-    while done < total and query.isActive:
-        time.sleep(0.5)
-        done = sum(p["numInputRows"] for p in query.recentProgress)
-    failed = query.exception()
-    query.stop()
+def _batches(progress: list[dict[str, Any]], topic: str) -> list[dict[str, Any]]:
+    """The query's batches that read something: rows, end offsets, start and duration."""
     batches = []
-    for p in query.recentProgress:
+    for p in progress:
         if p["numInputRows"]:
             started = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00"))
             ends = p["sources"][0]["endOffset"]
@@ -246,12 +282,7 @@ def main() -> int:
                             "ends": {int(k): int(v) for k, v in ends[topic].items()},
                             "start_ms": started.timestamp() * 1000,
                             "took_ms": p["durationMs"].get("triggerExecution", 0)})
-    spark.stop()
-    if failed is not None:
-        print(f"peer: the query failed: {failed}", file=sys.stderr)
-        return 1
-    print("PEER " + json.dumps({"total": total, "done": done, "batches": batches}), flush=True)
-    return 0 if done >= total else 1
+    return batches
 
 
 if __name__ == "__main__":
