@@ -50,6 +50,18 @@ def test_on_a_cluster_each_executors_partitions_are_grouped_apart() -> None:
                                 (tuple(ranges[3:5]), None), (tuple(ranges[5:]), None)]
 
 
+def test_on_a_cluster_a_batch_of_idle_ticks_alone_runs_on_its_executors() -> None:
+    """No records at all (quiet partitions closing sessions by the wall clock): each
+    executor's empty ranges still run there (this once divided by zero and failed the job
+    under spark-submit)."""
+    placement = {0: "executor_h_1", 1: "executor_h_2", 2: "executor_h_1"}
+    tasks = group([r(0, 0), r(1, 0), r(2, 0)], 2, placement)
+    assert sorted(p.partition for rs, _ in tasks for p in rs) == [0, 1, 2]
+    assert {where for rs, where in tasks for p in rs if p.partition in (0, 2)} == {
+        "executor_h_1"}
+    assert [where for rs, where in tasks if rs[0].partition == 1] == ["executor_h_2"]
+
+
 def test_a_task_reads_its_ranges_in_waves_of_bounded_records_in_order() -> None:
     from leakproof.task.worker import waves
 

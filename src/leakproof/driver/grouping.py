@@ -80,6 +80,9 @@ def group(ranges: Sequence[OffsetRange], cores: int,
     out: list[Task] = []
     for executor in sorted(by_executor):
         mine = by_executor[executor]
-        share = max(1, round(tasks * sum(r.count for r in mine) / records))
-        out += [(run, executor) for run in split(mine, share)]
+        # its share of the tasks by records; a batch of idle ticks alone (no records) by
+        # ranges, or it would divide by zero
+        weight = (sum(r.count for r in mine) / records if records
+                  else len(mine) / len(work))
+        out += [(run, executor) for run in split(mine, max(1, round(tasks * weight)))]
     return out
