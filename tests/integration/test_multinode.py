@@ -374,7 +374,8 @@ def test_under_spark_submit_every_fault_in_turn(env: Env) -> None:
                  timeout=300)
         stack("heal")
         wait_for("every wave committed",
-                 lambda: audit_total(env, b"records") >= records(*waves), timeout=900)
+                 lambda: running(job) and audit_total(env, b"records") >= records(*waves),
+                 timeout=900)
         job.signal_group(signal.SIGTERM)
         finish_exact(env, tuple(waves), job, timeout=180)
     published_once_per_change(env, topic)
