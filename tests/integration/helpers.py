@@ -141,6 +141,16 @@ def background(cmd: list[str], log: Path, env: dict[str, str] | None = None
         job.kill()
 
 
+def submit(env: Env, config: str, label: str, *args: str,
+           executor_env: dict[str, str] | None = None) -> AbstractContextManager[Background]:
+    """spark-submit on the standalone cluster in the background, for a ``with`` block."""
+    require_standalone()
+    extra = {f"spark.executorEnv.{k}": v for k, v in (executor_env or {}).items()}
+    cmd = standalone_submit(config, *args, **{"spark.executor.memory": "640m",
+                                              "spark.task.maxFailures": "8", **extra})
+    return background(cmd, env.tmp / f"{label}.log")
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 240,
             check: bool = True, log: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``leakproof ARGS`` in its own process, as users run it."""

@@ -21,30 +21,18 @@ from .helpers import (
     Background,
     Env,
     audit_total,
-    background,
     finish_exact,
     offsets_rows,
     published_once_per_change,
     records,
-    require_standalone,
     run_cli,
     stack,
-    standalone_submit,
+    submit,
     wait_for,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.cluster,
               pytest.mark.slow, pytest.mark.xdist_group("cluster")]
-
-
-def submit(env: Env, config: str, label: str, *args: str,
-           executor_env: dict[str, str] | None = None) -> AbstractContextManager[Background]:
-    """spark-submit on the standalone cluster in the background, for a ``with`` block."""
-    require_standalone()
-    extra = {f"spark.executorEnv.{k}": v for k, v in (executor_env or {}).items()}
-    cmd = standalone_submit(config, *args, **{"spark.executor.memory": "640m",
-                                              "spark.task.maxFailures": "8", **extra})
-    return background(cmd, env.tmp / f"{label}.log")
 
 
 def crash_once(env: Env, point: str, label: str, evidence: str) -> float:

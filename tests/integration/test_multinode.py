@@ -34,14 +34,12 @@ from .helpers import (
     Background,
     Env,
     audit_total,
-    background,
     finish_exact,
     offsets_rows,
     published_once_per_change,
     records,
-    require_standalone,
     stack,
-    standalone_submit,
+    submit,
     wait_for,
 )
 
@@ -188,6 +186,11 @@ def fault_then_commit(env: Env, job: Background, fault: Callable[[], None], what
     """Two commits, then ``fault``; the seconds from it to the next commit (a job that
     ends meanwhile fails the test at once, with its log)."""
     wait_for("two commits", lambda: len(commits(env)) >= 2, timeout=240)
+    return next_commit_after(env, job, fault, what)
+
+
+def next_commit_after(env: Env, job: Background, fault: Callable[[], None], what: str) -> float:
+    """``fault``, then the seconds to the next commit (the job still running)."""
     before = commits(env)
     t0 = time.monotonic()
     fault()
@@ -240,13 +243,13 @@ def kill_with_a_transaction_open(env: Env, job: Background, stalled: Path, relea
     worker; the node killed, and the seconds from the kill to the next commit."""
     wait_for("a transaction held open", stalled.exists, timeout=240)
     node = victim()
-    before = commits(env)
-    t0 = time.monotonic()
-    stack("kill", f"broker{node}")
-    release.touch()
-    wait_for(f"a commit after {what} (broker{node}) was killed",
-             lambda: running(job) and commits(env) - before, timeout=300)
-    return node, time.monotonic() - t0
+
+    def kill_then_release() -> None:
+        stack("kill", f"broker{node}")
+        release.touch()
+
+    return node, next_commit_after(env, job, kill_then_release,
+                                   f"{what} (broker{node}) was killed")
 
 
 @pytest.mark.parametrize("who", ["coordinator", "controller"])
@@ -314,16 +317,12 @@ def test_under_spark_submit_every_fault_in_turn(env: Env) -> None:
     partition in sync before the next broker's fault. A wave of events before each fault
     keeps the job reading through it; the run stops on a group SIGTERM once every wave is
     committed, as a supervisor stops it."""
-    require_standalone()
     topic = f"{env.name}-closed"
     create_topic(env.cfg.kafka, topic, 2)
     crash, stalled, release = _stall_at_publish_commit(env, "standalone")
     config = env.variant("standalone", output=OUTPUT | {"closed_sessions_topic": topic},
                          kafka={"max_rate_per_partition": 25},
                          hbase={"outage_tolerance_s": 180})
-    cmd = standalone_submit(config, "--until-idle", "3600", **{
-        "spark.executor.memory": "640m", "spark.task.maxFailures": "8",
-        **{f"spark.executorEnv.{k}": v for k, v in crash.items()}})
     waves: list[GeneratorSpec] = []
     figures: dict[str, float] = {}
 
@@ -340,7 +339,7 @@ def test_under_spark_submit_every_fault_in_turn(env: Env) -> None:
     def hbase_fault(label: str, service: str) -> None:
         step(label, lambda: stack("kill", service), f"{service} was killed")
 
-    with background(cmd, env.tmp / "standalone.log") as job:
+    with submit(env, config, "standalone", "--until-idle", "3600", executor_env=crash) as job:
         wave()
         _, figures["coordinator"] = kill_with_a_transaction_open(
             env, job, stalled, release, lambda: coordinator_of_open_transaction()[1],
@@ -368,10 +367,7 @@ def test_under_spark_submit_every_fault_in_turn(env: Env) -> None:
         step("cut-off", lambda: stack("cut", f"broker{cut}"), f"broker{cut} was cut off")
         wait_for("leadership moved off the cut node", lambda: leader_of(env.name, 0) != cut,
                  timeout=120)
-        after_cut = commits(env)
-        wave()
-        wait_for("a commit with the new leader", lambda: running(job) and commits(env) - after_cut,
-                 timeout=300)
+        next_commit_after(env, job, wave, "a wave with the new leader")
         stack("heal")
         wait_for("every wave committed",
                  lambda: running(job) and audit_total(env, b"records") >= records(*waves),
