@@ -8,6 +8,9 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import os
+import random
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -16,11 +19,21 @@ import pytest
 from kafka import KafkaConsumer
 
 from leakproof.config import Registry
-from leakproof.generator import GeneratorSpec
+from leakproof.events import WebEvent
+from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
 from leakproof.kafka.admin import create_topic
 from leakproof.kafka.registry import RegistryClient
 
-from .helpers import KAFKA, Env, assert_offsets_chain, crash_mid_publish, session_rows
+from .helpers import (
+    KAFKA,
+    Background,
+    Env,
+    assert_offsets_chain,
+    crash_mid_publish,
+    offsets_rows,
+    session_rows,
+    wait_for,
+)
 from .test_gap_sessions import day
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -78,6 +91,80 @@ def test_live_updates_are_versioned_and_exact_across_crashes_mid_publish(env: En
     states = {row["state"] for row in rows.values()}
     assert states == {"open", "closed"}, states  # both kinds of last record were seen
     assert sum(len(seen) >= 5 for seen in versions.values()) >= 300
+
+
+def many_batch_sessions(sessions: int, pages: int, apart_s: int) -> list[WebEvent]:
+    """``sessions`` visits of ``pages`` pages each, ``apart_s`` apart in event time, their
+    starts spread over as long as one visit lasts; in event-time order, as a busy site
+    sends them. Each visit's pages are a few hundred records apart in its partition, so a
+    read capped at 100 records per partition and batch sees each in a batch of its own."""
+    rng = random.Random(2730)
+    lasts = (pages - 1) * apart_s * 1000
+    events = [WebEvent(f"v{i:05d}", f"u{i:05d}", k, start + k * apart_s * 1000, "pageview",
+                       f"/p{k}", 200, 100 + k)
+              for i in range(sessions)
+              for start in [DEFAULT_START_TS + rng.randrange(lasts)]
+              for k in range(pages)]
+    return sorted(events, key=lambda e: (e.ts, e.session_id))
+
+
+@pytest.mark.slow
+def test_live_updates_exact_across_driver_kills_at_random_moments(env: Env) -> None:
+    """2 000 sessions, each changed in seven batches or more; the whole driver (its JVM and
+    Python workers) SIGKILLed three times at moments drawn at random (the seed is in the
+    failure message), each time restarted from HBase. Then ``verify`` is exact (topic
+    included: per key strictly increasing versions, the last record its row) and, read at
+    read_committed: no (key, version) twice, the topic compacted by key equal to the
+    sessions table cell for cell, ``final`` exactly on the closed rows."""
+    seed = int.from_bytes(os.urandom(4), "big")
+    rng = random.Random(seed)
+    topic = f"{env.name}-kills"
+    create_topic(env.cfg.kafka, topic, 2)
+    env.produce_events(many_batch_sessions(2_000, 8, 20))
+    live = env.variant("kills", output={"closed_sessions_topic": topic, "emit": "update"},
+                       sessions={"inactivity_gap_s": 60, "grace_s": 10},
+                       kafka={"max_rate_per_partition": 100})
+    for kill in range(3):
+        before = len(offsets_rows(env))
+        wanted = before + rng.randint(1, 6)  # then a moment inside the next batch or so
+        with env.background("--until-idle", "4", config=live, name=f"kill{kill}") as job:
+            def committed_or_ended(n: int = wanted, job: Background = job) -> bool:
+                return len(offsets_rows(env)) >= n or job.poll() is not None
+            wait_for(f"commit {wanted} (seed {seed})", committed_or_ended, timeout=240)
+            assert job.poll() is None, f"seed {seed}: the job ended before kill {kill}: " \
+                                       f"{job.text()[-3000:]}"
+            # the stimulus, not a wait for a result: a moment inside the next batch or two
+            time.sleep(rng.uniform(0.0, 2.0))
+        # (leaving the block SIGKILLs the job's process group: driver, JVM, workers)
+    env.run("--until-idle", "4", config=live)
+    env.verify(config=live)
+    assert_offsets_chain(env)
+
+    rows = session_rows(env)
+    seen: set[tuple[str, int]] = set()
+    twice: list[tuple[str, int]] = []
+    compacted: dict[str, tuple[bytes | None, dict[str, bytes]]] = {}
+    versions: dict[str, int] = defaultdict(int)
+    for key, value, headers in read_committed(topic):
+        version = int(headers["leakproof.version"])
+        if (key, version) in seen:
+            twice.append((key, version))
+        seen.add((key, version))
+        versions[key] += 1
+        compacted[key] = (value, headers)
+    assert not twice, f"seed {seed}: {len(twice)} (key, version) pairs twice: {twice[:3]}"
+    assert set(compacted) == set(rows), f"seed {seed}"
+    for key, (value, headers) in compacted.items():
+        assert value is not None, key
+        summary = json.loads(value)
+        final = rows[key]["state"] == "closed"
+        assert headers["leakproof.final"] == (b"true" if final else b"false"), key
+        assert (summary.pop("final"), summary.pop("session_id")) == (final, key), key
+        summary.pop("version")
+        assert summary == rows[key], (seed, key)
+    assert {row["state"] for row in rows.values()} == {"open", "closed"}
+    assert sum(n >= 7 for n in versions.values()) >= 1_900, (
+        seed, sorted(versions.values())[:20])
 
 
 def test_live_updates_in_avro_carry_version_and_final_as_fields(env: Env) -> None:
