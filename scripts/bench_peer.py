@@ -20,6 +20,9 @@ The Kafka and Avro connectors come from Maven Central through ``spark.jars.packa
 each, the newest release not newer than the engine (``PEER_KAFKA_CONNECTOR`` and
 ``PEER_AVRO_CONNECTOR`` override the versions).
 
+With ``--kafka-sink TOPIC`` the updated sessions go to a Kafka topic as JSON instead (update
+mode's records: what a Structured Streaming user has nearest to live session updates).
+
 Prints one ``PEER {json}`` line: per batch, its start, duration, rows and end offsets.
 """
 
@@ -137,8 +140,17 @@ def main() -> int:
     def write(batch: Any, _batch_id: int) -> None:
         batch.foreachPartition(lambda rows: _put_rows(hbase, table, rows))
 
-    query = (sessions.writeStream.outputMode(mode).foreachBatch(write)
-             .option("checkpointLocation", args.checkpoint)
+    if args.kafka_sink:  # each updated session as JSON to a topic: live updates' nearest kin
+        from pyspark.sql import functions as F  # noqa: N812
+
+        stream = (sessions.select(F.col("session_id").alias("key"),
+                                  F.to_json(F.struct(*sessions.columns)).alias("value"))
+                  .writeStream.outputMode(mode).format("kafka")
+                  .option("kafka.bootstrap.servers", cfg.kafka.bootstrap_servers)
+                  .option("topic", args.kafka_sink))
+    else:
+        stream = sessions.writeStream.outputMode(mode).foreachBatch(write)
+    query = (stream.option("checkpointLocation", args.checkpoint)
              .trigger(processingTime=f"{cfg.job.batch_interval_s} seconds").start())
     done = 0
     while done < total and query.isActive:
@@ -169,6 +181,9 @@ def _arguments() -> argparse.Namespace:
                         help="group by session_id and session_window(ts, GAP_S) under a "
                              "watermark of the config's grace (append mode: each session "
                              "once it closed), rows keyed <session_id>:<start, 13 digits>")
+    parser.add_argument("--kafka-sink", metavar="TOPIC", default="",
+                        help="write each updated session as JSON to TOPIC (Spark's Kafka "
+                             "sink, at least once) instead of HBase")
     return parser.parse_args()
 
 

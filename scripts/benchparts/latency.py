@@ -1,6 +1,8 @@
 """The latency mode (LATENCY=1, make bench-latency): a steady load (RATE, LATENCY_S) on a
 topic of its own for the job and for the JVM peer, each record's Kafka timestamp to the
-commit of its batch, and the percentiles over every record and after the warm-up."""
+commit of its batch, and the percentiles over every record and after the warm-up; with live
+updates (CLOSED=1 EMIT=update) also to the update holding it being visible at read_committed
+(``visibility``), the peer then writing its update mode to a Kafka sink."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from benchparts.cpu import PeakSampler, batch_floor, per_million
 from benchparts.hbase_log import batches_beside_store_work
 from benchparts.load import PacedProducer
 from benchparts.settings import HBASE_LOG, PARTITIONS, PEERS, ROOT, WARMUP_S
+from benchparts.visibility import UpdateWatch, visible_latencies
 from leakproof import codec, config
 from leakproof.commit_stores import open_store
 from leakproof.generator import GeneratorSpec, generate
@@ -83,7 +87,60 @@ def percentiles(values: list[float]) -> str:
 
 def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
     """Steady load at half the measured maximum: p50/p95/p99 from Kafka timestamp to commit,
-    for leakproof and the JVM-native peer, each on a topic of its own with the same load."""
+    for leakproof and the JVM-native peer, each on a topic of its own with the same load;
+    with live updates (CLOSED=1 EMIT=update or every_s:N) also to the update's visibility
+    at read_committed (``visibility``), the peer writing update mode to a Kafka sink."""
+    rate, seconds, source = _rate()
+    count = int(rate * seconds)
+    print(f"== latency: {rate:.0f} ev/s for {seconds}s ({count} events; {source})", flush=True)
+    updates = data.get("output", {}).get("emit", "close") != "close"
+    # (live updates: no repeats, no late events, so a session's count tells its records)
+    spec = GeneratorSpec(11, count, max(1, count // 10))
+    if updates:
+        spec = replace(spec, late_fraction=0.0, duplicate_fraction=0.0)
+    pairs = [(codec.encode_key(e), codec.encode_value(e)) for e in generate(spec)]
+    interval = float(data["job"]["batch_interval_s"])
+    results: dict[str, list[float]] = {}
+    steady: dict[str, list[float]] = {}
+    shown: dict[str, list[float]] = {}
+    # PEERS without jvm (e.g. PEERS=) measures leakproof alone
+    for program in ("leakproof", *(["peer jvm"] if "jvm" in PEERS else [])):
+        run = _Run(program, data, work, name, updates)
+        if not run.measure(pairs, rate, seconds):
+            return 1
+        results[program] = [lat for _, lat in run.timed]
+        steady[program] = after_warmup(run.timed, WARMUP_S)
+        print(f"   {program}: {percentiles(results[program])}", flush=True)
+        print(f"   {program} after the first {WARMUP_S:.0f}s: {percentiles(steady[program])}",
+              flush=True)
+        if updates:
+            shown[program] = after_warmup(run.visible, WARMUP_S)
+            print(f"   {program}: Kafka timestamp -> its update visible at read_committed, "
+                  f"after the first {WARMUP_S:.0f}s: {percentiles(shown[program])}; "
+                  f"{run.unseen} records in no update seen; "
+                  f"{run.updates / len(pairs):.2f} update records out per record in",
+                  flush=True)
+        if program == "leakproof":
+            print(f"   {program}: batch time (output start to commit) after the first "
+                  f"{WARMUP_S:.0f}s, by what HBase did meanwhile: "
+                  + batches_beside_store_work(run.log, HBASE_LOG, WARMUP_S), flush=True)
+        per_m = per_million(run.spent, len(pairs))
+        print(f"   {program}: CPU s per M events from the first record sent, by process: "
+              + ", ".join(f"{role} {v:.1f}" for role, v in per_m.items()
+                          if run.spent[role] > 0.05), flush=True)
+        cores = len(os.sched_getaffinity(0))
+        print(f"   {program}: {batch_floor(per_m, rate, interval, cores)}", flush=True)
+    print(f"\nRESULT latency at {rate:.0f} ev/s, batch interval {interval:.0f}s: "
+          + " | ".join(f"{k} {percentiles(v)}" for k, v in results.items())
+          + f" | after the first {WARMUP_S:.0f}s: "
+          + " | ".join(f"{k} {percentiles(v)}" for k, v in steady.items())
+          + "".join(f" | {k} update visible {percentiles(v)}" for k, v in shown.items())
+          + f" | target: leakproof p99 <= {interval + 1:.0f}s")
+    return 0
+
+
+def _rate() -> tuple[float, int, str]:
+    """The load's rate (ev/s), its length (s) and where the rate came from."""
     last = ROOT / ".services" / "bench" / "last.json"
     measured_max = json.loads(last.read_text())["leakproof_steady"] if last.exists() else 0
     if os.environ.get("RATE"):
@@ -92,78 +149,79 @@ def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
         rate, source = measured_max / 2, f"half the last make bench's {measured_max:.0f} ev/s"
     else:
         rate, source = 12_000.0, "no make bench figure yet: a default"
-    seconds = int(os.environ.get("LATENCY_S", "150"))
-    count = int(rate * seconds)
-    print(f"== latency: {rate:.0f} ev/s for {seconds}s ({count} events; {source})", flush=True)
-    spec = GeneratorSpec(11, count, max(1, count // 10))
-    pairs = [(codec.encode_key(e), codec.encode_value(e)) for e in generate(spec)]
-    interval = float(data["job"]["batch_interval_s"])
-    results: dict[str, list[float]] = {}
-    steady: dict[str, list[float]] = {}
-    # PEERS without jvm (e.g. PEERS=) measures leakproof alone
-    for program in ("leakproof", *(["peer jvm"] if "jvm" in PEERS else [])):
-        topic = f"{name}-{'job' if program == 'leakproof' else 'peer'}"
-        data["kafka"]["topic"] = topic
-        cfg_path = work / f"config-{topic}.yml"
-        cfg_path.write_text(yaml.safe_dump(data))
-        cfg = config.load(cfg_path)
-        create_topic(cfg.kafka, topic, PARTITIONS)
-        log = work / f"latency-{topic}.log"
-        if program == "leakproof":
-            cmd = [sys.executable, "-m", "leakproof.cli", "run", "--config", str(cfg_path),
-                   "--until-idle", "15"]
-        else:
-            cmd = [sys.executable, str(ROOT / "scripts" / "bench_peer.py"), "--config",
-                   str(cfg_path), "--table", "peer_latency", "--checkpoint",
-                   str(work / "checkpoint-latency"), "--expect", str(len(pairs))]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-            marker = "streaming " if program == "leakproof" else "peer: engine"
+    return rate, int(os.environ.get("LATENCY_S", "150")), source
+
+
+class _Run:
+    """One program's latency run: on a topic of its own, under the paced load, then each
+    record's latency to its commit (and with ``updates`` to its update's visibility), the
+    CPU each process spent and the run's log."""
+
+    def __init__(self, program: str, data: dict[str, Any], work: Path, name: str,
+                 updates: bool) -> None:
+        self.program, self.updates_on = program, updates
+        self.topic = f"{name}-{'job' if program == 'leakproof' else 'peer'}"
+        data["kafka"]["topic"] = self.topic
+        self.cfg_path = work / f"config-{self.topic}.yml"
+        self.cfg_path.write_text(yaml.safe_dump(data))
+        self.cfg = config.load(self.cfg_path)
+        self.work, self.log = work, work / f"latency-{self.topic}.log"
+        self.sink = (str(data["output"]["closed_sessions_topic"]) if program == "leakproof"
+                     else f"{self.topic}-updates")
+        self.timed: list[tuple[int, float]] = []
+        self.visible: list[tuple[int, float]] = []
+        self.unseen = self.updates = 0
+        self.spent: dict[str, float] = {}
+
+    def _command(self, expect: int) -> list[str]:
+        if self.program == "leakproof":
+            return [sys.executable, "-m", "leakproof.cli", "run", "--config",
+                    str(self.cfg_path), "--until-idle", "15"]
+        return [sys.executable, str(ROOT / "scripts" / "bench_peer.py"), "--config",
+                str(self.cfg_path), "--table", "peer_latency", "--checkpoint",
+                str(self.work / "checkpoint-latency"), "--expect", str(expect),
+                *(["--kafka-sink", self.sink] if self.updates_on else [])]
+
+    def measure(self, pairs: list[tuple[bytes, bytes]], rate: float, seconds: int) -> bool:
+        create_topic(self.cfg.kafka, self.topic, PARTITIONS)
+        watch = None
+        if self.updates_on:
+            create_topic(self.cfg.kafka, self.sink, PARTITIONS)
+            watch = UpdateWatch(self.cfg, self.sink)
+        with open(self.log, "wb") as out:
+            proc = subprocess.Popen(self._command(len(pairs)), stdout=out,
+                                    stderr=subprocess.STDOUT)
+            marker = "streaming " if self.program == "leakproof" else "peer: engine"
             deadline = time.monotonic() + 180
-            while marker not in log.read_text(errors="replace") and proc.poll() is None:
-                assert time.monotonic() < deadline, f"{program} did not start; see {log}"
+            while marker not in self.log.read_text(errors="replace") and proc.poll() is None:
+                assert time.monotonic() < deadline, f"{self.program} did not start; see {self.log}"
                 time.sleep(0.5)
-            time.sleep(10 if program != "leakproof" else 2)  # the peer resolves, then starts
-            print(f"   {program}: producing", flush=True)
+            time.sleep(10 if self.program != "leakproof" else 2)  # the peer resolves, then starts
+            print(f"   {self.program}: producing", flush=True)
             by_role = CpuByRole()
             by_role.start()
             sampler = PeakSampler(proc.pid, by_role)
-            producer = PacedProducer(cfg, topic, pairs, rate, work)
-            producer.join()
+            PacedProducer(self.cfg, self.topic, pairs, rate, self.work).join()
             rc = proc.wait(timeout=seconds + 300)
             sampler.stop()
-            spent = by_role.stop()
+            self.spent = by_role.stop()
+        if watch is not None:
+            watch.stop()
+            self.visible, self.unseen = visible_latencies(self.cfg, self.topic, watch)
+            self.updates = watch.records
         if rc != 0:
-            print(f"   {program} failed (exit {rc}); see {log}", flush=True)
-            return 1
-        if program == "leakproof":
-            with contextlib.closing(open_store(cfg)) as store:
+            print(f"   {self.program} failed (exit {rc}); see {self.log}", flush=True)
+            return False
+        self.timed = latencies(self.cfg, self.topic, self._batches())
+        return True
+
+    def _batches(self) -> list[tuple[float, Mapping[int, int]]]:
+        """The committed batches: when each committed, and its end offsets."""
+        if self.program == "leakproof":
+            with contextlib.closing(open_store(self.cfg)) as store:
                 rows = store.history(100_000)
-            batches = [(float(r.audit["committed_ms"]), dict(r.offsets)) for r in rows]
-        else:
-            line = next(ln for ln in log.read_text(errors="replace").splitlines()
-                        if ln.startswith("PEER "))
-            batches = [(b["start_ms"] + b["took_ms"], {int(k): v for k, v in b["ends"].items()})
-                       for b in json.loads(line[5:])["batches"]]
-        timed = latencies(cfg, topic, batches)
-        results[program] = [lat for _, lat in timed]
-        steady[program] = after_warmup(timed, WARMUP_S)
-        print(f"   {program}: {percentiles(results[program])}", flush=True)
-        print(f"   {program} after the first {WARMUP_S:.0f}s: {percentiles(steady[program])}",
-              flush=True)
-        if program == "leakproof":
-            print(f"   {program}: batch time (output start to commit) after the first "
-                  f"{WARMUP_S:.0f}s, by what HBase did meanwhile: "
-                  + batches_beside_store_work(log, HBASE_LOG, WARMUP_S), flush=True)
-        per_m = per_million(spent, len(pairs))
-        print(f"   {program}: CPU s per M events from the first record sent, by process: "
-              + ", ".join(f"{role} {v:.1f}" for role, v in per_m.items()
-                          if spent[role] > 0.05), flush=True)
-        cores = len(os.sched_getaffinity(0))
-        print(f"   {program}: {batch_floor(per_m, rate, interval, cores)}", flush=True)
-    print(f"\nRESULT latency at {rate:.0f} ev/s, batch interval {interval:.0f}s: "
-          + " | ".join(f"{k} {percentiles(v)}" for k, v in results.items())
-          + f" | after the first {WARMUP_S:.0f}s: "
-          + " | ".join(f"{k} {percentiles(v)}" for k, v in steady.items())
-          + f" | target: leakproof p99 <= {interval + 1:.0f}s")
-    return 0
+            return [(float(r.audit["committed_ms"]), dict(r.offsets)) for r in rows]
+        line = next(ln for ln in self.log.read_text(errors="replace").splitlines()
+                    if ln.startswith("PEER "))
+        return [(b["start_ms"] + b["took_ms"], {int(k): v for k, v in b["ends"].items()})
+                for b in json.loads(line[5:])["batches"]]
