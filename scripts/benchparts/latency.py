@@ -166,8 +166,9 @@ class _Run:
         self.cfg_path.write_text(yaml.safe_dump(data))
         self.cfg = config.load(self.cfg_path)
         self.work, self.log = work, work / f"latency-{self.topic}.log"
-        self.sink = (str(data["output"]["closed_sessions_topic"]) if program == "leakproof"
-                     else f"{self.topic}-updates")
+        # the summaries' topic (CLOSED=1; the job does not create it), the peer's with updates
+        self.sink = (str(data.get("output", {}).get("closed_sessions_topic") or "")
+                     if program == "leakproof" else f"{self.topic}-updates" if updates else "")
         self.timed: list[tuple[int, float]] = []
         self.visible: list[tuple[int, float]] = []
         self.unseen = self.updates = 0
@@ -184,10 +185,9 @@ class _Run:
 
     def measure(self, pairs: list[tuple[bytes, bytes]], rate: float, seconds: int) -> bool:
         create_topic(self.cfg.kafka, self.topic, PARTITIONS)
-        watch = None
-        if self.updates_on:
+        if self.sink:
             create_topic(self.cfg.kafka, self.sink, PARTITIONS)
-            watch = UpdateWatch(self.cfg, self.sink)
+        watch = UpdateWatch(self.cfg, self.sink) if self.updates_on else None
         with open(self.log, "wb") as out:
             proc = subprocess.Popen(self._command(len(pairs)), stdout=out,
                                     stderr=subprocess.STDOUT)

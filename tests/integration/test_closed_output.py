@@ -23,6 +23,7 @@ from .helpers import (
     assert_offsets_chain,
     closed_rows,
     crash_mid_publish,
+    offsets_rows,
     published_once_per_change,
     summaries,
 )
@@ -166,3 +167,16 @@ def test_two_attempts_of_one_range_publish_its_outbox_once(env: Env) -> None:
     seen = [sid for sid, _ in summaries(topic, "read_committed")]
     assert sorted(seen) == sorted([f"a-{i}" for i in range(500)] * 2
                                   + [f"b-{i}" for i in range(3000)])
+
+
+def test_a_missing_summaries_topic_is_refused_before_the_first_batch(env: Env) -> None:
+    """leakproof does not create the summaries' topic; naming one that is not there stops
+    the run at its start (exit 2, the key named) instead of failing its first batch after
+    every transaction deadline ran out. Nothing is read or committed."""
+    env.produce(GeneratorSpec(seed=2740, events=200, sessions=20))
+    missing = env.variant("missing", output={"closed_sessions_topic": f"{env.name}-nowhere"})
+    refused = env.run("--until-idle", "3", config=missing, check=False)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "output.closed_sessions_topic" in refused.stderr, refused.stderr[-3000:]
+    assert f"create {env.name}-nowhere first" in refused.stderr
+    assert offsets_rows(env) == []

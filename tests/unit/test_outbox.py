@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+from leakproof.driver.startup import check_output_topic
+from leakproof.errors import ConfigError, KafkaReadError
 from leakproof.outbox import Outbox, covers, outbox_id, with_digest
 
 
@@ -63,3 +67,19 @@ def test_a_marker_covers_its_own_outbox_and_those_of_earlier_ranges_of_its_drive
     assert not covers(with_digest(outbox_id(4_000, 0, 10, 3), ["a"]), mine)  # before it
     assert not covers(with_digest(outbox_id(1_000, 500, 600, 2), ["a"]), mine)  # older driver
     assert not covers("", mine) and not covers("box-1", mine)
+
+
+def test_a_missing_summaries_topic_is_refused_at_start_naming_the_key() -> None:
+    """Before Spark starts, not after a batch waited out every transaction deadline."""
+    asked: list[str] = []
+
+    def missing(topic: str) -> None:
+        asked.append(topic)
+        raise KafkaReadError(f"topic {topic} does not exist")
+
+    check_output_topic(missing, None)  # no summaries: nothing asked
+    assert asked == []
+    with pytest.raises(ConfigError, match=r"output\.closed_sessions_topic: topic sums does "
+                                          r"not exist.*create sums first"):
+        check_output_topic(missing, "sums")
+    check_output_topic(lambda topic: (topic, [0, 1]), "sums")  # there: accepted

@@ -45,7 +45,7 @@ from leakproof.driver.spark_session import (
     BatchTasks,
     warm_up_workers,
 )
-from leakproof.driver.startup import prepare_tables, start_driver
+from leakproof.driver.startup import check_output_topic, prepare_tables, start_driver
 from leakproof.driver.stopping import StopRequests
 from leakproof.errors import (
     BatchFailed,
@@ -113,8 +113,9 @@ class Job:
             self._rekey.prepare()  # the internal topic exists before its start is judged
         prepare_tables(cfg.hbase)
         leases = self._closes(HBaseLeaseStore(cfg.hbase, self.topic, self.group))
-        self.planner = Planner(cfg.kafka, cfg.job.batch_interval_s,
-                               self._closes(KafkaMetadata(cfg.kafka)),
+        meta = self._closes(KafkaMetadata(cfg.kafka))
+        check_output_topic(meta.describe, cfg.output.closed_sessions_topic)
+        self.planner = Planner(cfg.kafka, cfg.job.batch_interval_s, meta,
                                cfg.sessions.idle_after_s)
         mirror = None
         if cfg.kafka.mirror_group_offsets and cfg.offsets.store != "kafka":

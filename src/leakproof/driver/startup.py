@@ -19,13 +19,14 @@ driver rig so both start the same way.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from leakproof.cell_clock import CellClock
 from leakproof.config import HBaseConfig
 from leakproof.driver.committing import Committer
 from leakproof.driver.planning import Planner
-from leakproof.errors import ConfigError, StoreError, TablesOwned
+from leakproof.errors import ConfigError, KafkaReadError, StoreError, TablesOwned
 from leakproof.hbase.connection import (
     ConnectionSlot,
     ensure_tables,
@@ -58,6 +59,20 @@ def prepare_tables(cfg: HBaseConfig) -> None:
     for command in advice:
         log.warning("an HBase table without a Bloom filter or block cache makes every "
                     "session row read go to disk; in the HBase shell: %s", command)
+
+
+def check_output_topic(describe: Callable[[str], object], topic: str | None) -> None:
+    """The summaries' topic exists before Spark starts: a send to a missing one waits out
+    every transaction deadline (about two minutes) before it fails the batch, saying only
+    that it timed out. ``describe`` is the admin client's (it raises ``KafkaReadError``)."""
+    if topic is None:
+        return
+    try:
+        describe(topic)
+    except KafkaReadError as exc:
+        raise ConfigError(f"output.closed_sessions_topic: {exc}. leakproof does not create "
+                          f"it: create {topic} first (cleanup.policy=compact keeps the "
+                          f"latest summary per session)") from exc
 
 
 def check_model(leases: TableRecords, model: str) -> None:
