@@ -352,7 +352,11 @@ def _offsets_rewind_options(p: argparse.ArgumentParser) -> None:
                        help="the first records at or after this Kafka record time "
                             "(no zone = UTC)")
     where.add_argument("--to-offsets", type=_offsets, metavar="P=O[,P=O...]",
-                       help="these partitions to these offsets, the rest as they are")
+                       help="these partitions to these offsets, the rest as they are (with "
+                            "input.rekey: the internal topic's)")
+    where.add_argument("--to-source-offsets", type=_offsets, metavar="P=O[,P=O...]",
+                       help="input.rekey: read these source partitions again from these "
+                            "offsets, through their copies on the internal topic")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan (per partition: from, to, offsets read again) "
                         "and change nothing")
@@ -361,8 +365,9 @@ def _offsets_rewind_options(p: argparse.ArgumentParser) -> None:
 def offsets_rewind(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.commands.rewind import RewindTarget, rewind
 
-    batch_ms, plan = rewind(cfg, RewindTarget(args.to_batch, args.to_time, args.to_offsets),
-                            dry_run=args.dry_run)
+    target = RewindTarget(args.to_batch, args.to_time, args.to_offsets,
+                          args.to_source_offsets)
+    batch_ms, plan = rewind(cfg, target, dry_run=args.dry_run)
     if args.dry_run:
         print("\n".join([*plan.table(), "dry run: nothing written"]))
     print(json.dumps(plan.summary(batch_ms), sort_keys=True))

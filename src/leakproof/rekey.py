@@ -12,7 +12,7 @@ the coordinates of the record it copies, so each source record is on the interna
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from leakproof.moved_keys import home
 
@@ -108,3 +108,58 @@ def totals(reports: Sequence[RekeyReport]) -> Mapping[str, int]:
     return {"records": sum(r.records for r in reports),
             "forwarded": sum(r.forwarded for r in reports),
             "offsets": sum(r.until_offset - r.from_offset for r in reports)}
+
+
+@dataclass
+class SourceRewind:
+    """A rewind named in source offsets (``offsets rewind --to-source-offsets``), worked out
+    over the internal topic: fed the records the job has read there (each internal
+    partition's ``[log start, committed position)``, in offset order), it says where each
+    internal partition must go back to so that every copy of a source record at or after
+    its partition's target is read again.
+
+    Records of other source partitions after that point are read again too: the fences
+    keep that exact. Going forward cannot be said in these terms (an internal partition
+    interleaves several source partitions: skipping one's records would skip the others'),
+    nor going back past copies the internal topic no longer holds (its retention): both are
+    refused (``problems``)."""
+
+    topic: str
+    targets: Mapping[int, int]  # source partition -> source offset
+    # internal partition -> its first copy to read again
+    back_to: dict[int, int] = field(default_factory=dict)
+    # source partition -> the highest and the lowest of its offsets read
+    read: dict[int, int] = field(default_factory=dict)
+    lowest: dict[int, int] = field(default_factory=dict)
+
+    def feed(self, internal_partition: int, offset: int,
+             headers: Sequence[tuple[str, bytes | None]]) -> None:
+        """One record read by the job from the internal topic."""
+        source = source_header(headers)
+        if source is None or source[0] != self.topic or source[1] not in self.targets:
+            return
+        _, partition, source_offset = source
+        self.read[partition] = max(source_offset, self.read.get(partition, -1))
+        self.lowest[partition] = min(source_offset, self.lowest.get(partition, source_offset))
+        if source_offset >= self.targets[partition] and internal_partition not in self.back_to:
+            self.back_to[internal_partition] = offset
+
+    def positions(self, current: Mapping[int, int]) -> dict[int, int]:
+        """Every internal partition's position after the rewind: back to its first copy to
+        read again, the others where they are."""
+        return {q: min(o, self.back_to.get(q, o)) for q, o in current.items()}
+
+    def problems(self, log_start_above_zero: bool) -> list[str]:
+        """Why this rewind cannot be done as asked (empty: it can). ``log_start_above_zero``:
+        some internal partition lost its oldest copies to retention."""
+        out = []
+        for p, target in sorted(self.targets.items()):
+            if target > self.read.get(p, -1) + 1:
+                out.append(f"{self.topic} partition {p}: offset {target} is past what the job "
+                           f"has read of it (up to {self.read.get(p, -1)}); under input.rekey "
+                           f"a rewind only goes back")
+            elif log_start_above_zero and p in self.lowest and target < self.lowest[p]:
+                out.append(f"{self.topic} partition {p}: the copies of its offsets below "
+                           f"{self.lowest[p]} are no longer on the internal topic (its "
+                           f"retention): name {self.lowest[p]} or above")
+        return out

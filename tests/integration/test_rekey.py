@@ -132,3 +132,48 @@ def test_a_stage_killed_mid_transaction_and_a_driver_killed_restart_exactly(env:
     check_exact(env, config)
     # the killed transaction's records are in the log, aborted: only read_uncommitted sees them
     assert len(internal_records(env, "read_uncommitted")) > len(internal_records(env))
+
+
+def test_a_rewind_named_in_source_offsets_reads_their_copies_again_exactly(env: Env) -> None:
+    """``offsets rewind --to-source-offsets`` takes each source partition back to half its
+    length: each internal partition goes back to its first copy of a source record at or
+    after its partition's target, as the test finds it with its own consumer. The run
+    after it reads those copies again and stays exact (fenced), copying nothing anew; a
+    target past what was read is refused, naming why."""
+    produce_unkeyed(env, SPEC)
+    config = rekey_config(env)
+    env.run("--until-idle", "4", config=config)
+    consumer = KafkaConsumer(f"{env.cfg.kafka.topic}.leakproof-rekey",
+                             bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}", group_id=None,
+                             auto_offset_reset="earliest", consumer_timeout_ms=5000,
+                             isolation_level="read_committed")
+    try:
+        copies = [(m.partition, m.offset, dict(m.headers)[SOURCE_HEADER].decode())
+                  for m in consumer]
+    finally:
+        consumer.close()
+    ends: dict[int, int] = {}
+    for _, _, source in copies:
+        _, p, o = source.rsplit(":", 2)
+        ends[int(p)] = max(ends.get(int(p), 0), int(o) + 1)
+    targets = {p: end // 2 for p, end in ends.items()}
+    expected: dict[int, int] = {}
+    for q, offset, source in copies:  # in offset order within each internal partition
+        _, p, o = source.rsplit(":", 2)
+        if int(o) >= targets[int(p)] and q not in expected:
+            expected[q] = offset
+    asked = ",".join(f"{p}={o}" for p, o in sorted(targets.items()))
+    plan = run_cli("offsets", "rewind", "--config", config, "--to-source-offsets", asked,
+                   "--dry-run")
+    summary = json.loads(plan.stdout.strip().splitlines()[-1])
+    assert len(expected) == 4  # every internal partition holds copies past the targets
+    assert {int(q): o for q, o in summary["offsets"].items()} == expected, plan.stdout
+    assert sum(summary["read_again"].values()) > 0
+    run_cli("offsets", "rewind", "--config", config, "--to-source-offsets", asked)
+    before = len(internal_records(env))
+    env.run("--until-idle", "4", config=config)
+    assert len(internal_records(env)) == before  # the source is not copied again
+    check_exact(env, config)
+    past = run_cli("offsets", "rewind", "--config", config, "--to-source-offsets",
+                   f"0={ends[0] + 5}", check=False)
+    assert past.returncode != 0 and "only goes back" in past.stderr, past.stderr[-2000:]

@@ -17,10 +17,12 @@ from leakproof.moved_keys import home
 from leakproof.rekey import (
     MAX_RECORDS,
     SOURCE_HEADER,
+    SourceRewind,
     parse_source,
     placement,
     rekey_group,
     source_header,
+    source_of,
     stage_until,
     transactional_id,
     with_source,
@@ -242,3 +244,50 @@ def test_redrive_of_a_re_keyed_topics_dead_letters_is_refused_naming_the_way_out
             "they sit on logs.leakproof-rekey under their source records' own keys")) as err:
         redrive(load({"field": "session_id"}), Selection(), None, print)
     assert "produce the fixed records to logs" in str(err.value)
+
+
+def _fed(targets: dict[int, int], copies: dict[int, list[tuple[int, int]]]) -> SourceRewind:
+    """A SourceRewind fed each internal partition's copies, in offset order: internal
+    partition -> [(source partition, source offset)] at internal offsets 0, 1, 2, ..."""
+    found = SourceRewind("web", targets)
+    for q, sources in copies.items():
+        for offset, (p, o) in enumerate(sources):
+            found.feed(q, offset, [("other", b"x"), (SOURCE_HEADER, source_of("web", p, o))])
+    return found
+
+
+def test_a_source_rewind_goes_back_to_each_internal_partitions_first_copy_it_asks_for() -> None:
+    """Source partitions 0 and 1 interleave in internal partition 0; 1 alone is in 2. Going
+    back to 0@2 and 1@1 reads again from the first copy at or after either, in each
+    internal partition; one holding neither stays where it is."""
+    copies = {0: [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (0, 3)],
+              1: [(2, 0), (2, 1)],
+              2: [(1, 2), (1, 3)]}
+    found = _fed({0: 2, 1: 1}, copies)
+    assert found.problems(log_start_above_zero=False) == []
+    assert found.positions({0: 6, 1: 2, 2: 2}) == {0: 3, 1: 2, 2: 0}
+    # a position already further back stays (a rewind never moves the job forward)
+    assert found.positions({0: 1, 1: 2, 2: 2}) == {0: 1, 1: 2, 2: 0}
+
+
+def test_a_source_rewind_ignores_other_topics_copies_and_records_without_the_header() -> None:
+    found = SourceRewind("web", {0: 0})
+    found.feed(0, 0, [(SOURCE_HEADER, source_of("other", 0, 5))])
+    found.feed(0, 1, [])
+    found.feed(0, 2, [(SOURCE_HEADER, b"not coordinates")])
+    found.feed(0, 3, [(SOURCE_HEADER, source_of("web", 0, 0))])
+    assert found.positions({0: 4}) == {0: 3}
+
+
+def test_a_source_rewind_forward_or_below_retention_is_refused_naming_why() -> None:
+    found = _fed({0: 9, 1: 0}, {0: [(0, 4), (0, 5), (1, 3)]})
+    problems = found.problems(log_start_above_zero=True)
+    assert len(problems) == 2
+    assert "web partition 0: offset 9 is past what the job has read of it (up to 5)" in \
+        problems[0] and "only goes back" in problems[0]
+    assert "web partition 1: the copies of its offsets below 3 are no longer" in problems[1]
+    assert "name 3 or above" in problems[1]
+    # the next offset after what was read: nothing to read again, no problem
+    assert _fed({0: 6}, {0: [(0, 4), (0, 5)]}).problems(log_start_above_zero=True) == []
+    # nothing lost to retention: an offset below every copy is where the copies begin
+    assert _fed({1: 0}, {0: [(1, 3)]}).problems(log_start_above_zero=False) == []

@@ -40,14 +40,21 @@ class RewindTarget:
     to_batch: int | None = None
     to_time_ms: int | None = None
     to_offsets: Mapping[int, int] | None = None
+    # input.rekey: source partitions to source offsets, read again through their copies
+    to_source_offsets: Mapping[int, int] | None = None
 
     def describe(self) -> str:
         if self.to_batch is not None:
             return f"to-batch {self.to_batch}"
         if self.to_time_ms is not None:
             return f"to-time {self.to_time_ms}"
-        return "to-offsets " + ",".join(f"{p}={o}" for p, o in sorted((self.to_offsets or {})
-                                                                       .items()))
+        if self.to_source_offsets is not None:
+            return "to-source-offsets " + _pairs(self.to_source_offsets)
+        return "to-offsets " + _pairs(self.to_offsets or {})
+
+
+def _pairs(offsets: Mapping[int, int]) -> str:
+    return ",".join(f"{p}={o}" for p, o in sorted(offsets.items()))
 
 
 def parse_offsets(text: str) -> dict[int, int]:
@@ -235,6 +242,10 @@ def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None,
 
     # input.rekey: the job's offsets are the internal topic's; a rewind re-reads it, which
     # its fences keep exact (the stage's own offsets are never rewound: docs/DESIGN.md)
+    source_topic = cfg.kafka.topic
+    if target.to_source_offsets is not None and cfg.input.rekey is None:
+        raise OffsetError("--to-source-offsets names a re-keyed topic's offsets (input.rekey); "
+                          "without re-keying, --to-offsets names them")
     cfg = session_stage(cfg)
     topic, group = cfg.kafka.topic, cfg.kafka.group_id
     meta = KafkaMetadata(cfg.kafka)
@@ -254,7 +265,12 @@ def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None,
     store = open_store(cfg)
     try:
         latest = _inherited(cfg, dry_run) or _latest(store, dry_run)
-        offsets = rewound_offsets(target, store, bounds, by_time, f"{topic}:{group}", latest)
+        asked = target
+        if target.to_source_offsets is not None:
+            asked = RewindTarget(to_offsets=through_copies(
+                cfg, source_topic, target.to_source_offsets, bounds,
+                latest.offsets if latest else {}))
+        offsets = rewound_offsets(asked, store, bounds, by_time, f"{topic}:{group}", latest)
         plan = RewindPlan(target, f"{topic}:{group}", store.name,
                           latest.batch_ms if latest else None, plan_moves(offsets, latest),
                           _running(cfg))
@@ -271,6 +287,30 @@ def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None,
     log.info("rewound %s:%s in offsets.store %s with %s: batch %d, offsets %s", topic, group,
              store.name, target.describe(), batch_ms, offsets)
     return batch_ms, plan
+
+
+def through_copies(cfg: Config, source_topic: str, targets: Mapping[int, int],
+                   bounds: Mapping[int, LogBounds], current: Mapping[int, int]
+                   ) -> dict[int, int]:
+    """``--to-source-offsets`` as the internal topic's positions (``rekey.SourceRewind``):
+    each internal partition's records the job has read are scanned for the first copy of a
+    source record at or after its target; the job goes back there. Raises ``OffsetError``
+    for a rewind that would skip forward or needs copies retention removed."""
+    from leakproof.kafka.reader import read_range
+    from leakproof.offsets import OffsetRange
+    from leakproof.rekey import SourceRewind
+
+    found = SourceRewind(source_topic, targets)
+    for q, position in sorted(current.items()):
+        start = bounds[q].log_start if q in bounds else position
+        for rec in read_range(cfg.kafka, OffsetRange(cfg.kafka.topic, q, start, position)):
+            found.feed(q, rec.offset, rec.headers)
+    problems = found.problems(any(b.log_start > 0 for b in bounds.values()))
+    if problems:
+        raise OffsetError("cannot rewind " + "; ".join(problems))
+    log.info("%s at %s is, on %s, %s", source_topic, _pairs(targets), cfg.kafka.topic,
+             _pairs(found.positions(current)))
+    return found.positions(current)
 
 
 def _latest(store: CommitStore, dry_run: bool) -> CommittedBatch | None:
