@@ -23,7 +23,8 @@ same-run baseline of read_committed's cost); CLOSED=1 also publishes closed-sess
 summaries to a topic of their own, in transactions (TRANSACTIONAL=0: plain sends), and prints
 what publishing cost per batch and how many offsets the summaries took per record read
 (EMIT=update or EMIT=every_s:N: live updates, output.emit);
-REKEY=1 sends the events under null keys and runs the job with input.rekey (no peers);
+REKEY=1 sends the events under null keys and runs the job with input.rekey (no peers), then
+the same events keyed through the job in the same run, and prints the ratio;
 KEEP=1 keeps the run's HBase tables (dropped otherwise: HBase slows as they pile up); INTERVAL= sets
 another batch interval (s) than config.yml's.
 LATENCY=1 (make bench-latency): a steady load for LATENCY_S at RATE (default half the last

@@ -14,6 +14,7 @@ from benchparts.job import run_job
 from benchparts.latency import latency_mode
 from benchparts.load import prefill
 from benchparts.peer import gap_fold, peer_fold, run_peer
+from benchparts.rekeyed import keyed_beside
 from benchparts.report import print_result
 from benchparts.settings import (
     ACCESS,
@@ -101,4 +102,7 @@ def measure(name: str) -> int:
     if job is None:
         return 1
 
-    return print_result(ceiling, job, peers)
+    result = print_result(ceiling, job, peers)
+    if REKEY:  # the same events keyed, drained in this run: the ratio the target names
+        return keyed_beside(data, work, name, job) or result
+    return result

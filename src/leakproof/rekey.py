@@ -11,7 +11,7 @@ the coordinates of the record it copies, so each source record is on the interna
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from leakproof.moved_keys import home
@@ -128,9 +128,10 @@ class SourceRewind:
     targets: Mapping[int, int]  # source partition -> source offset
     # internal partition -> its first copy to read again
     back_to: dict[int, int] = field(default_factory=dict)
-    # source partition -> the highest and the lowest of its offsets read
+    # source partition -> the highest of its offsets read
     read: dict[int, int] = field(default_factory=dict)
-    lowest: dict[int, int] = field(default_factory=dict)
+    # (internal partition, source partition) -> the lowest source offset copied there
+    lowest: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def feed(self, internal_partition: int, offset: int,
              headers: Sequence[tuple[str, bytes | None]]) -> None:
@@ -140,7 +141,7 @@ class SourceRewind:
             return
         _, partition, source_offset = source
         self.read[partition] = max(source_offset, self.read.get(partition, -1))
-        self.lowest[partition] = min(source_offset, self.lowest.get(partition, source_offset))
+        self.lowest.setdefault((internal_partition, partition), source_offset)
         if source_offset >= self.targets[partition] and internal_partition not in self.back_to:
             self.back_to[internal_partition] = offset
 
@@ -149,17 +150,22 @@ class SourceRewind:
         read again, the others where they are."""
         return {q: min(o, self.back_to.get(q, o)) for q, o in current.items()}
 
-    def problems(self, log_start_above_zero: bool) -> list[str]:
-        """Why this rewind cannot be done as asked (empty: it can). ``log_start_above_zero``:
-        some internal partition lost its oldest copies to retention."""
+    def problems(self, trimmed: Iterable[int] = ()) -> list[str]:
+        """Why this rewind cannot be done as asked (empty: it can). ``trimmed``: the internal
+        partitions whose log start is above 0 (retention removed their oldest copies; a
+        stage copies each source partition in order, so in such a partition a source
+        partition's removed copies are those below its lowest copy still there)."""
         out = []
+        cut = set(trimmed)
         for p, target in sorted(self.targets.items()):
+            lost = [low for (q, src), low in self.lowest.items()
+                    if src == p and q in cut and target < low]
             if target > self.read.get(p, -1) + 1:
                 out.append(f"{self.topic} partition {p}: offset {target} is past what the job "
                            f"has read of it (up to {self.read.get(p, -1)}); under input.rekey "
                            f"a rewind only goes back")
-            elif log_start_above_zero and p in self.lowest and target < self.lowest[p]:
+            elif lost:
                 out.append(f"{self.topic} partition {p}: the copies of its offsets below "
-                           f"{self.lowest[p]} are no longer on the internal topic (its "
-                           f"retention): name {self.lowest[p]} or above")
+                           f"{max(lost)} are no longer all on the internal topic (its "
+                           f"retention): name {max(lost)} or above")
         return out

@@ -264,7 +264,7 @@ def test_a_source_rewind_goes_back_to_each_internal_partitions_first_copy_it_ask
               1: [(2, 0), (2, 1)],
               2: [(1, 2), (1, 3)]}
     found = _fed({0: 2, 1: 1}, copies)
-    assert found.problems(log_start_above_zero=False) == []
+    assert found.problems() == []
     assert found.positions({0: 6, 1: 2, 2: 2}) == {0: 3, 1: 2, 2: 0}
     # a position already further back stays (a rewind never moves the job forward)
     assert found.positions({0: 1, 1: 2, 2: 2}) == {0: 1, 1: 2, 2: 0}
@@ -281,13 +281,23 @@ def test_a_source_rewind_ignores_other_topics_copies_and_records_without_the_hea
 
 def test_a_source_rewind_forward_or_below_retention_is_refused_naming_why() -> None:
     found = _fed({0: 9, 1: 0}, {0: [(0, 4), (0, 5), (1, 3)]})
-    problems = found.problems(log_start_above_zero=True)
+    problems = found.problems(trimmed=[0])
     assert len(problems) == 2
     assert "web partition 0: offset 9 is past what the job has read of it (up to 5)" in \
         problems[0] and "only goes back" in problems[0]
     assert "web partition 1: the copies of its offsets below 3 are no longer" in problems[1]
     assert "name 3 or above" in problems[1]
     # the next offset after what was read: nothing to read again, no problem
-    assert _fed({0: 6}, {0: [(0, 4), (0, 5)]}).problems(log_start_above_zero=True) == []
+    assert _fed({0: 6}, {0: [(0, 4), (0, 5)]}).problems(trimmed=[0]) == []
     # nothing lost to retention: an offset below every copy is where the copies begin
-    assert _fed({1: 0}, {0: [(1, 3)]}).problems(log_start_above_zero=False) == []
+    assert _fed({1: 0}, {0: [(1, 3)]}).problems() == []
+
+
+def test_retention_in_one_internal_partition_is_judged_there_not_by_the_others() -> None:
+    """Partition 1's copies begin at 0 in internal 0 (untrimmed) but at 7 in internal 1,
+    whose oldest records retention removed: copies of offsets below 7 may be gone there."""
+    found = _fed({1: 2}, {0: [(1, 0), (1, 1), (1, 2)], 1: [(1, 7), (1, 8)]})
+    assert found.problems(trimmed=[1]) == [
+        "web partition 1: the copies of its offsets below 7 are no longer all on the "
+        "internal topic (its retention): name 7 or above"]
+    assert found.problems(trimmed=[0]) == []  # internal 0's copies of 1 begin at 0

@@ -305,7 +305,7 @@ def through_copies(cfg: Config, source_topic: str, targets: Mapping[int, int],
         start = bounds[q].log_start if q in bounds else position
         for rec in read_range(cfg.kafka, OffsetRange(cfg.kafka.topic, q, start, position)):
             found.feed(q, rec.offset, rec.headers)
-    problems = found.problems(any(b.log_start > 0 for b in bounds.values()))
+    problems = found.problems(q for q, b in bounds.items() if b.log_start > 0)
     if problems:
         raise OffsetError("cannot rewind " + "; ".join(problems))
     log.info("%s at %s is, on %s, %s", source_topic, _pairs(targets), cfg.kafka.topic,
