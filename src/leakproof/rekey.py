@@ -83,6 +83,28 @@ def placement(session_key: str | None, key: bytes | None, source_partition: int,
     return None, source_partition % partitions
 
 
+# how often a caught-up source partition's stage offset is committed again (alone, in a
+# transaction): the group <group>.rekey never has members, so the broker expires an offset
+# not committed for offsets.retention.minutes (7 days by default); an expired one would make
+# the stage copy the partition again from its start, and the job count it twice
+REFRESH_S = 3600.0
+
+
+def stage_work(parts: Sequence[int], ends: Mapping[int, int], done: Mapping[int, int],
+               refreshed: Mapping[int, float], now: float) -> list[tuple[int, int, bool]]:
+    """The batch's stage tasks: (source partition, readable end, refresh only) for each
+    partition with records not yet copied, and for each caught-up one whose offset this
+    driver has not committed for ``REFRESH_S`` (never, at its start): that task copies
+    nothing and commits the same offset again."""
+    work = []
+    for p in parts:
+        if p not in done or done[p] < ends[p]:
+            work.append((p, ends[p], False))
+        elif now - refreshed.get(p, float("-inf")) >= REFRESH_S:
+            work.append((p, ends[p], True))
+    return work
+
+
 def stage_until(from_offset: int, readable_end: int, budget: int | None) -> int:
     """Where one stage task stops: the source's readable end, at most ``budget`` offsets on
     (None: ``MAX_RECORDS``), never below its start."""
@@ -101,6 +123,7 @@ class RekeyReport:
     until_offset: int
     records: int = 0
     forwarded: int = 0
+    committed: bool = True  # its offset committed in a transaction (False: nothing to do)
 
 
 def totals(reports: Sequence[RekeyReport]) -> Mapping[str, int]:
@@ -152,20 +175,27 @@ class SourceRewind:
 
     def problems(self, trimmed: Iterable[int] = ()) -> list[str]:
         """Why this rewind cannot be done as asked (empty: it can). ``trimmed``: the internal
-        partitions whose log start is above 0 (retention removed their oldest copies; a
-        stage copies each source partition in order, so in such a partition a source
-        partition's removed copies are those below its lowest copy still there)."""
+        partitions whose log start is above 0 (retention removed their oldest copies). The
+        stage copies each source partition in order, so in such a partition the copies of a
+        source partition that are gone are those below its lowest one still there: the
+        rewind is safe there only at or above that copy -- and cannot be judged where none
+        of that source partition's copies is left."""
         out = []
-        cut = set(trimmed)
+        cut = sorted(set(trimmed))
         for p, target in sorted(self.targets.items()):
-            lost = [low for (q, src), low in self.lowest.items()
-                    if src == p and q in cut and target < low]
+            lows = {q: self.lowest.get((q, p)) for q in cut}
+            unknown = [q for q, low in lows.items() if low is None]
+            above = [low for low in lows.values() if low is not None and target < low]
             if target > self.read.get(p, -1) + 1:
                 out.append(f"{self.topic} partition {p}: offset {target} is past what the job "
                            f"has read of it (up to {self.read.get(p, -1)}); under input.rekey "
                            f"a rewind only goes back")
-            elif lost:
+            elif above:
                 out.append(f"{self.topic} partition {p}: the copies of its offsets below "
-                           f"{max(lost)} are no longer all on the internal topic (its "
-                           f"retention): name {max(lost)} or above")
+                           f"{max(above)} are no longer all on the internal topic (its "
+                           f"retention): name {max(above)} or above")
+            elif unknown:
+                out.append(f"{self.topic} partition {p}: internal partitions {unknown} lost "
+                           f"their oldest records to retention and hold no copy of it left "
+                           f"to tell which of its copies went")
         return out

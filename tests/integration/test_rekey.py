@@ -16,7 +16,10 @@ from kafka import KafkaConsumer
 
 from leakproof import codec
 from leakproof.commands.produce import send_raw
+from leakproof.config import load
 from leakproof.generator import GeneratorSpec, generate
+from leakproof.kafka.admin import KafkaMetadata
+from leakproof.kafka.rekey import rekey_partition
 from leakproof.rekey import SOURCE_HEADER
 
 from .helpers import KAFKA, THRIFT, Env, run_cli
@@ -177,3 +180,28 @@ def test_a_rewind_named_in_source_offsets_reads_their_copies_again_exactly(env: 
     past = run_cli("offsets", "rewind", "--config", config, "--to-source-offsets",
                    f"0={ends[0] + 5}", check=False)
     assert past.returncode != 0 and "only goes back" in past.stderr, past.stderr[-2000:]
+
+
+def test_a_caught_up_partition_commits_its_stage_offset_again_copying_nothing(env: Env
+                                                                                ) -> None:
+    """The stage's group never has members, so the broker would expire an offset nobody
+    commits for its retention, and the stage would copy that partition again from its start.
+    A caught-up partition's refresh task (each hour, and at a driver's start) runs a
+    transaction that commits the same offset and copies nothing."""
+    spec = GeneratorSpec(seed=4243, events=400, sessions=40)
+    produce_unkeyed(env, spec, keyed=0)
+    config = rekey_config(env)
+    env.run("--until-idle", "3", config=config)
+    cfg = load(config)
+    meta = KafkaMetadata(cfg.kafka)
+    try:
+        done = {p: o for p, (o, _) in meta.group_offsets("it.rekey", env.name).items()}
+        copies = sorted(internal_records(env))
+        reports = [rekey_partition(cfg, p, o, 4, None, refresh=True) for p, o in done.items()]
+        assert [(r.partition, r.from_offset, r.until_offset, r.records, r.committed)
+                for r in reports] == [(p, o, o, 0, True) for p, o in done.items()]
+        assert {p: o for p, (o, _) in meta.group_offsets("it.rekey", env.name).items()} == done
+    finally:
+        meta.close()
+    assert sorted(internal_records(env)) == copies
+    assert sum(done.values()) >= len(generate(spec))

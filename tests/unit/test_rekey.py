@@ -16,6 +16,7 @@ from leakproof.model.spec import web_model
 from leakproof.moved_keys import home
 from leakproof.rekey import (
     MAX_RECORDS,
+    REFRESH_S,
     SOURCE_HEADER,
     SourceRewind,
     parse_source,
@@ -24,6 +25,7 @@ from leakproof.rekey import (
     source_header,
     source_of,
     stage_until,
+    stage_work,
     transactional_id,
     with_source,
 )
@@ -198,7 +200,7 @@ class _Spark:
     def collect(self) -> list[Any]:
         from leakproof.rekey import RekeyReport
 
-        return [RekeyReport(p, 0, end, end) for p, end in self.sent[-1]]
+        return [RekeyReport(p, 0, end, end) for p, end, _refresh in self.sent[-1]]
 
 
 def test_the_stage_sends_a_task_only_for_partitions_not_yet_copied_to_their_end() -> None:
@@ -206,14 +208,17 @@ def test_the_stage_sends_a_task_only_for_partitions_not_yet_copied_to_their_end(
 
     cfg = load({"field": "session_id"})
     spark = _Spark()
-    # p0 copied to its end, p1 part way, p2 never: p1 and p2 get a task, to their ends
+    # p0 copied to its end, p1 part way, p2 never: p1 and p2 get a task, to their ends;
+    # p0 one that only commits its offset again, as this driver never did (REFRESH_S)
     stage = RekeyStage(cfg, _Meta({0: 100, 1: 150}))  # type: ignore[arg-type]
-    assert stage.run(spark, 1) == 200 + 300
-    assert spark.sent == [[(1, 200), (2, 300)]]
-    # every partition at its end: no Spark job at all
+    assert stage.run(spark, 1) == 100 + 200 + 300
+    assert spark.sent == [[(0, 100, True), (1, 200, False), (2, 300, False)]]
+    # every partition at its end and committed by this driver within the hour: no Spark job
     idle = RekeyStage(cfg, _Meta({0: 100, 1: 200, 2: 300}))  # type: ignore[arg-type]
-    assert idle.run(spark, 2) == 0
-    assert len(spark.sent) == 1
+    idle.run(spark, 2)  # its first batch commits each offset again
+    assert spark.sent[-1] == [(0, 100, True), (1, 200, True), (2, 300, True)]
+    assert idle.run(spark, 3) == 0
+    assert len(spark.sent) == 2
 
 
 def test_another_groups_stage_on_the_same_source_is_refused_on_the_default_topic() -> None:
@@ -301,3 +306,19 @@ def test_retention_in_one_internal_partition_is_judged_there_not_by_the_others()
         "web partition 1: the copies of its offsets below 7 are no longer all on the "
         "internal topic (its retention): name 7 or above"]
     assert found.problems(trimmed=[0]) == []  # internal 0's copies of 1 begin at 0
+    # a trimmed internal partition holding no copy of it left cannot be judged: refused
+    assert "internal partitions [2] lost their oldest records to retention and hold no " \
+        "copy of it left" in found.problems(trimmed=[0, 2])[0]
+
+
+def test_a_caught_up_partition_commits_its_stage_offset_again_once_an_hour() -> None:
+    """Partition 0 has records to copy; 1 is caught up and committed by this driver a
+    minute ago; 2 is caught up and never committed by it (a new driver); 3 is caught up,
+    committed over an hour ago; 4 was never re-keyed. The broker expires an offset not
+    committed for its retention: the caught-up ones are committed again, alone, each hour."""
+    now = 10_000.0
+    ends = {0: 50, 1: 40, 2: 30, 3: 20, 4: 10}
+    done = {0: 45, 1: 40, 2: 30, 3: 20}
+    refreshed = {1: now - 60, 3: now - REFRESH_S}
+    assert stage_work([0, 1, 2, 3, 4], ends, done, refreshed, now) == [
+        (0, 50, False), (2, 30, True), (3, 20, True), (4, 10, False)]

@@ -296,10 +296,19 @@ def through_copies(cfg: Config, source_topic: str, targets: Mapping[int, int],
     each internal partition's records the job has read are scanned for the first copy of a
     source record at or after its target; the job goes back there. Raises ``OffsetError``
     for a rewind that would skip forward or needs copies retention removed."""
+    from leakproof.kafka.admin import KafkaMetadata
     from leakproof.kafka.reader import read_range
     from leakproof.offsets import OffsetRange
     from leakproof.rekey import SourceRewind
 
+    meta = KafkaMetadata(cfg.kafka)
+    try:
+        source_parts = meta.partitions(source_topic)
+    finally:
+        meta.close()
+    if unknown := sorted(set(targets) - set(source_parts)):
+        raise OffsetError(f"{source_topic} has no partition {unknown[0]} (partitions "
+                          f"{source_parts})")
     found = SourceRewind(source_topic, targets)
     for q, position in sorted(current.items()):
         start = bounds[q].log_start if q in bounds else position

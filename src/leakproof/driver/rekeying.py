@@ -22,7 +22,7 @@ from leakproof.driver.control import RunControl, describe
 from leakproof.errors import BatchFailed, ConfigError, KafkaReadError, LeakproofError
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.offsets import per_partition_budget
-from leakproof.rekey import RekeyReport, rekey_group, totals
+from leakproof.rekey import RekeyReport, rekey_group, stage_work, totals
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,8 @@ class RekeyStage:
         self.cfg, self._meta = cfg, meta
         self.source = cfg.kafka.topic
         self.internal = cfg.input.rekey.internal_topic(self.source)
+        # source partition -> when this driver's stage last committed its offset (monotonic)
+        self._committed: dict[int, float] = {}
 
     def before_batch(self, sc: Any, batch_ms: int, control: RunControl) -> bool:
         """The stage's tasks for the batch ``batch_ms``, run before its ranges are planned;
@@ -98,7 +100,8 @@ class RekeyStage:
         ends = {p: b.readable_end for p, b in self._meta.log_bounds(self.source, parts).items()}
         done = {p: o for p, (o, _note) in self._meta.group_offsets(
             rekey_group(self.cfg.kafka.group_id), self.source).items()}
-        work = [(p, ends[p]) for p in parts if p not in done or done[p] < ends[p]]
+        # ... and those caught up whose offset wants committing again (rekey.REFRESH_S)
+        work = stage_work(parts, ends, done, self._committed, time.monotonic())
         if not work:
             return 0
         partitions = len(self._meta.partitions(self.internal))
@@ -106,11 +109,11 @@ class RekeyStage:
         budget = per_partition_budget(self.cfg.job.batch_interval_s, k.max_rate_per_partition)
         cfg = self.cfg
 
-        def task(items: Iterator[tuple[int, int]]) -> Iterator[RekeyReport]:
+        def task(items: Iterator[tuple[int, int, bool]]) -> Iterator[RekeyReport]:
             from leakproof.kafka.rekey import rekey_partition
 
-            for partition, end in items:
-                yield rekey_partition(cfg, partition, end, partitions, budget)
+            for partition, end, refresh in items:
+                yield rekey_partition(cfg, partition, end, partitions, budget, refresh)
 
         started = time.monotonic()
         try:
@@ -120,6 +123,8 @@ class RekeyStage:
             log.debug("could not set the job description", exc_info=True)
         reports: list[RekeyReport] = sc.parallelize(work, len(work)).mapPartitions(
             task).collect()
+        now = time.monotonic()
+        self._committed.update((r.partition, now) for r in reports if r.committed)
         counted = totals(reports)
         if counted["offsets"]:
             log.info("batch %d: re-keyed %d records of %s onto %s (%d not events, forwarded "

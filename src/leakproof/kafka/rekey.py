@@ -57,9 +57,11 @@ _offset_readers: dict[tuple[str, str], KafkaConsumer] = {}  # (servers, group) -
 
 
 def rekey_partition(cfg: Config, partition: int, readable_end: int, partitions: int,
-                    budget: int | None) -> RekeyReport:
+                    budget: int | None, refresh: bool = False) -> RekeyReport:
     """Re-key source ``partition`` up to ``readable_end`` (at most ``budget`` offsets) onto
-    the internal topic of ``partitions`` partitions, in one transaction (module docstring)."""
+    the internal topic of ``partitions`` partitions, in one transaction (module docstring).
+    With nothing to copy, no transaction -- unless ``refresh``: then one that commits the
+    same offset again, so the broker never expires it (``rekey.REFRESH_S``)."""
     rekey = cfg.input.rekey
     assert rekey is not None
     source = cfg.kafka.topic
@@ -89,8 +91,8 @@ def rekey_partition(cfg: Config, partition: int, readable_end: int, partitions: 
         except KafkaError as exc:
             raise failed("starting", exc) from exc
         until = stage_until(start, readable_end, budget)
-        if until == start and known:
-            return RekeyReport(partition, start, start)  # nothing new: no transaction
+        if until == start and known and not refresh:
+            return RekeyReport(partition, start, start, committed=False)  # no transaction
         decoder = _decoder(cfg)
         records = forwarded = 0
         try:
