@@ -105,6 +105,19 @@ def stage_work(parts: Sequence[int], ends: Mapping[int, int], done: Mapping[int,
     return work
 
 
+def after_copies(records: Iterable[Sequence[tuple[str, bytes | None]]], topic: str,
+                 partition: int) -> int | None:
+    """The source offset after the last copy of ``topic``'s ``partition`` among ``records``
+    (each given by its headers), None if none is one: where a stage whose committed offset
+    is gone resumes, instead of copying the partition again from its start."""
+    last = -1
+    for headers in records:
+        source = source_header(headers)
+        if source is not None and source[0] == topic and source[1] == partition:
+            last = max(last, source[2])
+    return last + 1 if last >= 0 else None
+
+
 def stage_until(from_offset: int, readable_end: int, budget: int | None) -> int:
     """Where one stage task stops: the source's readable end, at most ``budget`` offsets on
     (None: ``MAX_RECORDS``), never below its start."""

@@ -12,7 +12,7 @@ import random
 
 import happybase
 import pytest
-from kafka import KafkaConsumer
+from kafka import KafkaAdminClient, KafkaConsumer
 
 from leakproof import codec
 from leakproof.commands.produce import send_raw
@@ -182,14 +182,16 @@ def test_a_rewind_named_in_source_offsets_reads_their_copies_again_exactly(env: 
     assert past.returncode != 0 and "only goes back" in past.stderr, past.stderr[-2000:]
 
 
-def test_a_caught_up_partition_commits_its_stage_offset_again_copying_nothing(env: Env
-                                                                                ) -> None:
-    """The stage's group never has members, so the broker would expire an offset nobody
-    commits for its retention, and the stage would copy that partition again from its start.
-    A caught-up partition's refresh task (each hour, and at a driver's start) runs a
-    transaction that commits the same offset and copies nothing."""
-    spec = GeneratorSpec(seed=4243, events=400, sessions=40)
-    produce_unkeyed(env, spec, keyed=0)
+def test_the_stages_offsets_are_kept_alive_and_rebuilt_from_the_copies_when_gone(env: Env
+                                                                                 ) -> None:
+    """The stage's group never has members, so the broker expires an offset nobody commits
+    for its retention, and a stage copying that partition again from its start would count
+    it twice. A caught-up partition's refresh task (each hour, and at a driver's start)
+    commits the same offset in a transaction, copying nothing. And with the group's offsets
+    gone all the same (deleted here, as an expiry leaves them), the next run resumes each
+    partition after its last copy: each source record on the internal topic once, exact."""
+    first = GeneratorSpec(seed=4243, events=400, sessions=40)
+    produce_unkeyed(env, first, keyed=0)
     config = rekey_config(env)
     env.run("--until-idle", "3", config=config)
     cfg = load(config)
@@ -201,7 +203,19 @@ def test_a_caught_up_partition_commits_its_stage_offset_again_copying_nothing(en
         assert [(r.partition, r.from_offset, r.until_offset, r.records, r.committed)
                 for r in reports] == [(p, o, o, 0, True) for p, o in done.items()]
         assert {p: o for p, (o, _) in meta.group_offsets("it.rekey", env.name).items()} == done
+        assert sorted(internal_records(env)) == copies
+        admin = KafkaAdminClient(bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}")
+        try:
+            admin.delete_groups(["it.rekey"])
+        finally:
+            admin.close()
+        assert meta.group_offsets("it.rekey", env.name) == {}
     finally:
         meta.close()
-    assert sorted(internal_records(env)) == copies
-    assert sum(done.values()) >= len(generate(spec))
+    second = GeneratorSpec(seed=4244, events=300, sessions=30)
+    produce_unkeyed(env, second, keyed=0)
+    ran = env.run("--until-idle", "3", config=config)
+    sources = [s for _, _, s in internal_records(env)]
+    assert len(sources) == len(set(sources)) == len(generate(first)) + len(generate(second))
+    assert "is gone" in ran.stderr and "resuming after its last copy" in ran.stderr
+    env.verify(first, second, config=config)

@@ -19,6 +19,7 @@ from leakproof.rekey import (
     REFRESH_S,
     SOURCE_HEADER,
     SourceRewind,
+    after_copies,
     parse_source,
     placement,
     rekey_group,
@@ -322,3 +323,13 @@ def test_a_caught_up_partition_commits_its_stage_offset_again_once_an_hour() -> 
     refreshed = {1: now - 60, 3: now - REFRESH_S}
     assert stage_work([0, 1, 2, 3, 4], ends, done, refreshed, now) == [
         (0, 50, False), (2, 30, True), (3, 20, True), (4, 10, False)]
+
+
+def test_a_stage_whose_offset_is_gone_resumes_after_its_partitions_last_copy() -> None:
+    copies = [[(SOURCE_HEADER, source_of("web", 0, 7))], [],
+              [(SOURCE_HEADER, source_of("web", 1, 40))], [("other", b"x")],
+              [(SOURCE_HEADER, source_of("web", 0, 9))], [(SOURCE_HEADER, b"nonsense")],
+              [(SOURCE_HEADER, source_of("logs", 0, 99))]]
+    assert after_copies(copies, "web", 0) == 10
+    assert after_copies(copies, "web", 1) == 41
+    assert after_copies(copies, "web", 2) is None  # never copied: the reset rule decides

@@ -169,7 +169,8 @@ def _drop_offsets_consumer(cfg: Config) -> None:
 
 
 def _start(cfg: Config, tp: TopicPartition, seconds: float) -> tuple[int, bool]:
-    """The offset the stage committed for ``tp``, and True; never committed: the start
+    """The offset the stage committed for ``tp``, and True; gone (expired, deleted): the
+    offset after its last copy on the internal topic, and False; never committed: the start
     position ``kafka.auto_offset_reset`` gives, and False (then even an empty range commits
     it, so a ``latest`` start is not taken again later, past records written since). Below
     the log start (retention deleted records the stage never copied): ``kafka.on_data_loss``
@@ -179,6 +180,16 @@ def _start(cfg: Config, tp: TopicPartition, seconds: float) -> tuple[int, bool]:
         found = within(seconds, f"reading {rekey_group(cfg.kafka.group_id)}'s offset",
                        lambda: consumer.committed(tp, timeout_ms=round(seconds * 1000)))
         log_start = int(consumer.beginning_offsets([tp])[tp])
+        known = found is not None
+        if found is None:
+            # expired (the group has no members) or deleted: after the copies already made
+            # (not known: the task commits it even with nothing new)
+            found = _after_copies(cfg, tp)
+            if found is not None:
+                log.warning("%s-%d: the re-keying offset of %s is gone (expired by the "
+                            "brokers' offsets.retention.minutes, or deleted); resuming after "
+                            "its last copy on the internal topic, at %d", tp.topic,
+                            tp.partition, rekey_group(cfg.kafka.group_id), found)
         if found is None:
             reset = cfg.kafka.auto_offset_reset
             if reset == "none":
@@ -195,11 +206,42 @@ def _start(cfg: Config, tp: TopicPartition, seconds: float) -> tuple[int, bool]:
                     f"kafka.on_data_loss: skip to go on")
             log.warning("%s-%d: offsets [%d, %d) were deleted before being re-keyed; "
                         "skipping them", tp.topic, tp.partition, found, log_start)
-            return log_start, True
-        return int(found), True
+            return log_start, known
+        return int(found), known
     except BaseException:
         _drop_offsets_consumer(cfg)  # the next task reads with a fresh one
         raise
+
+
+def _after_copies(cfg: Config, tp: TopicPartition, chunk: int = 20_000) -> int | None:
+    """The source offset after the last copy of ``tp`` on the internal topic (None: none
+    there), read at read_committed after this task's fence: each internal partition from
+    its end back, ``chunk`` offsets at a time, to the first that holds a copy of it (a
+    source partition's copies are in order there). Only a stage whose offset is gone pays
+    it: a partition never re-keyed has no copy, and a scan to each partition's start."""
+    from leakproof.config import session_stage
+    from leakproof.kafka.admin import KafkaMetadata
+    from leakproof.rekey import after_copies
+
+    internal = session_stage(cfg).kafka
+    meta = KafkaMetadata(internal)
+    try:
+        bounds = meta.log_bounds(internal.topic, meta.partitions(internal.topic))
+    finally:
+        meta.close()
+    best: int | None = None
+    for q, b in sorted(bounds.items()):
+        until = b.log_end  # (read_committed: waits for the other stage tasks' commits)
+        while until > b.log_start:
+            since = max(b.log_start, until - chunk)
+            rng = OffsetRange(internal.topic, q, since, until)
+            found = after_copies((r.headers for r in read_range(internal, rng)), tp.topic,
+                                 tp.partition)
+            if found is not None:
+                best = found if best is None else max(best, found)
+                break
+            until = since
+    return best
 
 
 def ensure_internal_topic(cfg: Config, source_partitions: int,
