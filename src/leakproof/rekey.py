@@ -105,17 +105,19 @@ def stage_work(parts: Sequence[int], ends: Mapping[int, int], done: Mapping[int,
     return work
 
 
-def after_copies(records: Iterable[Sequence[tuple[str, bytes | None]]], topic: str,
-                 partition: int) -> int | None:
-    """The source offset after the last copy of ``topic``'s ``partition`` among ``records``
-    (each given by its headers), None if none is one: where a stage whose committed offset
-    is gone resumes, instead of copying the partition again from its start."""
-    last = -1
-    for headers in records:
+def last_copy(records: Iterable[tuple[Sequence[tuple[str, bytes | None]], bytes | None, int]],
+              topic: str, partition: int) -> tuple[int, bytes | None, int] | None:
+    """Of ``records`` (headers, value, timestamp), the copy of ``topic``'s ``partition`` with
+    the highest source offset: (that offset, its value, its timestamp); None if none is
+    one. Where a stage whose committed offset is gone resumes -- after it, once the source
+    still holds that very record (the copies may be an earlier topic's of that name)."""
+    best: tuple[int, bytes | None, int] | None = None
+    for headers, value, timestamp in records:
         source = source_header(headers)
-        if source is not None and source[0] == topic and source[1] == partition:
-            last = max(last, source[2])
-    return last + 1 if last >= 0 else None
+        if source is not None and source[0] == topic and source[1] == partition and (
+                best is None or source[2] > best[0]):
+            best = (source[2], value, timestamp)
+    return best
 
 
 def stage_until(from_offset: int, readable_end: int, budget: int | None) -> int:

@@ -12,6 +12,7 @@ import pytest
 from leakproof import codec, config, oracle
 from leakproof.errors import ConfigError, LeakproofError
 from leakproof.events import WebEvent
+from leakproof.kafka.records import KafkaRecord
 from leakproof.model.spec import web_model
 from leakproof.moved_keys import home
 from leakproof.rekey import (
@@ -19,7 +20,7 @@ from leakproof.rekey import (
     REFRESH_S,
     SOURCE_HEADER,
     SourceRewind,
-    after_copies,
+    last_copy,
     parse_source,
     placement,
     rekey_group,
@@ -325,11 +326,39 @@ def test_a_caught_up_partition_commits_its_stage_offset_again_once_an_hour() -> 
         (0, 50, False), (2, 30, True), (3, 20, True), (4, 10, False)]
 
 
-def test_a_stage_whose_offset_is_gone_resumes_after_its_partitions_last_copy() -> None:
-    copies = [[(SOURCE_HEADER, source_of("web", 0, 7))], [],
-              [(SOURCE_HEADER, source_of("web", 1, 40))], [("other", b"x")],
-              [(SOURCE_HEADER, source_of("web", 0, 9))], [(SOURCE_HEADER, b"nonsense")],
-              [(SOURCE_HEADER, source_of("logs", 0, 99))]]
-    assert after_copies(copies, "web", 0) == 10
-    assert after_copies(copies, "web", 1) == 41
-    assert after_copies(copies, "web", 2) is None  # never copied: the reset rule decides
+def test_a_stage_whose_offset_is_gone_finds_its_partitions_last_copy() -> None:
+    copies = [([(SOURCE_HEADER, source_of("web", 0, 7))], b"a", 1),
+              ([], b"b", 2),
+              ([(SOURCE_HEADER, source_of("web", 1, 40))], b"c", 3),
+              ([("other", b"x")], b"d", 4),
+              ([(SOURCE_HEADER, source_of("web", 0, 9))], None, 5),
+              ([(SOURCE_HEADER, source_of("web", 0, 8))], b"f", 6),
+              ([(SOURCE_HEADER, b"nonsense")], b"g", 7),
+              ([(SOURCE_HEADER, source_of("logs", 0, 99))], b"h", 8)]
+    assert last_copy(copies, "web", 0) == (9, None, 5)  # the highest, a tombstone's copy
+    assert last_copy(copies, "web", 1) == (40, b"c", 3)
+    assert last_copy(copies, "web", 2) is None  # never copied: the reset rule decides
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ([KafkaRecord(9, None, b"v", 5)], 10),  # the very record copied: resume after it
+    ([KafkaRecord(9, None, b"other", 5)], None),  # another record there: a recreated topic
+    ([KafkaRecord(9, None, b"v", 6)], None),
+    ([], 10),  # nothing readable at that offset to compare with: after the copy
+])
+def test_a_gone_offset_is_rebuilt_only_from_copies_of_this_topics_records(
+        monkeypatch: pytest.MonkeyPatch, source: list[KafkaRecord], expected: int | None
+) -> None:
+    """The copies name a source offset, not a topic incarnation: a recreated topic of that
+    name holds other records there (or is shorter), and then the reset rule decides."""
+    from kafka import TopicPartition
+
+    from leakproof.kafka import rekey as stage
+
+    cfg = load({"field": "session_id"})
+    monkeypatch.setattr(stage, "_last_copy", lambda _cfg, _tp: (9, b"v", 5))
+    monkeypatch.setattr(stage, "read_range", lambda _kafka, _rng: iter(source))
+    tp = TopicPartition("logs", 0)
+    assert stage._after_copies(cfg, tp, 0, 100) == expected
+    assert stage._after_copies(cfg, tp, 0, 9) is None  # past the source's end: not its copy
+    assert stage._after_copies(cfg, tp, 20, 100) == 10  # deleted there: on_data_loss judges

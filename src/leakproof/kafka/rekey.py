@@ -184,7 +184,7 @@ def _start(cfg: Config, tp: TopicPartition, seconds: float) -> tuple[int, bool]:
         if found is None:
             # expired (the group has no members) or deleted: after the copies already made
             # (not known: the task commits it even with nothing new)
-            found = _after_copies(cfg, tp)
+            found = _after_copies(cfg, tp, log_start, int(consumer.end_offsets([tp])[tp]))
             if found is not None:
                 log.warning("%s-%d: the re-keying offset of %s is gone (expired by the "
                             "brokers' offsets.retention.minutes, or deleted); resuming after "
@@ -200,10 +200,11 @@ def _start(cfg: Config, tp: TopicPartition, seconds: float) -> tuple[int, bool]:
                     False)
         if found < log_start:
             if cfg.kafka.on_data_loss != "skip":
+                maybe = "" if known else " (or copied, their copies and offset since lost)"
                 raise DataLossError(
                     f"data loss on {tp.topic} partition {tp.partition}: offsets [{found}, "
-                    f"{log_start}) were deleted before the re-keying stage copied them. Set "
-                    f"kafka.on_data_loss: skip to go on")
+                    f"{log_start}) were deleted before the re-keying stage copied them"
+                    f"{maybe}. Set kafka.on_data_loss: skip to go on")
             log.warning("%s-%d: offsets [%d, %d) were deleted before being re-keyed; "
                         "skipping them", tp.topic, tp.partition, found, log_start)
             return log_start, known
@@ -213,15 +214,20 @@ def _start(cfg: Config, tp: TopicPartition, seconds: float) -> tuple[int, bool]:
         raise
 
 
-def _after_copies(cfg: Config, tp: TopicPartition, chunk: int = 20_000) -> int | None:
-    """The source offset after the last copy of ``tp`` on the internal topic (None: none
-    there), read at read_committed after this task's fence: each internal partition from
-    its end back, ``chunk`` offsets at a time, to the first that holds a copy of it (a
-    source partition's copies are in order there). Only a stage whose offset is gone pays
-    it: a partition never re-keyed has no copy, and a scan to each partition's start."""
+def _last_copy(cfg: Config, tp: TopicPartition, chunk: int = 20_000
+               ) -> tuple[int, bytes | None, int] | None:
+    """The copy of ``tp``'s record with the highest source offset on the internal topic
+    (``rekey.last_copy``; None: no copy there), read at read_committed after this task's
+    fence: each internal partition from its end back, ``chunk`` offsets at a time, to the
+    first chunk that holds a copy of it (a source partition's copies are in order there:
+    one transactional id, fenced before it reads). Reading to the log end at
+    read_committed waits for the other stage tasks' open transactions, so no copy made
+    before them is missed. Raises ``OffsetError`` where retention makes it unsure: an
+    internal partition whose oldest records are gone and that holds no copy of ``tp`` left
+    may have held its newest. Only a stage whose offset is gone pays for this scan."""
     from leakproof.config import session_stage
     from leakproof.kafka.admin import KafkaMetadata
-    from leakproof.rekey import after_copies
+    from leakproof.rekey import last_copy
 
     internal = session_stage(cfg).kafka
     meta = KafkaMetadata(internal)
@@ -229,19 +235,53 @@ def _after_copies(cfg: Config, tp: TopicPartition, chunk: int = 20_000) -> int |
         bounds = meta.log_bounds(internal.topic, meta.partitions(internal.topic))
     finally:
         meta.close()
-    best: int | None = None
+    found: list[tuple[int, bytes | None, int]] = []
+    unsure = []
     for q, b in sorted(bounds.items()):
-        until = b.log_end  # (read_committed: waits for the other stage tasks' commits)
-        while until > b.log_start:
+        until, copy = b.log_end, None
+        while until > b.log_start and copy is None:
             since = max(b.log_start, until - chunk)
             rng = OffsetRange(internal.topic, q, since, until)
-            found = after_copies((r.headers for r in read_range(internal, rng)), tp.topic,
-                                 tp.partition)
-            if found is not None:
-                best = found if best is None else max(best, found)
-                break
+            copy = last_copy(((r.headers, r.value, r.timestamp)
+                              for r in read_range(internal, rng)), tp.topic, tp.partition)
             until = since
-    return best
+        if copy is not None:
+            found.append(copy)
+        elif b.log_start > 0:
+            unsure.append(q)
+    if found and unsure:
+        raise OffsetError(
+            f"the re-keying offset of {tp.topic} partition {tp.partition} is gone (expired "
+            f"or deleted), and partitions {unsure} of {internal.topic} lost their oldest "
+            f"records to retention with no copy of it left: where its copying stopped "
+            f"cannot be told from the copies. Set the offset of group "
+            f"{rekey_group(cfg.kafka.group_id)} for it by hand (kafka-consumer-groups "
+            f"--reset-offsets --to-offset: the source offset after its last copy), or "
+            f"re-key into a new input.rekey.topic with fresh tables")
+    return max(found, key=lambda c: c[0]) if found else None
+
+
+def _after_copies(cfg: Config, tp: TopicPartition, log_start: int, log_end: int
+                  ) -> int | None:
+    """Where a stage whose offset is gone resumes: after its last copy, if the source still
+    holds that record (same value and timestamp) or no longer holds it (deleted: the
+    data-loss rule then judges); None when there is no copy, or the copies are of another
+    topic of that name (recreated: the record there is not the one copied), and then the
+    reset rule decides."""
+    copy = _last_copy(cfg, tp)
+    if copy is None:
+        return None
+    offset, value, timestamp = copy
+    if offset >= log_end:
+        return None  # past the source's end: an earlier topic's copies
+    if offset < log_start:
+        return offset + 1  # the record is gone from the source: kafka.on_data_loss judges
+    here = list(read_range(cfg.kafka, OffsetRange(tp.topic, tp.partition, offset,
+                                                  offset + 1)))
+    if here and (here[0].offset != offset or here[0].value != value
+                 or here[0].timestamp != timestamp):
+        return None  # not the record copied: an earlier topic's copies
+    return offset + 1
 
 
 def ensure_internal_topic(cfg: Config, source_partitions: int,
