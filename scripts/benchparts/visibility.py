@@ -14,11 +14,12 @@ import json
 import threading
 import time
 from collections import defaultdict
+from dataclasses import replace
 
 from kafka import KafkaConsumer
 
 from leakproof import config
-from leakproof.kafka.admin import KafkaMetadata
+from leakproof.kafka.admin import topic_bounds
 from leakproof.kafka.reader import read_range
 from leakproof.offsets import OffsetRange
 
@@ -63,9 +64,7 @@ def visible_latencies(cfg: config.Config, source: str,
                       watch: UpdateWatch) -> tuple[list[tuple[int, float]], int]:
     """Each source record's Kafka timestamp (ms) and the seconds until an update holding it
     was visible; and how many records no update seen holds (0 in a complete run)."""
-    meta = KafkaMetadata(cfg.kafka)
-    bounds = meta.log_bounds(source, meta.partitions(source))
-    meta.close()
+    bounds = topic_bounds(replace(cfg.kafka, topic=source))
     out: list[tuple[int, float]] = []
     missing = 0
     for partition, b in bounds.items():

@@ -251,6 +251,9 @@ def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None,
     meta = KafkaMetadata(cfg.kafka)
     try:
         topic_id, parts = meta.describe(topic)
+        # input.rekey: the source's partitions, which --to-source-offsets names
+        source_parts = (meta.partitions(source_topic)
+                        if target.to_source_offsets is not None else [])
         bounds = meta.log_bounds(topic, parts)
         by_time = (meta.offsets_for_time(topic, parts, target.to_time_ms)
                    if target.to_time_ms is not None else None)
@@ -268,7 +271,7 @@ def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None,
         asked = target
         if target.to_source_offsets is not None:
             asked = RewindTarget(to_offsets=through_copies(
-                cfg, source_topic, target.to_source_offsets, bounds,
+                cfg, source_topic, source_parts, target.to_source_offsets, bounds,
                 latest.offsets if latest else {}))
         offsets = rewound_offsets(asked, store, bounds, by_time, f"{topic}:{group}", latest)
         plan = RewindPlan(target, f"{topic}:{group}", store.name,
@@ -289,23 +292,17 @@ def rewind(cfg: Config, target: RewindTarget, now_ms: int | None = None,
     return batch_ms, plan
 
 
-def through_copies(cfg: Config, source_topic: str, targets: Mapping[int, int],
-                   bounds: Mapping[int, LogBounds], current: Mapping[int, int]
-                   ) -> dict[int, int]:
+def through_copies(cfg: Config, source_topic: str, source_parts: list[int],
+                   targets: Mapping[int, int], bounds: Mapping[int, LogBounds],
+                   current: Mapping[int, int]) -> dict[int, int]:
     """``--to-source-offsets`` as the internal topic's positions (``rekey.SourceRewind``):
     each internal partition's records the job has read are scanned for the first copy of a
     source record at or after its target; the job goes back there. Raises ``OffsetError``
     for a rewind that would skip forward or needs copies retention removed."""
-    from leakproof.kafka.admin import KafkaMetadata
     from leakproof.kafka.reader import read_range
     from leakproof.offsets import OffsetRange
     from leakproof.rekey import SourceRewind
 
-    meta = KafkaMetadata(cfg.kafka)
-    try:
-        source_parts = meta.partitions(source_topic)
-    finally:
-        meta.close()
     if unknown := sorted(set(targets) - set(source_parts)):
         raise OffsetError(f"{source_topic} has no partition {unknown[0]} (partitions "
                           f"{source_parts})")
@@ -317,9 +314,10 @@ def through_copies(cfg: Config, source_topic: str, targets: Mapping[int, int],
     problems = found.problems(q for q, b in bounds.items() if b.log_start > 0)
     if problems:
         raise OffsetError("cannot rewind " + "; ".join(problems))
+    positions = found.positions(current)
     log.info("%s at %s is, on %s, %s", source_topic, _pairs(targets), cfg.kafka.topic,
-             _pairs(found.positions(current)))
-    return found.positions(current)
+             _pairs(positions))
+    return positions
 
 
 def _latest(store: CommitStore, dry_run: bool) -> CommittedBatch | None:

@@ -226,15 +226,11 @@ def _last_copy(cfg: Config, tp: TopicPartition, chunk: int = 20_000
     internal partition whose oldest records are gone and that holds no copy of ``tp`` left
     may have held its newest. Only a stage whose offset is gone pays for this scan."""
     from leakproof.config import session_stage
-    from leakproof.kafka.admin import KafkaMetadata
+    from leakproof.kafka.admin import topic_bounds
     from leakproof.rekey import last_copy
 
     internal = session_stage(cfg).kafka
-    meta = KafkaMetadata(internal)
-    try:
-        bounds = meta.log_bounds(internal.topic, meta.partitions(internal.topic))
-    finally:
-        meta.close()
+    bounds = topic_bounds(internal)
     found: list[tuple[int, bytes | None, int]] = []
     unsure = []
     for q, b in sorted(bounds.items()):
