@@ -114,6 +114,17 @@ class Background:
     def poll(self) -> int | None:
         return self.proc.poll()
 
+    def wait_until(self, what: str, check: Callable[[], object], timeout: float = 600) -> None:
+        """``wait_for`` while the command runs: it fails at once, with the log, if the
+        command ends first (the timeout only bounds a hung run, never a slow one)."""
+        def done() -> object:
+            if check():
+                return True
+            assert self.proc.poll() is None, \
+                f"exited {self.proc.poll()} before {what}:\n{self.text()[-5000:]}"
+            return False
+        wait_for(what, done, timeout)
+
     def send_signal(self, sig: int) -> None:
         """To the job's own process only (``signal_group`` reaches its children too)."""
         self.proc.send_signal(sig)

@@ -44,11 +44,11 @@ def crash_once(env: Env, point: str, label: str, evidence: str) -> float:
     with submit(env, env.capped(500), label, "--until-idle", "6",
                 executor_env={"LEAKPROOF_CRASH_AT": point,
                               "LEAKPROOF_CRASH_ONCE": str(marker)}) as job:
-        wait_for("the crash", marker.exists, timeout=240)
+        job.wait_until("the crash", marker.exists)
         crashed_ms = marker.stat().st_mtime
         rows = {k for k, _ in offsets_rows(env)}
-        wait_for("a commit after the crash", lambda: {k for k, _ in offsets_rows(env)} - rows,
-                 timeout=240)
+        job.wait_until("a commit after the crash",
+                       lambda: {k for k, _ in offsets_rows(env)} - rows)
         recovery = time.time() - crashed_ms
         text = finish_exact(env, spec, job)
     assert evidence in text  # Spark saw the crash and retried the task
@@ -81,7 +81,7 @@ def test_executor_jvm_killed_with_a_transaction_open_publishes_each_summary_once
     with submit(env, config, "publish-kill", "--until-idle", "6",
                 executor_env={"LEAKPROOF_CRASH_AT": "task_before_publish_commit@2:executor",
                               "LEAKPROOF_CRASH_ONCE": str(marker)}) as job:
-        wait_for("the crash", marker.exists, timeout=240)
+        job.wait_until("the crash", marker.exists)
         text = finish_exact(env, spec, job)
     assert "ExecutorLostFailure" in text
     assert len(published_once_per_change(env, topic)) > 500
@@ -93,7 +93,7 @@ def test_whole_worker_killed_mid_stream(env: Env) -> None:
     env.produce(spec)
     try:
         with submit(env, env.capped(400), "worker-kill", "--until-idle", "6") as job:
-            wait_for("two commits", lambda: len(offsets_rows(env)) >= 2, timeout=180)
+            job.wait_until("two commits", lambda: len(offsets_rows(env)) >= 2)
             rows = {k for k, _ in offsets_rows(env)}
             killed = time.monotonic()
             stack("kill", "spark-worker1")  # the worker JVM; its executor loses its worker

@@ -89,10 +89,10 @@ def test_a_task_of_several_partitions_is_retried_exactly_after_an_executor_kill(
     marker = wide.tmp / "wide.crashed"
     cmd = standalone_submit(str(wide.path), "--until-idle", "6", **{
         "spark.executor.memory": "640m", "spark.task.maxFailures": "8",
-        "spark.executorEnv.LEAKPROOF_CRASH_AT": "task_after_sessions@30:executor",
+        "spark.executorEnv.LEAKPROOF_CRASH_AT": "task_after_sessions@8:executor",
         "spark.executorEnv.LEAKPROOF_CRASH_ONCE": str(marker)})
     with background(cmd, wide.tmp / "wide-kill.log") as job:
-        wait_for("the crash", marker.exists, timeout=240)
+        job.wait_until("the crash", marker.exists)
         assert job.wait(timeout=400) == 0, job.text()[-5000:]
         text = job.text()
     assert "ExecutorLostFailure" in text, text[-3000:]
