@@ -32,6 +32,7 @@ from leakproof.kafka.registry import RegistryClient
 
 from .helpers import KAFKA, Env, background, log_ends, records, run_cli, wait_for
 from .test_registry import REGISTRY, WEB_SCHEMA, framed_config
+from .test_rekey import internal_records
 from .test_topic_changes import recreate
 
 # every test here takes registry ids it predicts: one at a time (see ``register_at``)
@@ -85,13 +86,14 @@ def config(env: Env) -> str:
     return str(path)
 
 
-def send_framed(env: Env, spec: GeneratorSpec, schema_id: int) -> None:
-    """``spec``'s events framed with ``schema_id``, each with a header of its own."""
+def send_framed(env: Env, spec: GeneratorSpec, schema_id: int, keyed: bool = True) -> None:
+    """``spec``'s events framed with ``schema_id``, each with a header of its own (not
+    ``keyed``: under null keys, as a log shipper sends them)."""
     parsed = fastavro.parse_schema(schema_json())
     producer = KafkaProducer(bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}", acks="all")
     try:
         for i, e in enumerate(generate(spec)):
-            producer.send(env.name, key=codec.encode_key(e),
+            producer.send(env.name, key=codec.encode_key(e) if keyed else None,
                           value=codec.encode_confluent(e.to_record(), schema_id, parsed),
                           headers=[("trace", f"t-{spec.seed}-{i}".encode())])
         producer.flush()
@@ -195,6 +197,49 @@ def test_dead_letters_of_a_late_schema_are_redriven_once_and_every_session_is_ex
     assert f"redriven from {linked['redriven_from']}" in run_cli(
         "deadletters", "show", "--config", path,
         f"{linked['partition']}:{linked['offset']}").stdout
+
+
+def test_a_rekeyed_topics_dead_letters_are_redriven_through_the_stage_exactly(
+        env: Env) -> None:
+    """``input.rekey`` over null-keyed records: a late schema's records pass the stage under
+    their own keys and are dead-lettered on the internal topic, each naming its source
+    record. Once the schema is registered, the redrive sends each to its source partition
+    (not to the internal topic, where its null key would leave it dead), the stage re-keys it
+    under its session key and the job folds it: exact, each copied once."""
+    data = yaml.safe_load(Path(config(env)).read_text())
+    data["input"] = {"rekey": {"field": "session_id"}}
+    path = env.tmp / "rekeyed.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    good = GeneratorSpec(seed=5111, events=2_000, sessions=200)
+    late = GeneratorSpec(seed=5112, events=900, sessions=90)
+    good_id = registry().register(f"{env.name}-value", json.dumps(schema_json()))
+    send_framed(env, good, good_id, keyed=False)
+    late_id = an_id_to_come(env)
+    send_framed(env, late, late_id, keyed=False)
+    env.run("--until-idle", "3", config=str(path))
+    dead = listed(str(path), "--kind", "unknown_schema_id")
+    assert len(dead) == records(late) and all(d["source"].startswith(f"{env.name}:")
+                                              for d in dead)
+
+    register_at(env, late_id)
+    dry = run_cli("deadletters", "redrive", "--config", str(path), "--dry-run").stdout
+    assert f"of {env.name}.leakproof-rekey to its source {env.name}" in dry
+    done = cli_json("deadletters", "redrive", "--config", str(path), "--rate", "2000")
+    assert (done["selected"], done["sent"], done["found"]) == (len(dead), len(dead), 0)
+    assert cli_json("deadletters", "redrive", "--config", str(path))["selected"] == 0
+    # the copies are on the source, one each, in the partition their records came from
+    by_origin = {origin_of([(k, v) for k, v in r.headers]): r for r in topic_records(env)}
+    assert set(copies_by_origin(env).values()) == {1} and len(copies_by_origin(env)) == len(dead)
+    for d in dead:
+        copy = by_origin[f"{env.name}.leakproof-rekey:{d['partition']}:{d['offset']}"]
+        assert copy.key is None and f"{env.name}:{copy.partition}:" in d["source"]
+
+    env.run("--until-idle", "3", config=str(path))
+    copied = [source for _, _, source in internal_records(env)]
+    assert len(copied) == len(set(copied)) == records(good, late) + len(dead)
+    out = run_cli("verify", "--config", str(path), "--spec", good.as_arg(), "--spec",
+                  late.as_arg(), check=False)
+    assert out.returncode == 0 and "EXACT MATCH" in out.stdout, out.stdout + out.stderr
 
 
 @pytest.mark.faults

@@ -15,7 +15,14 @@ import pytest
 
 from leakproof.cli import build_parser
 from leakproof.commands import redrive as redrive_mod
-from leakproof.commands.redrive import Pace, Progress, RedriveReport, count, redrive_partition
+from leakproof.commands.redrive import (
+    Lanes,
+    Pace,
+    Progress,
+    RedriveReport,
+    count,
+    redrive_partition,
+)
 from leakproof.dead_letter import (
     ALL,
     ORIGIN_HEADER,
@@ -38,6 +45,7 @@ from leakproof.model.compiled import compile_model
 from leakproof.model.spec import Model
 from leakproof.offsets import OffsetRange
 from leakproof.oracle import compare, expected_gap_rows_merged, expected_rows_merged
+from leakproof.rekey import SOURCE_HEADER, source_header, source_of
 from leakproof.reports import TaskReport
 from leakproof.sessions import Outcome, PartitionFolder, PartitionState, SessionState
 from leakproof.task.process import Rules, Stores, TaskBatch, process_ranges
@@ -168,16 +176,17 @@ def crasher(at: str | None, nth: int = 1) -> Callable[[str], None]:
 
 def attempt(rows: FakeDeadLetterRows, broker: FakeBroker, crash: Callable[[str], None],
             monkeypatch: pytest.MonkeyPatch, selection: Selection = ALL,
-            rate: float = 2.0) -> RedriveReport:
+            rate: float = 2.0, lanes: Lanes | None = None) -> RedriveReport:
     """One redrive process over every partition with dead letters (a crash ends it)."""
+    lanes = lanes or Lanes()
     monkeypatch.setattr(redrive_mod, "crash_point", crash)
-    planned = count(rows, "t", selection)
+    planned = count(rows, "t", selection, lanes=lanes)
     progress = Progress("t", RedriveReport(planned.selected), lambda _: None)
     pace = Pace(rate, sleep=lambda _: None)  # two a transaction
     for p in sorted(planned.by_partition):
         target = FakeRedriveTarget(broker, p, f"leakproof-redrive-dl-t-{p}", crash)
         redrive_partition(rows, target, "t", p, selection, pace, progress,
-                          now_ms=itertools.count(1_000).__next__)
+                          now_ms=itertools.count(1_000).__next__, lanes=lanes)
     return progress.report
 
 
@@ -263,9 +272,45 @@ def test_a_row_another_redrive_moved_is_left_to_it(monkeypatch: pytest.MonkeyPat
     target = FakeRedriveTarget(broker, 0, TXN)
     target.fence()
     progress = Progress("t", RedriveReport(2), lambda _: None)
-    redrive_mod._send(rows, target, stale, 0, Pace(None), progress, lambda: 5)
+    redrive_mod._send(rows, target, stale, 0, Pace(None), progress, lambda: 5, Lanes())
     assert (progress.report.sent, progress.report.taken) == (1, 1)
     assert copies(broker) == Counter({"t:0:4": 1})
+
+
+def rekeyed(offset: int, partition: int, source_partition: int) -> DeadLetter:
+    """A dead letter of an internal topic: its record copied from ``source_partition``."""
+    d = letter(offset, partition)
+    return replace(d, headers=(*d.headers, (SOURCE_HEADER, source_of(
+        "src", source_partition, 100 + offset))))
+
+
+@pytest.mark.parametrize("point", [None, "redrive_after_mark", "redrive_before_commit",
+                                   "redrive_after_commit"])
+def test_a_rekeyed_topics_dead_letters_go_to_their_source_partitions_once(
+        monkeypatch: pytest.MonkeyPatch, point: str | None) -> None:
+    """Rows of internal partitions 0 and 1 whose records came crosswise from source
+    partitions 0-2: each copy goes to its source partition (the stage re-keys it), without
+    the internal topic's source header, once, through crashes; a row naming no source
+    record is left."""
+    letters = [rekeyed(o, p, (o + p) % 3) for p in (0, 1) for o in (3, 4, 8, 9, 12)]
+    rows, broker = FakeDeadLetterRows([*letters, letter(20, 1)]), FakeBroker()
+    lanes = Lanes(rekeyed=True)
+    assert count(rows, "t", ALL, lanes=lanes).by_partition == {0: 4, 1: 4, 2: 2}
+    if point is not None:
+        with pytest.raises(Crash):
+            attempt(rows, broker, crasher(point, 2), monkeypatch, lanes=lanes)
+    attempt(rows, broker, crasher(None), monkeypatch, lanes=lanes)
+    assert copies(broker) == Counter({d.origin: 1 for d in letters})
+    for d in letters:
+        got = rows.rows[("t", d.partition, d.offset)]
+        assert got.mark is not None and got.mark.state == SENT
+        source = source_header(d.headers)
+        assert source is not None
+        rec = broker.logs[source[1]][got.mark.copy_offset]
+        assert (rec.key, rec.value) == (d.key, d.value)
+        assert rec.headers == (("trace", b"\x01"), (ORIGIN_HEADER, d.origin.encode()))
+    unnamed = next(r for r in rows.rows.values() if r.offset == 20)
+    assert unnamed.mark is None  # no stage wrote it: nowhere to send it
 
 
 def test_progress_lines() -> None:

@@ -25,6 +25,12 @@ Only the dead letters of offsets the job has committed are taken: a row at or pa
 partition's committed offset belongs to a batch still in flight, whose replay may decode
 the record after all (its cause fixed) and withdraw the row (``task.process``). Such rows
 are left, counted in ``in_flight``, for a redrive after the job has committed them.
+
+With ``input.rekey`` the job's dead letters sit on the internal topic, but a copy is sent to
+the *source* partition its record was copied from (``Lanes``): the stage re-keys it like any
+record, under the session key it finds now (a copy sent to the internal topic would keep
+its old key and land where that key belongs, not where its session is). The steps above then
+run per source partition, over the rows whose record came from it.
 """
 
 from __future__ import annotations
@@ -40,8 +46,8 @@ from itertools import islice
 from leakproof.config import Config
 from leakproof.crashpoints import crash_point
 from leakproof.dead_letter import PENDING, SENT, DeadLetter, RedriveMark, Selection
-from leakproof.errors import LeakproofError
-from leakproof.ports.redrive import DeadLetterRows, RedriveTarget
+from leakproof.ports.redrive import Copy, DeadLetterRows, RedriveTarget
+from leakproof.rekey import SOURCE_HEADER, source_header
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +118,30 @@ class Pace:
                 self._sleep(ahead)
 
 
+@dataclass(frozen=True)
+class Lanes:
+    """Which partition each dead letter's copy goes to: the one its row names (a keyed
+    topic), or, ``rekeyed``, the source partition its record was copied from."""
+
+    rekeyed: bool = False
+
+    def of(self, letter: DeadLetter) -> int | None:
+        """The partition ``letter``'s copy goes to; None for a row of the internal topic
+        that does not name a source record (no stage wrote it: nowhere to send it)."""
+        if not self.rekeyed:
+            return letter.partition
+        found = source_header(letter.headers)
+        return None if found is None else found[1]
+
+    def copy(self, letter: DeadLetter) -> Copy:
+        """What is sent: the record as it was, with its origin (to the source: without the
+        internal topic's source header, which the stage writes anew)."""
+        headers = letter.copy_headers()
+        if self.rekeyed:
+            headers = [(n, v) for n, v in headers if n != SOURCE_HEADER]
+        return letter.key, letter.value, headers
+
+
 class Progress:
     """The report, said at most once a second and at the end."""
 
@@ -127,17 +157,25 @@ class Progress:
 
 
 def count(rows: DeadLetterRows, topic: str, selection: Selection,
-          committed: Mapping[int, int] | None = None) -> RedriveReport:
-    """The rows a redrive of ``selection`` takes, per partition (read without their bytes);
-    with ``committed`` (each partition's committed offset) only those below it, the others
-    counted in ``in_flight``."""
+          committed: Mapping[int, int] | None = None, lanes: Lanes = Lanes()) -> RedriveReport:
+    """The rows a redrive of ``selection`` takes, per partition they go to (read without
+    their bytes where the lanes allow); with ``committed`` (each partition's committed
+    offset) only those below it, the others counted in ``in_flight``."""
     report = RedriveReport()
-    for letter in _selected(rows, topic, selection, brief=True):
+    unnamed = 0
+    for letter in _selected(rows, topic, selection, brief=not lanes.rekeyed):
+        where = lanes.of(letter)
+        if where is None:
+            unnamed += 1
+            continue
         if not settled(letter, committed):
             report.in_flight += 1
             continue
         report.selected += 1
-        report.by_partition[letter.partition] = report.by_partition.get(letter.partition, 0) + 1
+        report.by_partition[where] = report.by_partition.get(where, 0) + 1
+    if unnamed:
+        log.warning("%s: %d selected dead letters carry no %s header (no re-keying stage "
+                    "wrote their records): not re-driving them", topic, unnamed, SOURCE_HEADER)
     return report
 
 
@@ -150,15 +188,23 @@ def settled(letter: DeadLetter, committed: Mapping[int, int] | None) -> bool:
 def redrive_partition(rows: DeadLetterRows, target: RedriveTarget, topic: str, partition: int,
                       selection: Selection, pace: Pace, progress: Progress,
                       now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-                      committed: Mapping[int, int] | None = None) -> None:
-    """The steps of the module docstring for the selected dead letters of one partition
-    (with ``committed``: those below its committed offset)."""
+                      committed: Mapping[int, int] | None = None,
+                      lanes: Lanes = Lanes()) -> None:
+    """The steps of the module docstring for the selected dead letters whose copies go to
+    ``partition`` (with ``committed``: those below their partition's committed offset)."""
     report, txn = progress.report, target.txn_id
-    only = replace(selection, partitions=frozenset({partition}))
+
+    def mine(brief: bool = False) -> Iterator[DeadLetter]:
+        if not lanes.rekeyed:  # a partition's rows: one scan of its key range
+            only = replace(selection, partitions=frozenset({partition}))
+            return _selected(rows, topic, only, brief)
+        return (letter for letter in _selected(rows, topic, selection)
+                if lanes.of(letter) == partition)
+
     # 1. fence every older producer of this partition's id; the end read after it
     end = target.fence()
     # 2. copies an interrupted redrive committed before the fence lie in [scan_from, end)
-    pending = [letter.mark.scan_from for letter in _selected(rows, topic, only, brief=True)
+    pending = [letter.mark.scan_from for letter in mine(brief=True)
                if letter.mark is not None and letter.mark.state == PENDING
                and settled(letter, committed)]
     found = target.copies(min(pending), end) if pending else {}
@@ -167,7 +213,7 @@ def redrive_partition(rows: DeadLetterRows, target: RedriveTarget, topic: str, p
                  "topic already; marking them sent", topic, partition, len(found))
     # 3. the rest in chunks: mark pending, one transaction, mark sent
     chunk: list[DeadLetter] = []
-    for letter in _selected(rows, topic, only):
+    for letter in mine():
         if not settled(letter, committed):
             continue  # its batch is in flight (``count`` told)
         if letter.origin in found:
@@ -179,14 +225,14 @@ def redrive_partition(rows: DeadLetterRows, target: RedriveTarget, topic: str, p
             continue
         chunk.append(letter)
         if len(chunk) >= pace.chunk:
-            _send(rows, target, chunk, end, pace, progress, now_ms)
+            _send(rows, target, chunk, end, pace, progress, now_ms, lanes)
             chunk = []
     if chunk:
-        _send(rows, target, chunk, end, pace, progress, now_ms)
+        _send(rows, target, chunk, end, pace, progress, now_ms, lanes)
 
 
 def _send(rows: DeadLetterRows, target: RedriveTarget, chunk: list[DeadLetter], end: int,
-          pace: Pace, progress: Progress, now_ms: Callable[[], int]) -> None:
+          pace: Pace, progress: Progress, now_ms: Callable[[], int], lanes: Lanes) -> None:
     report, txn = progress.report, target.txn_id
     marked = []
     for letter in chunk:
@@ -198,7 +244,7 @@ def _send(rows: DeadLetterRows, target: RedriveTarget, chunk: list[DeadLetter], 
             report.taken += 1  # another redrive moved it since it was read: its to finish
     crash_point("redrive_after_mark")
     if marked:
-        offsets = target.send([(m.key, m.value, m.copy_headers()) for m in marked])
+        offsets = target.send([lanes.copy(m) for m in marked])
         crash_point("redrive_after_commit")
         for letter, offset in zip(marked, offsets, strict=True):
             # False: a later redrive found the copy and marked it sent first; it is sent
@@ -220,24 +266,17 @@ def redrive(cfg: Config, selection: Selection, rate: float | None,
     """Re-drive the selected dead letters of ``cfg``'s topic (``dry_run``: count them and
     send nothing, mark nothing); progress through ``say``."""
     from leakproof.commands.dead_letters import current_source
+    from leakproof.config import session_stage
     from leakproof.hbase.dead_letters import DeadLetterRows as HBaseRows
     from leakproof.kafka.redrive import TransactionalPartition, transactional_id
 
-    if cfg.input.rekey is not None:
-        # a copy sent to the internal topic would keep its unkeyed key (dead again); one sent
-        # to the source would need the redrive's marks and in-flight rule per source
-        # partition, which they are not yet
-        raise LeakproofError(
-            f"deadletters redrive does not re-drive the dead letters of a re-keyed topic "
-            f"(input.rekey): they sit on {cfg.input.rekey.internal_topic(cfg.kafka.topic)} "
-            f"under their source records' own keys. Read them with deadletters show (each "
-            f"names its source record) and produce the fixed records to {cfg.kafka.topic}")
-    topic = cfg.kafka.topic
+    topic = cfg.kafka.topic  # where the copies go: with input.rekey, the source
+    lanes = Lanes(rekeyed=cfg.input.rekey is not None)
     name = current_source(cfg)  # the rows of the topic as it is now (recreated: tagged)
-    committed = committed_offsets(cfg)
+    committed = committed_offsets(session_stage(cfg))  # the job's: of the topic it reads
     rows = HBaseRows(cfg.hbase)
     try:
-        planned = count(rows, name, selection, committed)
+        planned = count(rows, name, selection, committed, lanes)
         if planned.in_flight:
             log.warning("%s: %d selected dead letters are at or past their partition's "
                         "committed offset (committed: %s): their batch is still in flight, "
@@ -255,7 +294,7 @@ def redrive(cfg: Config, selection: Selection, rate: float | None,
                                             transactional_id(table, topic, partition))
             try:
                 redrive_partition(rows, target, name, partition, selection, pace, progress,
-                                  committed=committed)
+                                  committed=committed, lanes=lanes)
             finally:
                 target.close()
         progress.tick(final=True)
@@ -288,7 +327,10 @@ def print_redrive(cfg: Config, selection: Selection, rate: float | None, dry_run
 
     report = redrive(cfg, selection, rate, progress, dry_run=dry_run)
     if dry_run:
-        say(f"would re-drive {report.selected} dead letters of {cfg.kafka.topic} to it"
+        rekey = cfg.input.rekey
+        where = (f"of {rekey.internal_topic(cfg.kafka.topic)} to its source {cfg.kafka.topic}"
+                 if rekey is not None else f"of {cfg.kafka.topic} to it")
+        say(f"would re-drive {report.selected} dead letters {where}"
             + (f", at most {rate:g} a second" if rate else "") + ": "
             + ", ".join(f"partition {p} {n}" for p, n in sorted(report.by_partition.items())))
         say(HEADER)
