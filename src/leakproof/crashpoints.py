@@ -1,8 +1,12 @@
 """Named places where fault tests kill the process as a crash would (SIGKILL, no cleanup).
 
 ``LEAKPROOF_CRASH_AT=<name>[@<n>][:executor]`` kills the process the n-th time (default 1st)
-it passes the named point; with ``:executor``, the Spark executor JVM the Python worker runs
-under is killed instead (its whole process tree dies with it); with ``:stall=<file>`` nothing
+it passes the named point -- a driver (``leakproof run``) that launched its own JVM kills that
+JVM's process group (the JVM and its Python workers) first, as a container's end or a host
+crash takes the whole driver: an orphaned local JVM would otherwise spend a minute in Spark's
+shutdown hooks, spinning on task launches its stopped executor rejects, before it exits; with
+``:executor``, the Spark executor JVM the Python worker runs under is killed instead (its
+whole process tree dies with it); with ``:stall=<file>`` nothing
 is killed: the process waits there until ``<file>`` exists (the test releases it; at most an
 hour) and goes on -- a task that stalled past its lease check, then writes: a zombie, or the
 slow attempt of a speculated task -- and from then on appends the name of every point it
@@ -15,6 +19,7 @@ one dictionary lookup. Used only by tests; documented so that no one is surprise
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -61,7 +66,28 @@ def _crash(spec: str, name: str) -> None:
         _resumed.append(release.with_name(release.name + ".after"))
         return
     pid = executor_jvm(os.getpid()) if whom == "executor" else os.getpid()
+    if whom != "executor":
+        for jvm in launched_jvms(os.getpid()):
+            with contextlib.suppress(OSError):
+                os.killpg(os.getpgid(jvm), signal.SIGKILL)
     os.kill(pid or os.getpid(), signal.SIGKILL)
+
+
+def launched_jvms(pid: int) -> list[int]:
+    """The Spark JVMs process ``pid`` launched itself (a local driver's gateway, in a session
+    of its own: ``spark_session.spark_context``); none under spark-submit, where the JVM is
+    the parent (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if _parent(int(entry.name)) == pid and \
+                    b"org.apache.spark.deploy.SparkSubmit" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
 
 
 def executor_jvm(pid: int) -> int | None:

@@ -9,20 +9,25 @@ from __future__ import annotations
 
 import json
 import random
+import time
+import uuid
+from pathlib import Path
 
 import happybase
 import pytest
+import yaml
 from kafka import KafkaAdminClient, KafkaConsumer
 
 from leakproof import codec
+from leakproof import config as config_mod
 from leakproof.commands.produce import send_raw
 from leakproof.config import load
 from leakproof.generator import GeneratorSpec, generate
-from leakproof.kafka.admin import KafkaMetadata
+from leakproof.kafka.admin import KafkaMetadata, create_topic
 from leakproof.kafka.rekey import rekey_partition
 from leakproof.rekey import SOURCE_HEADER
 
-from .helpers import KAFKA, THRIFT, Env, run_cli
+from .helpers import KAFKA, THRIFT, Env, base_config, run_cli, stack
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +67,7 @@ def internal_records(env: Env, isolation: str = "read_committed"
         consumer.close()
 
 
-def offsets_rows(env: Env, topic: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
+def internal_offsets_rows(env: Env, topic: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
     """The offsets rows of ``topic`` in the test's tables, oldest first."""
     conn = happybase.Connection(*THRIFT, table_prefix=env.cfg.hbase.table_prefix)
     try:
@@ -76,14 +81,14 @@ def key_mismatches(env: Env, config: str) -> int:
     return out.stdout.count("key_mismatch")
 
 
-def check_exact(env: Env, config: str, bad: int = 0) -> None:
+def check_exact(env: Env, config: str, bad: int = 0, spec: GeneratorSpec = SPEC) -> None:
     copies = internal_records(env)
     sources = [s for _, _, s in copies]
-    assert len(sources) == len(generate(SPEC)) + bad == len(set(sources))  # each one once
+    assert len(sources) == len(generate(spec)) + bad == len(set(sources))  # each one once
     assert sum(key is not None and key.startswith(b"s") for _, key, _ in copies) == len(
-        generate(SPEC))
+        generate(spec))
     assert key_mismatches(env, config) == 0
-    env.verify(SPEC, config=config)  # the stage's copy and the sessions, by visitor
+    env.verify(spec, config=config)  # the stage's copy and the sessions, by visitor
 
 
 def test_unkeyed_records_are_rekeyed_once_and_sessions_are_exact(env: Env) -> None:
@@ -111,7 +116,7 @@ def test_unkeyed_records_are_rekeyed_once_and_sessions_are_exact(env: Env) -> No
     assert f"{env.name}.leakproof-rekey" in rewound.stdout + rewound.stderr
     env.run("--until-idle", "4", config=config)
     check_exact(env, config, bad=3)
-    rows = offsets_rows(env, f"{env.name}.leakproof-rekey")
+    rows = internal_offsets_rows(env, f"{env.name}.leakproof-rekey")
     assert rows, "no offsets row of the internal topic committed"
 
 @pytest.mark.faults
@@ -219,3 +224,55 @@ def test_the_stages_offsets_are_kept_alive_and_rebuilt_from_the_copies_when_gone
     assert len(sources) == len(set(sources)) == len(generate(first)) + len(generate(second))
     assert "is gone" in ran.stderr and "resuming after its last copy" in ran.stderr
     env.verify(first, second, config=config)
+
+
+@pytest.fixture
+def eight(tmp_path: Path) -> Env:
+    """A fresh topic of 8 partitions and its table prefix."""
+    name = f"rekey8{uuid.uuid4().hex[:8]}"
+    path = tmp_path / "config.yml"
+    path.write_text(yaml.safe_dump(base_config(name)))
+    cfg = config_mod.load(path)
+    create_topic(cfg.kafka, name, 8)
+    return Env(name, path, cfg, tmp_path)
+
+
+@pytest.mark.serial  # every test beside it would lose its broker
+@pytest.mark.slow
+@pytest.mark.faults
+def test_300_000_unkeyed_records_through_two_driver_kills_a_worker_kill_and_a_broker_bounce(
+        eight: Env) -> None:
+    """300 000 events of 20 000 visitors under null keys on 8 partitions, and 5 000 more
+    under random keys, re-keyed at 5 000 records a partition a batch: the driver SIGKILLs
+    itself in its second batch; a Python worker dies inside a stage transaction; the driver
+    SIGKILLs itself again in its third batch; a last run rides out a broker SIGKILL and
+    restart. Each source record is on the internal topic once at read_committed, under its
+    session key, no key_mismatch, and the sessions exact against the source by visitor."""
+    env = eight
+    spec = GeneratorSpec(seed=4300, events=305_000, sessions=20_000)
+    produce_unkeyed(env, spec, keyed=5_000)
+    config = rekey_config(env, max_rate_per_partition=5_000)
+    killed = env.run("--until-idle", "6", config=config, timeout=600,
+                     env={"LEAKPROOF_CRASH_AT": "driver_after_tasks@2"}, check=False)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    failed = env.run("--until-idle", "6", config=config, timeout=600,
+                     env={"LEAKPROOF_CRASH_AT": "rekey_before_commit@3"}, check=False)
+    assert failed.returncode == 1 and "re-keying" in failed.stderr, failed.stderr[-3000:]
+    killed = env.run("--until-idle", "6", config=config, timeout=600,
+                     env={"LEAKPROOF_CRASH_AT": "driver_after_tasks@3"}, check=False)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    internal = f"{env.name}.leakproof-rekey"
+    with env.background("--until-idle", "8", config=config, name="bounce") as job:
+        before = len(internal_offsets_rows(env, internal))
+        job.wait_until("a commit of the last run",
+                       lambda: len(internal_offsets_rows(env, internal)) > before)
+        stack("kill", "kafka")  # SIGKILL: no controlled shutdown
+        time.sleep(3)
+        stack("up")  # restarts Kafka and waits until it answers
+        rows = len(internal_offsets_rows(env, internal))
+        job.wait_until("a commit after the broker came back",
+                       lambda: len(internal_offsets_rows(env, internal)) > rows)
+        assert job.wait(timeout=600) == 0, job.text()[-4000:]
+    behind = json.loads(run_cli("offsets", "lag", "--config", config, "--json").stdout)
+    assert behind["total_lag"] == 0 and behind["rekey"]["total_lag"] == 0, behind
+    check_exact(env, config, spec=spec)
