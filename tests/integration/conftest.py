@@ -11,14 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from leakproof import config
-from leakproof.kafka.admin import create_topic
 from proctools import pids_matching
 
 from . import short_jvms
-from .helpers import KAFKA, SPARE_THRIFT, THRIFT, Env, base_config, port_open
+from .helpers import KAFKA, SPARE_THRIFT, THRIFT, Env, fresh_env, port_open
 from .helpers import stack as stack_py
 
 
@@ -69,9 +66,4 @@ def no_job_outlives_its_test(tmp_path: Path) -> Iterator[None]:
 def env(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
     """A fresh topic (4 partitions) and table prefix named after the test."""
     base = "".join(c for c in request.node.name if c.isalnum())[:24]
-    name = f"{base}{uuid.uuid4().hex[:6]}"
-    path = tmp_path / "config.yml"
-    path.write_text(yaml.safe_dump(base_config(name)))
-    cfg = config.load(path)
-    create_topic(cfg.kafka, name, 4)
-    yield Env(name, path, cfg, tmp_path)
+    yield fresh_env(tmp_path, f"{base}{uuid.uuid4().hex[:6]}")

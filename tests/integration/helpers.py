@@ -258,6 +258,19 @@ class Env:
                                     table_prefix=table_prefix or self.cfg.hbase.table_prefix)
 
 
+def fresh_env(tmp_path: Path, name: str, partitions: int = 4,
+              **sections: dict[str, Any]) -> Env:
+    """A new topic ``name`` of ``partitions`` and the tables of its prefix (``base_config``
+    with ``sections`` over it), for a fixture."""
+    from leakproof.kafka.admin import create_topic
+
+    path = tmp_path / "config.yml"
+    path.write_text(yaml.safe_dump(base_config(name, **sections)))
+    cfg = config.load(path)
+    create_topic(cfg.kafka, name, partitions)
+    return Env(name, path, cfg, tmp_path)
+
+
 # --------------------------------------------------------------------------- transactions
 
 

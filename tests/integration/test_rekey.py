@@ -15,19 +15,17 @@ from pathlib import Path
 
 import happybase
 import pytest
-import yaml
 from kafka import KafkaAdminClient, KafkaConsumer
 
 from leakproof import codec
-from leakproof import config as config_mod
 from leakproof.commands.produce import send_raw
 from leakproof.config import load
 from leakproof.generator import GeneratorSpec, generate
-from leakproof.kafka.admin import KafkaMetadata, create_topic
+from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.rekey import rekey_partition
 from leakproof.rekey import SOURCE_HEADER
 
-from .helpers import KAFKA, THRIFT, Env, base_config, run_cli, stack
+from .helpers import KAFKA, THRIFT, Env, fresh_env, run_cli, stack
 
 pytestmark = pytest.mark.integration
 
@@ -229,12 +227,7 @@ def test_the_stages_offsets_are_kept_alive_and_rebuilt_from_the_copies_when_gone
 @pytest.fixture
 def eight(tmp_path: Path) -> Env:
     """A fresh topic of 8 partitions and its table prefix."""
-    name = f"rekey8{uuid.uuid4().hex[:8]}"
-    path = tmp_path / "config.yml"
-    path.write_text(yaml.safe_dump(base_config(name)))
-    cfg = config_mod.load(path)
-    create_topic(cfg.kafka, name, 8)
-    return Env(name, path, cfg, tmp_path)
+    return fresh_env(tmp_path, f"rekey8{uuid.uuid4().hex[:8]}", 8)
 
 
 @pytest.mark.serial  # every test beside it would lose its broker

@@ -9,19 +9,16 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 from kafka.admin import KafkaAdminClient, NewPartitions
 
-from leakproof import config
 from leakproof.generator import GeneratorSpec
-from leakproof.kafka.admin import create_topic
 
 from .helpers import (
     KAFKA,
     Env,
     assert_offsets_chain,
     background,
-    base_config,
+    fresh_env,
     offsets_rows,
     require_standalone,
     standalone_submit,
@@ -39,12 +36,8 @@ DRAIN = {"max_rate_per_partition": 50}  # a run that only drains: the few larges
 @pytest.fixture
 def wide(tmp_path: Path) -> Env:
     """A fresh topic of WIDE partitions and its table prefix; about 2 400 records a batch."""
-    name = f"wide{uuid.uuid4().hex[:8]}"
-    path = tmp_path / "config.yml"
-    path.write_text(yaml.safe_dump(base_config(name, kafka={"max_rate_per_partition": 10})))
-    cfg = config.load(path)
-    create_topic(cfg.kafka, name, WIDE)
-    return Env(name, path, cfg, tmp_path)
+    return fresh_env(tmp_path, f"wide{uuid.uuid4().hex[:8]}", WIDE,
+                     kafka={"max_rate_per_partition": 10})
 
 
 def test_a_wide_topic_is_exact_through_a_restart_and_a_driver_kill(wide: Env) -> None:
