@@ -45,7 +45,6 @@ from leakproof.model.compiled import compile_model
 from leakproof.model.spec import Model
 from leakproof.offsets import OffsetRange
 from leakproof.oracle import compare, expected_gap_rows_merged, expected_rows_merged
-from leakproof.rekey import SOURCE_HEADER, source_header, source_of
 from leakproof.reports import TaskReport
 from leakproof.sessions import Outcome, PartitionFolder, PartitionState, SessionState
 from leakproof.task.process import Rules, Stores, TaskBatch, process_ranges
@@ -275,42 +274,6 @@ def test_a_row_another_redrive_moved_is_left_to_it(monkeypatch: pytest.MonkeyPat
     redrive_mod._send(rows, target, stale, 0, Pace(None), progress, lambda: 5, Lanes())
     assert (progress.report.sent, progress.report.taken) == (1, 1)
     assert copies(broker) == Counter({"t:0:4": 1})
-
-
-def rekeyed(offset: int, partition: int, source_partition: int) -> DeadLetter:
-    """A dead letter of an internal topic: its record copied from ``source_partition``."""
-    d = letter(offset, partition)
-    return replace(d, headers=(*d.headers, (SOURCE_HEADER, source_of(
-        "src", source_partition, 100 + offset))))
-
-
-@pytest.mark.parametrize("point", [None, "redrive_after_mark", "redrive_before_commit",
-                                   "redrive_after_commit"])
-def test_a_rekeyed_topics_dead_letters_go_to_their_source_partitions_once(
-        monkeypatch: pytest.MonkeyPatch, point: str | None) -> None:
-    """Rows of internal partitions 0 and 1 whose records came crosswise from source
-    partitions 0-2: each copy goes to its source partition (the stage re-keys it), without
-    the internal topic's source header, once, through crashes; a row naming no source
-    record is left."""
-    letters = [rekeyed(o, p, (o + p) % 3) for p in (0, 1) for o in (3, 4, 8, 9, 12)]
-    rows, broker = FakeDeadLetterRows([*letters, letter(20, 1)]), FakeBroker()
-    lanes = Lanes(rekeyed=True)
-    assert count(rows, "t", ALL, lanes=lanes).by_partition == {0: 4, 1: 4, 2: 2}
-    if point is not None:
-        with pytest.raises(Crash):
-            attempt(rows, broker, crasher(point, 2), monkeypatch, lanes=lanes)
-    attempt(rows, broker, crasher(None), monkeypatch, lanes=lanes)
-    assert copies(broker) == Counter({d.origin: 1 for d in letters})
-    for d in letters:
-        got = rows.rows[("t", d.partition, d.offset)]
-        assert got.mark is not None and got.mark.state == SENT
-        source = source_header(d.headers)
-        assert source is not None
-        rec = broker.logs[source[1]][got.mark.copy_offset]
-        assert (rec.key, rec.value) == (d.key, d.value)
-        assert rec.headers == (("trace", b"\x01"), (ORIGIN_HEADER, d.origin.encode()))
-    unnamed = next(r for r in rows.rows.values() if r.offset == 20)
-    assert unnamed.mark is None  # no stage wrote it: nowhere to send it
 
 
 def test_progress_lines() -> None:

@@ -5,11 +5,15 @@ and the oracle's check of the internal topic against its source."""
 from __future__ import annotations
 
 import re
+from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from leakproof import codec, config, oracle
+from leakproof.commands.redrive import Lanes, count
+from leakproof.dead_letter import ALL, ORIGIN_HEADER, SENT, DeadLetter
 from leakproof.errors import ConfigError
 from leakproof.events import WebEvent
 from leakproof.kafka.records import KafkaRecord
@@ -31,6 +35,9 @@ from leakproof.rekey import (
     transactional_id,
     with_source,
 )
+from leakproof.testing import FakeBroker, FakeDeadLetterRows
+
+from .test_redrive import Crash, attempt, copies, crasher, letter
 
 KAFKA = {"bootstrap_servers": "h:9092", "topic": "logs", "group_id": "g"}
 UNSEQUENCED = {"events": {"session_key": "session_id", "event_time": "ts"},
@@ -357,3 +364,42 @@ def test_a_gone_offset_is_rebuilt_only_from_copies_of_this_topics_records(
     assert stage._after_copies(cfg, tp, 0, 100) == expected
     assert stage._after_copies(cfg, tp, 0, 9) is None  # past the source's end: not its copy
     assert stage._after_copies(cfg, tp, 20, 100) == 10  # deleted there: on_data_loss judges
+
+
+# ------------------------------------------- a re-keyed topic's dead letters re-driven
+
+
+def rekeyed(offset: int, partition: int, source_partition: int) -> DeadLetter:
+    """A dead letter of an internal topic: its record copied from ``source_partition``."""
+    d = letter(offset, partition)
+    return replace(d, headers=(*d.headers, (SOURCE_HEADER, source_of(
+        "src", source_partition, 100 + offset))))
+
+
+@pytest.mark.parametrize("point", [None, "redrive_after_mark", "redrive_before_commit",
+                                   "redrive_after_commit"])
+def test_a_rekeyed_topics_dead_letters_go_to_their_source_partitions_once(
+        monkeypatch: pytest.MonkeyPatch, point: str | None) -> None:
+    """Rows of internal partitions 0 and 1 whose records came crosswise from source
+    partitions 0-2: each copy goes to its source partition (the stage re-keys it), without
+    the internal topic's source header, once, through crashes; a row naming no source
+    record is left."""
+    letters = [rekeyed(o, p, (o + p) % 3) for p in (0, 1) for o in (3, 4, 8, 9, 12)]
+    rows, broker = FakeDeadLetterRows([*letters, letter(20, 1)]), FakeBroker()
+    lanes = Lanes(rekeyed=True)
+    assert count(rows, "t", ALL, lanes=lanes).by_partition == {0: 4, 1: 4, 2: 2}
+    if point is not None:
+        with pytest.raises(Crash):
+            attempt(rows, broker, crasher(point, 2), monkeypatch, lanes=lanes)
+    attempt(rows, broker, crasher(None), monkeypatch, lanes=lanes)
+    assert copies(broker) == Counter({d.origin: 1 for d in letters})
+    for d in letters:
+        got = rows.rows[("t", d.partition, d.offset)]
+        assert got.mark is not None and got.mark.state == SENT
+        source = source_header(d.headers)
+        assert source is not None
+        rec = broker.logs[source[1]][got.mark.copy_offset]
+        assert (rec.key, rec.value) == (d.key, d.value)
+        assert rec.headers == (("trace", b"\x01"), (ORIGIN_HEADER, d.origin.encode()))
+    unnamed = next(r for r in rows.rows.values() if r.offset == 20)
+    assert unnamed.mark is None  # no stage wrote it: nowhere to send it
