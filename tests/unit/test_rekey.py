@@ -382,18 +382,24 @@ def test_a_rekeyed_topics_dead_letters_go_to_their_source_partitions_once(
         monkeypatch: pytest.MonkeyPatch, point: str | None) -> None:
     """Rows of internal partitions 0 and 1 whose records came crosswise from source
     partitions 0-2: each copy goes to its source partition (the stage re-keys it), without
-    the internal topic's source header, once, through crashes; a row naming no source
-    record is left."""
+    the internal topic's source header, once, through crashes. Left: a row naming no source
+    record, one naming another topic, and one whose record the source no longer holds (a
+    recreated source holds another there)."""
     letters = [rekeyed(o, p, (o + p) % 3) for p in (0, 1) for o in (3, 4, 8, 9, 12)]
-    rows, broker = FakeDeadLetterRows([*letters, letter(20, 1)]), FakeBroker()
-    lanes = Lanes(rekeyed=True)
-    assert count(rows, "t", ALL, lanes=lanes).by_partition == {0: 4, 1: 4, 2: 2}
+    elsewhere = replace(letter(21, 1), headers=((SOURCE_HEADER, source_of("other", 0, 5)),))
+    rows = FakeDeadLetterRows([*letters, letter(20, 1), elsewhere])
+    broker = FakeBroker()
+    gone = letters[-1]  # internal 1:12, from source 1:112
+    lanes = Lanes("src", holds=lambda p, o, value, ts: (p, o) != (1, 112) and value is not None)
+    assert count(rows, "t", ALL, lanes=lanes).by_partition == {0: 4, 1: 3, 2: 2}
+    assert sorted(lanes.left.values()) == [1, 2]
     if point is not None:
         with pytest.raises(Crash):
             attempt(rows, broker, crasher(point, 2), monkeypatch, lanes=lanes)
     attempt(rows, broker, crasher(None), monkeypatch, lanes=lanes)
-    assert copies(broker) == Counter({d.origin: 1 for d in letters})
-    for d in letters:
+    sent = [d for d in letters if d is not gone]
+    assert copies(broker) == Counter({d.origin: 1 for d in sent})
+    for d in sent:
         got = rows.rows[("t", d.partition, d.offset)]
         assert got.mark is not None and got.mark.state == SENT
         source = source_header(d.headers)
@@ -401,5 +407,5 @@ def test_a_rekeyed_topics_dead_letters_go_to_their_source_partitions_once(
         rec = broker.logs[source[1]][got.mark.copy_offset]
         assert (rec.key, rec.value) == (d.key, d.value)
         assert rec.headers == (("trace", b"\x01"), (ORIGIN_HEADER, d.origin.encode()))
-    unnamed = next(r for r in rows.rows.values() if r.offset == 20)
-    assert unnamed.mark is None  # no stage wrote it: nowhere to send it
+    for left in (gone, letter(20, 1), elsewhere):
+        assert rows.rows[("t", left.partition, left.offset)].mark is None  # never sent

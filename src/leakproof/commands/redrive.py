@@ -118,20 +118,48 @@ class Pace:
                 self._sleep(ahead)
 
 
-@dataclass(frozen=True)
+# whether the source still holds a record: (partition, offset, value, timestamp) -> bool
+Holds = Callable[[int, int, bytes | None, int | None], bool]
+
+
 class Lanes:
     """Which partition each dead letter's copy goes to: the one its row names (a keyed
-    topic), or, ``rekeyed``, the source partition its record was copied from."""
+    topic), or, with ``source`` (``input.rekey``), the partition of ``source`` its record
+    was copied from -- only while that partition still holds that very record (``holds``:
+    same value and timestamp, the stage's own test of a record's identity). A source
+    recreated under its name holds other records at those offsets: sending there would put
+    a letter of the old topic into the new one, and a pending mark's scan would search a log
+    that never held its copy. Each row is judged once (``left`` counts those left, by why)."""
 
-    rekeyed: bool = False
+    def __init__(self, source: str | None = None, holds: Holds | None = None) -> None:
+        self.source, self._holds = source, holds
+        self._judged: dict[tuple[int, int], int | None] = {}
+        self.left: dict[str, int] = {}
+
+    @property
+    def rekeyed(self) -> bool:
+        return self.source is not None
 
     def of(self, letter: DeadLetter) -> int | None:
-        """The partition ``letter``'s copy goes to; None for a row of the internal topic
-        that does not name a source record (no stage wrote it: nowhere to send it)."""
-        if not self.rekeyed:
+        """The partition ``letter``'s copy goes to; None for a row that is left."""
+        if self.source is None:
             return letter.partition
+        at = (letter.partition, letter.offset)
+        if at not in self._judged:
+            self._judged[at] = self._judge(letter)
+        return self._judged[at]
+
+    def _judge(self, letter: DeadLetter) -> int | None:
         found = source_header(letter.headers)
-        return None if found is None else found[1]
+        if found is None or found[0] != self.source:
+            why = "it names no source record of " + str(self.source)
+        elif self._holds is not None and not self._holds(found[1], found[2], letter.value,
+                                                         letter.timestamp_ms):
+            why = "the source no longer holds its record there (recreated, or trimmed)"
+        else:
+            return found[1]
+        self.left[why] = self.left.get(why, 0) + 1
+        return None
 
     def copy(self, letter: DeadLetter) -> Copy:
         """What is sent: the record as it was, with its origin (to the source: without the
@@ -157,25 +185,25 @@ class Progress:
 
 
 def count(rows: DeadLetterRows, topic: str, selection: Selection,
-          committed: Mapping[int, int] | None = None, lanes: Lanes = Lanes()) -> RedriveReport:
+          committed: Mapping[int, int] | None = None, lanes: Lanes | None = None
+          ) -> RedriveReport:
     """The rows a redrive of ``selection`` takes, per partition they go to (read without
     their bytes where the lanes allow); with ``committed`` (each partition's committed
     offset) only those below it, the others counted in ``in_flight``."""
+    lanes = lanes or Lanes()
     report = RedriveReport()
-    unnamed = 0
     for letter in _selected(rows, topic, selection, brief=not lanes.rekeyed):
-        where = lanes.of(letter)
-        if where is None:
-            unnamed += 1
-            continue
         if not settled(letter, committed):
             report.in_flight += 1
             continue
+        where = lanes.of(letter)
+        if where is None:
+            continue
         report.selected += 1
         report.by_partition[where] = report.by_partition.get(where, 0) + 1
-    if unnamed:
-        log.warning("%s: %d selected dead letters carry no %s header (no re-keying stage "
-                    "wrote their records): not re-driving them", topic, unnamed, SOURCE_HEADER)
+    for why, n in sorted(lanes.left.items()):
+        log.warning("%s: %d selected dead letters are left: %s; produce their fixed records "
+                    "to %s by hand", topic, n, why, lanes.source)
     return report
 
 
@@ -189,10 +217,11 @@ def redrive_partition(rows: DeadLetterRows, target: RedriveTarget, topic: str, p
                       selection: Selection, pace: Pace, progress: Progress,
                       now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                       committed: Mapping[int, int] | None = None,
-                      lanes: Lanes = Lanes()) -> None:
+                      lanes: Lanes | None = None) -> None:
     """The steps of the module docstring for the selected dead letters whose copies go to
     ``partition`` (with ``committed``: those below their partition's committed offset)."""
     report, txn = progress.report, target.txn_id
+    lanes = lanes or Lanes()
 
     def mine(brief: bool = False) -> Iterator[DeadLetter]:
         if not lanes.rekeyed:  # a partition's rows: one scan of its key range
@@ -268,10 +297,11 @@ def redrive(cfg: Config, selection: Selection, rate: float | None,
     from leakproof.commands.dead_letters import current_source
     from leakproof.config import session_stage
     from leakproof.hbase.dead_letters import DeadLetterRows as HBaseRows
-    from leakproof.kafka.redrive import TransactionalPartition, transactional_id
+    from leakproof.kafka.redrive import SourceRecords, TransactionalPartition, transactional_id
 
     topic = cfg.kafka.topic  # where the copies go: with input.rekey, the source
-    lanes = Lanes(rekeyed=cfg.input.rekey is not None)
+    records = SourceRecords(cfg.kafka, topic) if cfg.input.rekey is not None else None
+    lanes = Lanes(topic, records.holds) if records is not None else Lanes()
     name = current_source(cfg)  # the rows of the topic as it is now (recreated: tagged)
     committed = committed_offsets(session_stage(cfg))  # the job's: of the topic it reads
     rows = HBaseRows(cfg.hbase)
@@ -281,7 +311,7 @@ def redrive(cfg: Config, selection: Selection, rate: float | None,
             log.warning("%s: %d selected dead letters are at or past their partition's "
                         "committed offset (committed: %s): their batch is still in flight, "
                         "and its replay may decode them after all; not re-driving them now",
-                        topic, planned.in_flight, dict(sorted(committed.items())))
+                        name, planned.in_flight, dict(sorted(committed.items())))
         if dry_run or not planned.selected:
             return planned
         progress = Progress(name, RedriveReport(planned.selected,
@@ -301,6 +331,8 @@ def redrive(cfg: Config, selection: Selection, rate: float | None,
         return progress.report
     finally:
         rows.close()
+        if records is not None:
+            records.close()
 
 
 def committed_offsets(cfg: Config) -> dict[int, int]:
@@ -329,7 +361,7 @@ def print_redrive(cfg: Config, selection: Selection, rate: float | None, dry_run
     if dry_run:
         rekey = cfg.input.rekey
         where = (f"of {rekey.internal_topic(cfg.kafka.topic)} to its source {cfg.kafka.topic}"
-                 if rekey is not None else f"of {cfg.kafka.topic} to it")
+                 f" (by source partition)" if rekey is not None else f"of {cfg.kafka.topic} to it")
         say(f"would re-drive {report.selected} dead letters {where}"
             + (f", at most {rate:g} a second" if rate else "") + ": "
             + ", ".join(f"partition {p} {n}" for p, n in sorted(report.by_partition.items())))

@@ -252,6 +252,9 @@ def read_summaries(cfg: Config, topic: str
             yield rec.key, rec.value, rec.headers or ()
 
 
+KEY_KINDS = frozenset({"null_key", "key_mismatch"})  # dead letters for the key alone
+
+
 def rekey_check(cfg: Config, tell: Say) -> list[str]:
     """``oracle.rekey_problems`` over the source topic (every record below the offsets the
     group ``<group>.rekey`` committed, its session key found by the model's decoder without
@@ -299,7 +302,10 @@ def rekey_check(cfg: Config, tell: Say) -> list[str]:
             came_from = next((v.decode() for n, v in rec.headers or () if n == SOURCE_HEADER
                               and v is not None), None)
             copies.append((p, rec.key, rec.value, came_from))
-            if (p, rec.offset) in dead and came_from is not None:
+            # ... unless the job dead-lettered it for its key alone: then it decoded the
+            # value the stage could not, moments later, which no late schema explains
+            kind = dead.get((p, rec.offset), {}).get(b"d:kind", b"").decode()
+            if kind and kind not in KEY_KINDS and came_from is not None:
                 forwarded.add(came_from)
     return oracle.rekey_problems(records, copies, len(inner_bounds), forwarded)
 

@@ -131,3 +131,31 @@ class TransactionalPartition:
             except Exception:
                 log.debug("closing producer %s failed", self.txn_id, exc_info=True)
         self._meta.close()
+
+
+class SourceRecords:
+    """Whether a topic still holds a given record at its offset (``commands.redrive.Lanes``):
+    the same value and timestamp there, as the re-keying stage tells a record of this topic
+    from one of an earlier topic of its name. A partition it lacks, or an offset outside its
+    readable log, holds none."""
+
+    def __init__(self, cfg: KafkaConfig, topic: str) -> None:
+        self._cfg, self.topic = cfg, topic
+        meta = KafkaMetadata(cfg)
+        try:
+            self._bounds = meta.log_bounds(topic, meta.partitions(topic))
+        finally:
+            meta.close()
+
+    def holds(self, partition: int, offset: int, value: bytes | None,
+              timestamp: int | None) -> bool:
+        bounds = self._bounds.get(partition)
+        if bounds is None or not bounds.log_start <= offset < bounds.readable_end:
+            return False
+        found = list(read_range(self._cfg, OffsetRange(self.topic, partition, offset,
+                                                       offset + 1)))
+        return (len(found) == 1 and found[0].offset == offset and found[0].value == value
+                and (timestamp is None or found[0].timestamp == timestamp))
+
+    def close(self) -> None:
+        """Nothing held: ``read_range``'s consumers are the worker's, kept for reuse."""
