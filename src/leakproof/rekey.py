@@ -18,6 +18,9 @@ from leakproof.moved_keys import home
 
 SOURCE_HEADER = "leakproof.source"
 MAX_RECORDS = 50_000  # a stage task's records per batch without a rate cap: one transaction
+# How long a stage task rides out Kafka being away (a broker restarting, a leader moving)
+# before it fails its batch: as long as an HBase outage is ridden out by default
+OUTAGE_S = 120.0
 
 
 def rekey_group(group: str) -> str:

@@ -23,6 +23,7 @@ from leakproof.rekey import (
     MAX_RECORDS,
     REFRESH_S,
     SOURCE_HEADER,
+    RekeyReport,
     SourceRewind,
     last_copy,
     parse_source,
@@ -409,3 +410,30 @@ def test_a_rekeyed_topics_dead_letters_go_to_their_source_partitions_once(
         assert rec.headers == (("trace", b"\x01"), (ORIGIN_HEADER, d.origin.encode()))
     for left in (gone, letter(20, 1), elsewhere):
         assert rows.rows[("t", left.partition, left.offset)].mark is None  # never sent
+
+
+def test_a_stage_task_rides_out_kafka_away_then_gives_up(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """A broker restarting under a batch: the task tries again (each try fences the last),
+    backing off, until the outage bound has passed since its first try."""
+    from kafka.errors import KafkaTimeoutError
+
+    from leakproof.kafka import rekey as kafka_rekey
+
+    tries: list[int] = []
+
+    def flaky(*_args: Any) -> RekeyReport:
+        tries.append(1)
+        if len(tries) < 3:
+            raise KafkaTimeoutError("Unable to bootstrap from ['127.0.0.1:9092']")
+        return RekeyReport(0, 10, 20, 10)
+
+    monkeypatch.setattr(kafka_rekey, "rekey_partition", flaky)
+    slept: list[float] = []
+    cfg = load({"field": "session_id"})
+    got = kafka_rekey.rekey_riding_outages(cfg, 0, 20, 4, None, sleep=slept.append)
+    assert (got.until_offset, len(tries), slept) == (20, 3, [0.5, 1.0])
+    tries.clear()
+    with pytest.raises(KafkaTimeoutError):
+        kafka_rekey.rekey_riding_outages(cfg, 0, 20, 4, None, outage_s=0, sleep=slept.append)
+    assert len(tries) == 1

@@ -110,10 +110,10 @@ class RekeyStage:
         cfg = self.cfg
 
         def task(items: Iterator[tuple[int, int, bool]]) -> Iterator[RekeyReport]:
-            from leakproof.kafka.rekey import rekey_partition
+            from leakproof.kafka.rekey import rekey_riding_outages
 
             for partition, end, refresh in items:
-                yield rekey_partition(cfg, partition, end, partitions, budget, refresh)
+                yield rekey_riding_outages(cfg, partition, end, partitions, budget, refresh)
 
         started = time.monotonic()
         try:

@@ -24,6 +24,8 @@ open. kafka-python's transaction calls wait without a deadline: each runs under
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -32,7 +34,13 @@ from kafka.structs import OffsetAndMetadata
 
 from leakproof.config import Config
 from leakproof.crashpoints import crash_point
-from leakproof.errors import DataLossError, DecodeError, OffsetError, PublishError
+from leakproof.errors import (
+    DataLossError,
+    DecodeError,
+    KafkaReadError,
+    OffsetError,
+    PublishError,
+)
 from leakproof.kafka import bootstrapped, producer_settings
 from leakproof.kafka.admin import create_topic
 from leakproof.kafka.closed_sink import within
@@ -40,6 +48,7 @@ from leakproof.kafka.reader import consumer_settings, read_range
 from leakproof.kafka.registry import decoder_for
 from leakproof.offsets import OffsetRange
 from leakproof.rekey import (
+    OUTAGE_S,
     RekeyReport,
     placement,
     rekey_group,
@@ -54,6 +63,30 @@ DEFAULT_MAX_MESSAGE_BYTES = 1_048_588  # Kafka's default max.message.bytes
 HEADER_ROOM = 4096  # room for the leakproof.source header and a record batch's framing
 _decoders: dict[Any, Any] = {}  # (model, input) -> the worker's key-finding decoder
 _offset_readers: dict[tuple[str, str], KafkaConsumer] = {}  # (servers, group) -> reader
+
+
+def rekey_riding_outages(cfg: Config, partition: int, readable_end: int, partitions: int,
+                         budget: int | None, refresh: bool = False, outage_s: float = OUTAGE_S,
+                         sleep: Callable[[float], None] = time.sleep) -> RekeyReport:
+    """``rekey_partition``, tried again after a Kafka failure until ``outage_s`` has passed
+    since the first try. A retry is as safe as a task's retry by Spark: its
+    ``init_transactions`` fences the failed try and aborts what it left open, and it starts
+    from the offset the stage committed, so nothing is copied twice. Without it, a broker
+    restarting under a batch failed the run (a new producer could not bootstrap), where the
+    job's own reads wait for it."""
+    deadline = time.monotonic() + outage_s
+    pause = 0.5
+    while True:
+        try:
+            return rekey_partition(cfg, partition, readable_end, partitions, budget, refresh)
+        except (KafkaError, PublishError, KafkaReadError) as exc:
+            if time.monotonic() + pause > deadline:
+                raise
+            log.warning("re-keying %s partition %d failed (%s: %s); trying again in %.1fs, "
+                        "for up to %.0fs from the first try", cfg.kafka.topic, partition,
+                        type(exc).__name__, exc, pause, outage_s)
+            sleep(pause)
+            pause = min(2 * pause, 5.0)
 
 
 def rekey_partition(cfg: Config, partition: int, readable_end: int, partitions: int,
