@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
 from leakproof.config import KafkaConfig, OutputConfig
@@ -127,6 +127,17 @@ class ClosedSink:
             self.drop()
             raise
 
+    def _bootstrapped(self, make: Callable[..., T], settings: dict[str, Any]) -> T:
+        """A new client, or PublishError: a broker restarting under the batch (no server
+        answers within the bootstrap timeout) is a failed try that ``publish`` makes again
+        within its budget, as it does a transaction that failed, not the task's end."""
+        try:
+            return bootstrapped(make, settings)
+        except KafkaError as exc:
+            raise PublishError(f"closed-session summaries for {self._kafka.topic} partition "
+                               f"{self.partition}: no Kafka client could be made "
+                               f"({self._where()}): {type(exc).__name__}: {exc}") from exc
+
     def _ready(self) -> Any:
         if self._producer is None:
             settings = producer_settings(self._kafka)
@@ -136,7 +147,7 @@ class ClosedSink:
                                     self._output.transaction_timeout_s * 2000))
             # kept before its init: an init past its deadline is dropped (closed) with it,
             # never left to finish later and fence the next producer of this id
-            producer = self._producer = bootstrapped(KafkaProducer, settings)
+            producer = self._producer = self._bootstrapped(KafkaProducer, settings)
             if self.txn_id:
                 # fences every older producer of this id; aborts what one left open (or,
                 # if its commit was already asked for, waits for that commit to complete)
@@ -161,7 +172,7 @@ class ClosedSink:
         if self._markers is None:
             settings = consumer_settings(self._kafka)
             settings.update(group_id=self._markers_group, isolation_level="read_committed")
-            self._markers = bootstrapped(KafkaConsumer, settings)
+            self._markers = self._bootstrapped(KafkaConsumer, settings)
         timeout_ms = round(self._output.transaction_timeout_s * 1000)
         found = self._call("reading the marker",
                            lambda: self._markers.committed(tp, metadata=True,
@@ -214,7 +225,10 @@ class ClosedSink:
                     raise
                 self.drop()
                 attempt += 1
-                fenced = isinstance(exc.__cause__, KafkaError)  # the usual: see above
+                # the usual: see above (not a client that could not bootstrap: a broker
+                # restarting, whose refusals come fast)
+                fenced = isinstance(exc.__cause__, KafkaError) and not isinstance(
+                    exc.__cause__, KafkaTimeoutError)
                 log.log(logging.INFO if fenced else logging.WARNING,
                         "%s: %s; once more with a new producer (attempt %d, %.0fs left of %.0f)",
                         self.txn_id, exc.__cause__ if fenced else exc, attempt,
