@@ -98,6 +98,9 @@ stack-up-secure: venv ## start the secured stack: KDC, Kerberized Kafka and HBas
 test: venv promtool ## README command 2: lint, start the stack, run every test tier, stop the stack
 	scripts/test.sh $(ARGS)
 
+test-all: venv promtool ## make test with the deep tests too: every variant and single fault, the whole core on pyspark 3.5 (about 55 min)
+	scripts/test.sh all $(ARGS)
+
 test-fast: venv promtool ## unit + the quiet integration tests (no faults, cluster, slow or serial), Kafka and HBase only
 	scripts/test.sh fast $(ARGS)
 

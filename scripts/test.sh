@@ -11,12 +11,19 @@
 #                          (three Kafka nodes, two HBase masters, two region servers)
 #   scripts/test.sh fast   unit + the integration tests that are neither faults, cluster,
 #                          slow nor serial; Kafka and HBase only
+#   scripts/test.sh all    everything, the `deep` tests too: the variants (another store,
+#                          model or kill point) and single faults whose code paths the rest
+#                          already takes, and the whole core again on pyspark 3.5. `make
+#                          test` (CI) leaves them out to stay well inside CI's time on a
+#                          slow day: on two cores the suite is bound by CPU, not by waiting
 #
 # Extra arguments go to every pytest call. pytest's exit 5 (no tests collected) is a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=full
-if [ "${1:-}" = fast ]; then mode=fast; shift; fi
+case "${1:-}" in fast|all) mode=$1; shift ;; esac
+# make test leaves the deep tests out; make test-all runs them
+deep=$([ $mode = all ] || echo " and not deep")
 bin=.venv/bin
 results=.test-results
 started=0
@@ -58,7 +65,7 @@ tests unit -q tests/unit
 [ -z "$failed" ] || fail "unit tests failed; not starting the stack"
 
 step "local stack"
-if [ $mode = full ]; then
+if [ $mode != fast ]; then
   # the job's Python environment for --archives, rebuilt so it holds this checkout's code;
   # pip runs while the services start (they spend much of their start waiting)
   $bin/python scripts/yarn_pack.py > "$results/yarn-pack.log" 2>&1 &
@@ -83,12 +90,12 @@ else
 fi
 if grep -q stopped <<<"$needed"; then
   started=1
-  $bin/python scripts/stack.py up $([ $mode = full ] && echo --spark) --wipe \
+  $bin/python scripts/stack.py up $([ $mode != fast ] && echo --spark) --wipe \
     || fail "the stack did not start"
 else
   echo "reusing the running stack"
 fi
-if [ $mode = full ]; then
+if [ $mode != fast ]; then
   # the secured stack (KDC, Kerberized Kafka and HBase: test_kerberos.py) starts beside YARN
   $bin/python scripts/stack.py secure-up > "$results/secure-up.log" 2>&1 &
   secure=$!
@@ -102,31 +109,37 @@ fi
 wait $cds; cat "$results/cds.log"  # without the archive the tests only run slower
 
 # TEST_WORKERS: how many quiet integration tests run at once in the full run (on two cores
-# three finish the tier in 1 000-1 070 s, against 1 290 s for two: most of a test is waiting
-# on batches)
+# three finished the tier in 1 000-1 070 s, against 1 290 s for two; with three the machine's
+# CPU is 98-100 % busy, so a fourth would only stretch every test's waits)
 workers=${TEST_WORKERS:-3}
 if [ $mode = fast ]; then
   step "integration tests, two at a time (no faults, cluster, slow or serial tests)"
-  tests fast -n 2 -m "integration and not faults and not cluster and not slow and not serial" \
+  tests fast -n 2 -m "integration and not faults and not cluster and not slow and not serial$deep" \
     "$@" tests/integration
 else
   # The tests that restart Kafka or HBase go first, while the stack holds only a few topics
   # and tables: a broker killed with SIGKILL recovers every partition's log, a restarted
   # HBase reopens every region, and the other tests leave hundreds of each behind.
   step "integration tests that must run alone"
-  tests serial -m "integration and serial" "$@" tests/integration
+  tests serial -m "integration and serial$deep" "$@" tests/integration
   step "integration tests, $workers at a time (the cluster group on one worker)"
-  tests parallel -n "$workers" --dist loadgroup -m "integration and not serial" "$@" tests/integration
-  step "the integration core on pyspark 3.5: pipeline, restart, driver kill, stops, standalone, YARN, the UI's input reports"
+  tests parallel -n "$workers" --dist loadgroup -m "integration and not serial$deep" "$@" \
+    tests/integration
+  step "the integration core on pyspark 3.5: pipeline, driver kill, standalone, YARN, the UI's input reports"
   wait $venv35 || { cat "$results/venv-spark35.log"; fail "could not build .venv-spark35"; }
   spark_on .venv-spark35/bin/python || fail "the Spark 3.5 standalone cluster did not start"
+  core=(tests/integration/test_pipeline.py::test_end_to_end_matches_the_oracle
+        tests/integration/test_pipeline.py::test_driver_killed_after_session_writes_before_commit
+        tests/integration/test_spark_submit.py
+        tests/integration/test_observability.py::test_metrics_endpoint_and_batch_inputs_in_the_spark_ui)
+  if [ $mode = all ]; then  # a restart, every way of stopping, and all of YARN's tests too
+    core+=(tests/integration/test_pipeline.py::test_restart_after_some_batches_resumes_exactly
+           tests/integration/test_stopping.py tests/integration/test_yarn.py)
+  else
+    core+=(tests/integration/test_yarn.py::test_client_mode_on_yarn_with_a_packed_venv)
+  fi
   pytest=.venv-spark35/bin/pytest tests spark35 -n 2 --dist loadgroup -m integration "$@" \
-    tests/integration/test_pipeline.py::test_end_to_end_matches_the_oracle \
-    tests/integration/test_pipeline.py::test_restart_after_some_batches_resumes_exactly \
-    tests/integration/test_pipeline.py::test_driver_killed_after_session_writes_before_commit \
-    tests/integration/test_stopping.py tests/integration/test_spark_submit.py \
-    tests/integration/test_yarn.py \
-    tests/integration/test_observability.py::test_metrics_endpoint_and_batch_inputs_in_the_spark_ui
+    "${core[@]}"
   if [ "$started" = 0 ]; then  # a developer's stack: its standalone cluster back on this venv's Spark
     spark_on $bin/python > /dev/null || fail "could not restart Spark"
   fi
@@ -137,7 +150,7 @@ else
     $bin/python scripts/stack.py down --wipe > /dev/null
     $bin/python scripts/stack.py up --cluster --spark --wipe || fail "the cluster stack did not start"
     LEAKPROOF_TEST_BOOTSTRAP=127.0.0.1:9092,127.0.0.2:9092,127.0.0.3:9092 \
-      tests multinode -m multinode "$@" tests/integration
+      tests multinode -m "multinode$deep" "$@" tests/integration
   fi
 fi
 

@@ -56,11 +56,13 @@ def crash_once(env: Env, point: str, label: str, evidence: str) -> float:
     return recovery
 
 
+@pytest.mark.deep
 def test_python_worker_killed_mid_task_is_retried(env: Env) -> None:
     crash_once(env, "task_after_sessions@2", "python-worker-kill",
                "Python worker exited unexpectedly (crashed)")
 
 
+@pytest.mark.deep
 def test_executor_jvm_killed_mid_task_is_retried(env: Env) -> None:
     crash_once(env, "task_after_sessions@2:executor", "executor-kill", "ExecutorLostFailure")
 

@@ -76,7 +76,8 @@ def test_store_contract(env: Env, store: str) -> None:
             zk.close()
 
 
-@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("store", ["hbase", *(pytest.param(s, marks=pytest.mark.deep)
+                                              for s in STORES[1:])])
 def test_job_resumes_exactly_from_each_store(env: Env, store: str) -> None:
     spec = GeneratorSpec(seed=1900 + STORES.index(store), events=12_000, sessions=1_200)
     env.produce(spec)

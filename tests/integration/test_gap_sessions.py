@@ -112,7 +112,8 @@ def test_a_client_keyed_day_splits_bridges_and_moves_starts_exactly(env: Env) ->
 
 
 @pytest.mark.parametrize("point", ["task_after_sessions:executor",
-                                   "task_after_session_deletes:executor"])
+                                   pytest.param("task_after_session_deletes:executor",
+                                                marks=pytest.mark.deep)])
 def test_a_driver_killed_in_the_middle_of_merges_restarts_exactly(env: Env, point: str
                                                                   ) -> None:
     """The late pages' batch killed (the driver's JVM, local executors with it) after the

@@ -52,6 +52,7 @@ def read_committed(topic: str) -> list[tuple[str, bytes | None, dict[str, bytes]
 
 
 @pytest.mark.slow
+@pytest.mark.deep
 def test_live_updates_are_versioned_and_exact_across_crashes_mid_publish(env: Env) -> None:
     """400 sessions open at once, read 80 events/s per partition: most sessions change in
     ten batches or more. The driver's JVM is killed with a transaction open, then right

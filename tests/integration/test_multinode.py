@@ -9,7 +9,8 @@ end, one commit per record, and every summary once per change at read_committed.
 prints the time from the fault to the next commit (the figures in docs/BENCHMARKS.md).
 
 Run by ``make test``'s multinode tier, after the plain stack's tiers, on the cluster stack
-it starts in the plain one's place (``scripts/test.sh``)."""
+it starts in the plain one's place (``scripts/test.sh``): there the spark-submit run takes
+every fault in turn; ``make test-all`` also takes each fault alone, in local mode."""
 
 from __future__ import annotations
 
@@ -229,6 +230,7 @@ WAVE_START = 1_700_000_000_000
 WAVE_MS = 3_600_000
 
 
+@pytest.mark.deep  # one fault alone, in local mode: the spark-submit run below takes each
 def test_partition_leader_killed_mid_batch_while_summaries_publish(env: Env) -> None:
     with job_with_summaries(env, SPEC, "leader-kill") as (job, topic):
         victim = leader_of(env.name, 0)
@@ -262,6 +264,7 @@ def kill_with_a_transaction_open(env: Env, job: Background, stalled: Path, relea
                                    f"{what} (broker{node}) was killed")
 
 
+@pytest.mark.deep  # one fault alone, in local mode: the spark-submit run below takes each
 @pytest.mark.parametrize("who", ["coordinator", "controller"])
 def test_killed_with_a_transaction_open(env: Env, who: str) -> None:
     """A worker stops before its transaction's commit; the transaction's coordinator (or the
@@ -279,6 +282,7 @@ def test_killed_with_a_transaction_open(env: Env, who: str) -> None:
         exact_with_summaries(env, SPEC, job, topic, f"{who}-kill", recovery)
 
 
+@pytest.mark.deep  # one fault alone, in local mode: the spark-submit run below takes each
 def test_a_leader_cut_off_from_its_peers_while_the_job_reaches_it(env: Env) -> None:
     """The leader of partition 0 loses its peers (not its clients): its followers leave the
     ISR or it is fenced, leadership moves, and writes it took but could not replicate are
@@ -294,6 +298,7 @@ def test_a_leader_cut_off_from_its_peers_while_the_job_reaches_it(env: Env) -> N
         exact_with_summaries(env, SPEC, job, topic, "cut-off", recovery)
 
 
+@pytest.mark.deep  # one fault alone, in local mode: the spark-submit run below takes each
 def test_region_server_of_the_sessions_table_killed_mid_drain(env: Env) -> None:
     """Its regions are unavailable until its WAL is split and they are reassigned: the
     job's writes retry through Thrift, the run keeps going and exits 0."""
@@ -309,6 +314,7 @@ def test_region_server_of_the_sessions_table_killed_mid_drain(env: Env) -> None:
     assert region_servers_of(env, "web_sessions") == {16020 if victim == 2 else 16021}
 
 
+@pytest.mark.deep  # one fault alone, in local mode: the spark-submit run below takes each
 def test_active_master_killed_the_backup_takes_over(env: Env) -> None:
     with job_with_summaries(env, SPEC, "master-kill") as (job, topic):
         port = active_master()

@@ -118,6 +118,7 @@ def test_unkeyed_records_are_rekeyed_once_and_sessions_are_exact(env: Env) -> No
     assert rows, "no offsets row of the internal topic committed"
 
 @pytest.mark.faults
+@pytest.mark.deep
 def test_a_stage_killed_mid_transaction_and_a_driver_killed_restart_exactly(env: Env
                                                                             ) -> None:
     """A capped rate makes many batches: a Python worker dies inside the stage's second

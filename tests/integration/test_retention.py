@@ -57,7 +57,8 @@ def key(sid: str, by: str, ts: int) -> str:
     return f"{sid}:{ts:013d}" if by == "gap" else sid
 
 
-@pytest.mark.parametrize(("by", "crash"), [("id", None), ("gap", None),
+@pytest.mark.parametrize(("by", "crash"), [pytest.param("id", None, marks=pytest.mark.deep),
+                                           pytest.param("gap", None, marks=pytest.mark.deep),
                                            ("id", "task_after_session_deletes:executor"),
                                            ("gap", "task_after_session_deletes:executor")])
 def test_closed_sessions_past_the_retention_go_and_stragglers_make_no_ghosts(

@@ -152,7 +152,8 @@ def test_reprocessing_into_fresh_tables(env: Env) -> None:
     assert epoch == 2  # the rewind's epoch, then the reprocessing run's
 
 
-@pytest.mark.parametrize("store", ["hbase", "kafka", "zookeeper"])
+@pytest.mark.parametrize("store", ["hbase", pytest.param("kafka", marks=pytest.mark.deep),
+                                   pytest.param("zookeeper", marks=pytest.mark.deep)])
 def test_reprocessing_recipe_rewinds_the_configured_store(env: Env, store: str) -> None:
     """The rewind goes where the job resumes from: the store ``offsets.store`` names."""
     spec = GeneratorSpec(seed=1750 + len(store), events=6_000, sessions=600)

@@ -64,7 +64,8 @@ def ask(env: Env, job: Background, how: str) -> str:
     return leakproof_stop(env)
 
 
-@pytest.mark.parametrize("how", ["group SIGTERM", "leakproof stop"])
+@pytest.mark.parametrize("how", [pytest.param("group SIGTERM", marks=pytest.mark.deep),
+                                 "leakproof stop"])
 def test_stop_mid_batch_local_mode(env: Env, how: str) -> None:
     spec = GeneratorSpec(seed=2100 + len(how), events=40_000, sessions=4_000)
     env.produce(spec)

@@ -74,6 +74,7 @@ def test_partitions_added_to_a_wide_topic_while_the_job_runs(wide: Env) -> None:
 @pytest.mark.cluster
 @pytest.mark.faults
 @pytest.mark.xdist_group("cluster")
+@pytest.mark.deep
 def test_a_task_of_several_partitions_is_retried_exactly_after_an_executor_kill(
         wide: Env) -> None:
     require_standalone()
