@@ -437,3 +437,34 @@ def test_a_stage_task_rides_out_kafka_away_then_gives_up(monkeypatch: pytest.Mon
     with pytest.raises(KafkaTimeoutError):
         kafka_rekey.rekey_riding_outages(cfg, 0, 20, 4, None, outage_s=0, sleep=slept.append)
     assert len(tries) == 1
+
+
+def test_a_stage_task_fenced_or_refused_ends_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fence (a newer attempt of the partition holds the id: a retry would fence it back)
+    or a refusal no retry mends ends the task at the first try, also when it comes wrapped
+    in the stage's own error."""
+    from kafka.errors import ProducerFencedError, TopicAuthorizationFailedError
+
+    from leakproof.errors import PublishError
+    from leakproof.kafka import rekey as kafka_rekey
+
+    def wrapped(cause: Exception) -> PublishError:
+        try:
+            raise PublishError("re-keying t partition 0: the transaction failed") from cause
+        except PublishError as exc:
+            return exc
+
+    cfg = load({"field": "session_id"})
+    for error in (ProducerFencedError(), wrapped(ProducerFencedError()),
+                  wrapped(TopicAuthorizationFailedError())):
+        tries: list[int] = []
+
+        def refused(*_args: Any, error: Exception = error,
+                    tries: list[int] = tries) -> RekeyReport:
+            tries.append(1)
+            raise error
+
+        monkeypatch.setattr(kafka_rekey, "rekey_partition", refused)
+        with pytest.raises(type(error)):
+            kafka_rekey.rekey_riding_outages(cfg, 0, 20, 4, None, sleep=lambda _s: None)
+        assert tries == [1], error

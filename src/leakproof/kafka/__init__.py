@@ -39,6 +39,8 @@ from typing import Any, TypeVar
 from leakproof import kerberos
 from leakproof.config import KafkaConfig
 
+log = logging.getLogger(__name__)
+
 # kafka-python's IO loop warns when one step of a task holds it longer than its threshold
 # (0.1 s). On two busy cores a step waits that long for the GIL whenever the calling thread
 # is encoding records, so ``leakproof produce`` warned five times a run about nothing that
@@ -181,3 +183,17 @@ def producer_settings(cfg: KafkaConfig) -> dict[str, Any]:
     settings.update(enable_idempotence=True, acks="all", linger_ms=20, batch_size=512 * 1024,
                     max_request_size=2 * 1024 * 1024)
     return settings
+
+
+def close_now(producer: Any, txn_id: str | None) -> None:
+    """Close ``producer`` at once, its unsent batches dropped. kafka-python's
+    ``close(timeout=0)`` flushes first and raises while any batch is unacknowledged, before
+    it stops the sender: its I/O thread would go on retrying a dead producer's requests
+    (each refused by the broker: an older epoch). The sender is then stopped directly."""
+    try:
+        producer.close(timeout=0)
+    except Exception:
+        log.debug("closing producer %s failed; stopping its sender", txn_id, exc_info=True)
+        sender = getattr(producer, "_sender", None)
+        if sender is not None:
+            sender.force_close()

@@ -36,7 +36,7 @@ from kafka.structs import OffsetAndMetadata
 from leakproof.config import KafkaConfig, OutputConfig
 from leakproof.crashpoints import crash_point
 from leakproof.errors import PublishError
-from leakproof.kafka import bootstrapped, producer_settings
+from leakproof.kafka import bootstrapped, close_now, producer_settings
 from leakproof.kafka.reader import consumer_settings
 from leakproof.outbox import covers
 from leakproof.summaries import Encode, EncodeUpdate, Headers
@@ -277,7 +277,7 @@ class ClosedSink:
         sent before the new producer's init, it may miss a copy's commit since."""
         producer, self._producer = self._producer, None
         if producer is not None:
-            _close_now(producer, self.txn_id)
+            close_now(producer, self.txn_id)
         markers, self._markers = self._markers, None
         if markers is not None:
             try:
@@ -288,17 +288,3 @@ class ClosedSink:
 
     def close(self) -> None:
         self.drop()
-
-
-def _close_now(producer: Any, txn_id: str | None) -> None:
-    """Close ``producer`` at once, its unsent batches dropped. kafka-python's
-    ``close(timeout=0)`` flushes first and raises while any batch is unacknowledged, before
-    it stops the sender: its I/O thread would go on retrying a dead producer's requests
-    (each refused by the broker: an older epoch). The sender is then stopped directly."""
-    try:
-        producer.close(timeout=0)
-    except Exception:
-        log.debug("closing producer %s failed; stopping its sender", txn_id, exc_info=True)
-        sender = getattr(producer, "_sender", None)
-        if sender is not None:
-            sender.force_close()

@@ -41,7 +41,7 @@ from leakproof.errors import (
     OffsetError,
     PublishError,
 )
-from leakproof.kafka import bootstrapped, producer_settings
+from leakproof.kafka import bootstrapped, close_now, producer_settings
 from leakproof.kafka.admin import create_topic
 from leakproof.kafka.closed_sink import within
 from leakproof.kafka.reader import consumer_settings, read_range
@@ -69,24 +69,45 @@ def rekey_riding_outages(cfg: Config, partition: int, readable_end: int, partiti
                          budget: int | None, refresh: bool = False, outage_s: float = OUTAGE_S,
                          sleep: Callable[[float], None] = time.sleep) -> RekeyReport:
     """``rekey_partition``, tried again after a Kafka failure until ``outage_s`` has passed
-    since the first try. A retry is as safe as a task's retry by Spark: its
-    ``init_transactions`` fences the failed try and aborts what it left open, and it starts
-    from the offset the stage committed, so nothing is copied twice. Without it, a broker
-    restarting under a batch failed the run (a new producer could not bootstrap), where the
-    job's own reads wait for it."""
+    since the first try. A retry copies nothing twice: its ``init_transactions`` fences the
+    failed try and aborts what it left open, and it starts from the offset the stage
+    committed. Without it, a broker restarting under a batch failed the run (a new producer
+    could not bootstrap), where the job's own reads wait for it.
+
+    An error no retry mends (``lasting``) ends the task at once: above all a fence, which
+    says a newer attempt of this partition holds the id -- a retry would fence it back."""
     deadline = time.monotonic() + outage_s
     pause = 0.5
     while True:
         try:
             return rekey_partition(cfg, partition, readable_end, partitions, budget, refresh)
         except (KafkaError, PublishError, KafkaReadError) as exc:
-            if time.monotonic() + pause > deadline:
+            if lasting(exc) or time.monotonic() + pause > deadline:
                 raise
             log.warning("re-keying %s partition %d failed (%s: %s); trying again in %.1fs, "
                         "for up to %.0fs from the first try", cfg.kafka.topic, partition,
                         type(exc).__name__, exc, pause, outage_s)
             sleep(pause)
             pause = min(2 * pause, 5.0)
+
+
+def lasting(exc: BaseException) -> bool:
+    """Whether ``exc``, or an error it was raised from, is one a retry cannot mend: fenced
+    by a newer producer of the id, not allowed, or a request or client state that is wrong
+    whatever the brokers do."""
+    from kafka import errors
+
+    kinds = (errors.ProducerFencedError, errors.InvalidProducerEpochError,
+             errors.AuthorizationError, errors.SaslAuthenticationFailedError,
+             errors.IllegalStateError, errors.IllegalArgumentError,
+             errors.KafkaConfigurationError, errors.MessageSizeTooLargeError,
+             errors.UnsupportedVersionError)
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, kinds):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def rekey_partition(cfg: Config, partition: int, readable_end: int, partitions: int,
@@ -161,10 +182,7 @@ def rekey_partition(cfg: Config, partition: int, readable_end: int, partitions: 
         return RekeyReport(partition, start, until, records, forwarded)
     finally:
         # an uncommitted transaction is aborted by the next init_transactions of this id
-        try:
-            producer.close(timeout=0)
-        except Exception:
-            log.debug("closing the re-keying producer %s failed", txn_id, exc_info=True)
+        close_now(producer, txn_id)
 
 
 def _decoder(cfg: Config) -> Any:
