@@ -110,26 +110,9 @@ def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
             return 1
         results[program] = [lat for _, lat in run.timed]
         steady[program] = after_warmup(run.timed, WARMUP_S)
-        print(f"   {program}: {percentiles(results[program])}", flush=True)
-        print(f"   {program} after the first {WARMUP_S:.0f}s: {percentiles(steady[program])}",
-              flush=True)
         if updates:
             shown[program] = after_warmup(run.visible, WARMUP_S)
-            print(f"   {program}: Kafka timestamp -> its update visible at read_committed, "
-                  f"after the first {WARMUP_S:.0f}s: {percentiles(shown[program])}; "
-                  f"{run.unseen} records in no update seen; "
-                  f"{run.updates / len(pairs):.2f} update records out per record in",
-                  flush=True)
-        if program == "leakproof":
-            print(f"   {program}: batch time (output start to commit) after the first "
-                  f"{WARMUP_S:.0f}s, by what HBase did meanwhile: "
-                  + batches_beside_store_work(run.log, HBASE_LOG, WARMUP_S), flush=True)
-        per_m = per_million(run.spent, len(pairs))
-        print(f"   {program}: CPU s per M events from the first record sent, by process: "
-              + ", ".join(f"{role} {v:.1f}" for role, v in per_m.items()
-                          if run.spent[role] > 0.05), flush=True)
-        cores = len(os.sched_getaffinity(0))
-        print(f"   {program}: {batch_floor(per_m, rate, interval, cores)}", flush=True)
+        _report(run, len(pairs), rate, interval)
     print(f"\nRESULT latency at {rate:.0f} ev/s, batch interval {interval:.0f}s: "
           + " | ".join(f"{k} {percentiles(v)}" for k, v in results.items())
           + f" | after the first {WARMUP_S:.0f}s: "
@@ -137,6 +120,31 @@ def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
           + "".join(f" | {k} update visible {percentiles(v)}" for k, v in shown.items())
           + f" | target: leakproof p99 <= {interval + 1:.0f}s")
     return 0
+
+
+def _report(run: _Run, count: int, rate: float, interval: float) -> None:
+    """One program's figures: latency to commit (all, and after the warm-up), with updates
+    their visibility, the batch times beside HBase's work, CPU per M events by process."""
+    program = run.program
+    print(f"   {program}: {percentiles([lat for _, lat in run.timed])}", flush=True)
+    print(f"   {program} after the first {WARMUP_S:.0f}s: "
+          f"{percentiles(after_warmup(run.timed, WARMUP_S))}", flush=True)
+    if run.updates_on:
+        print(f"   {program}: Kafka timestamp -> its update visible at read_committed, "
+              f"after the first {WARMUP_S:.0f}s: "
+              f"{percentiles(after_warmup(run.visible, WARMUP_S))}; "
+              f"{run.unseen} records in no update seen; "
+              f"{run.updates / count:.2f} update records out per record in", flush=True)
+    if program == "leakproof":
+        print(f"   {program}: batch time (output start to commit) after the first "
+              f"{WARMUP_S:.0f}s, by what HBase did meanwhile: "
+              + batches_beside_store_work(run.log, HBASE_LOG, WARMUP_S), flush=True)
+    per_m = per_million(run.spent, count)
+    print(f"   {program}: CPU s per M events from the first record sent, by process: "
+          + ", ".join(f"{role} {v:.1f}" for role, v in per_m.items()
+                      if run.spent[role] > 0.05), flush=True)
+    cores = len(os.sched_getaffinity(0))
+    print(f"   {program}: {batch_floor(per_m, rate, interval, cores)}", flush=True)
 
 
 def _rate() -> tuple[float, int, str]:
