@@ -137,7 +137,8 @@ def test_offsets_table_ttl_and_the_copy_that_outlives_it(env: Env) -> None:
     assert verdict.returncode == 0 and "EXACT MATCH" in verdict.stdout, verdict.stdout
 
 
-@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("store", ["hbase", *(pytest.param(s, marks=pytest.mark.deep)
+                                              for s in STORES[1:])])
 def test_a_recreated_topic_is_refused_whatever_the_store(env: Env, store: str) -> None:
     """The start-up guard reads the topic id every store keeps with its commits: the new
     topic's log may already be longer than the stored offsets, so only the id tells."""

@@ -113,7 +113,9 @@ def submit(env: Env, label: str, *args: str) -> Any:
 
 @pytest.mark.cluster
 @pytest.mark.xdist_group("cluster")
-@pytest.mark.parametrize("how", ["group SIGTERM", "leakproof stop"])
+# (a group SIGTERM under spark-submit also ends the multinode tier's run of every fault)
+@pytest.mark.parametrize("how", [pytest.param("group SIGTERM", marks=pytest.mark.deep),
+                                 "leakproof stop"])
 def test_stop_standalone_client_mode(env: Env, how: str) -> None:
     """spark-submit's JVM is the driver's parent, in its group: on SIGTERM its shutdown hook
     waits for the batch in flight, then the JVM exits 0 instead of 143."""

@@ -52,6 +52,7 @@ def test_a_wide_topic_is_exact_through_a_restart_and_a_driver_kill(wide: Env) ->
     assert len(rows[-1]) == WIDE  # one offsets row holds every partition
 
 
+@pytest.mark.deep  # test_operations adds partitions to a running job's 4-partition topic
 def test_partitions_added_to_a_wide_topic_while_the_job_runs(wide: Env) -> None:
     before = GeneratorSpec(seed=3011, events=8_000, sessions=1_000)
     wide.produce(before)
