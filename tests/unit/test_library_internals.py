@@ -85,6 +85,8 @@ NAMES: list[Name] = [
           "KafkaProducer.DEFAULT_CONFIG", "KafkaAdminClient.DEFAULT_CONFIG",
           "KafkaConsumer.DEFAULT_CONFIG"),
     ("kafka", "KafkaConsumer.__init__", "src:self._fetcher = Fetcher(", f"{LEAN}, {READER}"),
+    ("kafka", "KafkaProducer.__init__", "src:self._sender = ", f"{KAFKA}: close_now"),
+    ("kafka.producer.sender", "Sender.force_close", "callable", f"{KAFKA}: close_now"),
     ("kafka", "KafkaConsumer.__init__", "src:self.config = ", f"{READER}: read_range"),
     ("kafka.consumer.fetcher", "Fetcher.__init__", "src:self.config = ", f"{LEAN}, {READER}"),
     *(("kafka.consumer.fetcher", "Fetcher.DEFAULT_CONFIG", f"has:{key}", f"{LEAN}, {READER}")

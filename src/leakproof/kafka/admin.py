@@ -31,12 +31,17 @@ from leakproof.offsets import HeldTransaction, LogBounds
 
 log = logging.getLogger(__name__)
 
+# A read of the cluster's metadata that fails makes a new admin client, at most this often
+RENEW_S = 10.0
+
 
 class KafkaMetadata:
-    """A long-lived admin client on the driver; no consumer group is ever joined."""
+    """A long-lived admin client on the driver; no consumer group is ever joined. Each
+    instance is used by one thread (the planner's by Spark's job generator)."""
 
     def __init__(self, cfg: KafkaConfig) -> None:
         self._cfg = cfg
+        self._renewed_at = -RENEW_S
         self._peek: Any = None  # a read_uncommitted consumer, made on first need
         with _refusals_noted() as refusals:
             try:
@@ -59,6 +64,7 @@ class KafkaMetadata:
         try:
             described = self._admin.describe_topics([topic])
         except KafkaError as exc:
+            self._stale()
             raise KafkaReadError(f"cannot describe topic {topic}: {exc}") from exc
         for t in described:
             if t["name"] == topic:
@@ -93,6 +99,7 @@ class KafkaMetadata:
                 {tp: OffsetSpec.LATEST for tp in tps}, isolation_level="read_committed")
                 if self._cfg.isolation_level == "read_committed" else None)
         except KafkaError as exc:
+            self._stale()
             raise KafkaReadError(f"cannot list offsets of {topic}: {exc}") from exc
         return {tp.partition: LogBounds(starts[tp].offset, ends[tp].offset,
                                         None if stable is None else stable[tp].offset)
@@ -262,12 +269,23 @@ class KafkaMetadata:
             raise KafkaReadError(f"cannot describe Kafka group {group}: {exc}") from exc
         return found
 
+    def _stale(self) -> None:
+        """After a failed read of partitions or offsets: a new client, at most once every
+        ``RENEW_S``. kafka-python's keeps the cluster view it last fetched until
+        ``metadata_max_age_ms`` (5 minutes) unless an answer marks it stale: a view taken from
+        a broker cut off from its peers named leaders it did not list (UnknownBrokerIdError),
+        and after the cut healed every batch planned nothing until the view aged out."""
+        now = time.monotonic()
+        if now - self._renewed_at >= RENEW_S:
+            self._renewed_at = now
+            self._renew()
+
     def _renew(self) -> None:
         """A new admin client in place of this one. kafka-python's keeps asking the group
         coordinator it knew: a broker cut off from its peers answered NOT_COORDINATOR for
         minutes, and every batch's copy to the group waited out its retries on it. A new
-        client finds the coordinator afresh. (Only the committer calls this, on its own
-        instance: no other thread holds the old client.)"""
+        client finds the coordinator and the leaders afresh. (Only the thread that uses this
+        instance calls it: no other holds the old client.)"""
         try:
             fresh = self._client()
         except KafkaError:
