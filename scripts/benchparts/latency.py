@@ -112,7 +112,8 @@ def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
         steady[program] = after_warmup(run.timed, WARMUP_S)
         if updates:
             shown[program] = after_warmup(run.visible, WARMUP_S)
-        _report(run, len(pairs), rate, interval)
+        _report(run, len(pairs), rate, interval, results[program], steady[program],
+                shown.get(program))
     print(f"\nRESULT latency at {rate:.0f} ev/s, batch interval {interval:.0f}s: "
           + " | ".join(f"{k} {percentiles(v)}" for k, v in results.items())
           + f" | after the first {WARMUP_S:.0f}s: "
@@ -122,17 +123,17 @@ def latency_mode(data: dict[str, Any], work: Path, name: str) -> int:
     return 0
 
 
-def _report(run: _Run, count: int, rate: float, interval: float) -> None:
-    """One program's figures: latency to commit (all, and after the warm-up), with updates
-    their visibility, the batch times beside HBase's work, CPU per M events by process."""
+def _report(run: _Run, count: int, rate: float, interval: float, every: list[float],
+            steady: list[float], shown: list[float] | None) -> None:
+    """One program's figures: latency to commit (``every`` record's, and ``steady``: after
+    the warm-up), with updates their visibility (``shown``), the batch times beside HBase's
+    work, CPU per M events by process."""
     program = run.program
-    print(f"   {program}: {percentiles([lat for _, lat in run.timed])}", flush=True)
-    print(f"   {program} after the first {WARMUP_S:.0f}s: "
-          f"{percentiles(after_warmup(run.timed, WARMUP_S))}", flush=True)
-    if run.updates_on:
+    print(f"   {program}: {percentiles(every)}", flush=True)
+    print(f"   {program} after the first {WARMUP_S:.0f}s: {percentiles(steady)}", flush=True)
+    if shown is not None:
         print(f"   {program}: Kafka timestamp -> its update visible at read_committed, "
-              f"after the first {WARMUP_S:.0f}s: "
-              f"{percentiles(after_warmup(run.visible, WARMUP_S))}; "
+              f"after the first {WARMUP_S:.0f}s: {percentiles(shown)}; "
               f"{run.unseen} records in no update seen; "
               f"{run.updates / count:.2f} update records out per record in", flush=True)
     if program == "leakproof":
