@@ -228,11 +228,12 @@ def test_group_offsets_written_by_someone_else_are_refused_and_gone_ones_resume(
     copy of the job's newest commit, not from auto_offset_reset."""
     spec = GeneratorSpec(seed=1930, events=2_000, sessions=200)
     env.produce(spec)
-    path, cfg = with_store(env, "kafka", mirror_group_offsets=False)
+    group = env.name  # deleted below: never the group the tests beside it commit to
+    path, cfg = with_store(env, "kafka", mirror_group_offsets=False, group_id=group)
     env.run("--until-idle", "3", config=path)
     meta = KafkaMetadata(cfg.kafka)
     try:
-        meta.commit_group_offsets("it", env.name, {0: 0, 1: 0, 2: 0, 3: 0}, "")  # not ours
+        meta.commit_group_offsets(group, env.name, {0: 0, 1: 0, 2: 0, 3: 0}, "")  # not ours
     finally:
         meta.close()
     refused = env.run(config=path, check=False)
@@ -243,7 +244,7 @@ def test_group_offsets_written_by_someone_else_are_refused_and_gone_ones_resume(
     env.verify(spec)
     admin = KafkaAdminClient(bootstrap_servers="127.0.0.1:9092")
     try:
-        admin.delete_groups(["it"])
+        admin.delete_groups([group])
     finally:
         admin.close()
     env.produce(GeneratorSpec(seed=1931, events=500, sessions=50, start_ts=1_767_240_000_000))

@@ -196,24 +196,25 @@ def test_the_stages_offsets_are_kept_alive_and_rebuilt_from_the_copies_when_gone
     partition after its last copy: each source record on the internal topic once, exact."""
     first = GeneratorSpec(seed=4243, events=400, sessions=40)
     produce_unkeyed(env, first, keyed=0)
-    config = rekey_config(env)
+    config = rekey_config(env, group_id=env.name)  # its stage's group is deleted below:
+    group = f"{env.name}.rekey"                    # never one the tests beside it commit to
     env.run("--until-idle", "3", config=config)
     cfg = load(config)
     meta = KafkaMetadata(cfg.kafka)
     try:
-        done = {p: o for p, (o, _) in meta.group_offsets("it.rekey", env.name).items()}
+        done = {p: o for p, (o, _) in meta.group_offsets(group, env.name).items()}
         copies = sorted(internal_records(env))
         reports = [rekey_partition(cfg, p, o, 4, None, refresh=True) for p, o in done.items()]
         assert [(r.partition, r.from_offset, r.until_offset, r.records, r.committed)
                 for r in reports] == [(p, o, o, 0, True) for p, o in done.items()]
-        assert {p: o for p, (o, _) in meta.group_offsets("it.rekey", env.name).items()} == done
+        assert {p: o for p, (o, _) in meta.group_offsets(group, env.name).items()} == done
         assert sorted(internal_records(env)) == copies
         admin = KafkaAdminClient(bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}")
         try:
-            admin.delete_groups(["it.rekey"])
+            admin.delete_groups([group])
         finally:
             admin.close()
-        assert meta.group_offsets("it.rekey", env.name) == {}
+        assert meta.group_offsets(group, env.name) == {}
     finally:
         meta.close()
     second = GeneratorSpec(seed=4244, events=300, sessions=30)

@@ -232,12 +232,24 @@ class KafkaMetadata:
                                           f"ready yet ({next(iter(failed.values()))})")
             time.sleep(0.3)
 
-    def group_offsets(self, group: str, topic: str) -> dict[int, tuple[int, str]]:
-        """The group's committed (offset, metadata) per partition of ``topic``."""
-        try:
-            groups = self._admin.list_group_offsets({group: None})
-        except KafkaError as exc:
-            raise KafkaReadError(f"cannot read the offsets of group {group}: {exc}") from exc
+    def group_offsets(self, group: str, topic: str, coordinator_wait_s: float = 30.0
+                      ) -> dict[int, tuple[int, str]]:
+        """The group's committed (offset, metadata) per partition of ``topic``.
+
+        A broker started moments ago makes its offsets topic on the first group request and
+        answers "no coordinator" until it has: such answers are retried for
+        ``coordinator_wait_s`` (a job's first start on a new cluster must not fail on it).
+        """
+        deadline = time.monotonic() + coordinator_wait_s
+        while True:
+            try:
+                groups = self._admin.list_group_offsets({group: None})
+                break
+            except KafkaError as exc:
+                if not _coordinator_busy(exc) or time.monotonic() > deadline:
+                    raise KafkaReadError(
+                        f"cannot read the offsets of group {group}: {exc}") from exc
+                time.sleep(0.3)
         return {tp.partition: (om.offset, om.metadata or "")
                 for tp, om in groups.get(group, {}).items()
                 if tp.topic == topic and om.offset >= 0}
