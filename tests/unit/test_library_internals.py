@@ -28,6 +28,7 @@ def each(module: str, check: str, where: str, *paths: str) -> list[Name]:
 HBASE, ROW_PUTS, ROW_GETS = "hbase/connection.py", "hbase/wire/puts.py", "hbase/wire/gets.py"
 SCAN, SECURE = "hbase/partition_store.py: short_scan", "hbase/secure.py"
 LEAN, READER, KAFKA = "kafka/lean_fetch.py", "kafka/reader.py", "kafka/__init__.py"
+APPENDER = "kafka/appender.py"
 NAMES: list[Name] = [
     # happybase
     ("happybase", "Connection._refresh_thrift_client", "callable", f"{HBASE}: overridden"),
@@ -87,6 +88,17 @@ NAMES: list[Name] = [
     ("kafka", "KafkaConsumer.__init__", "src:self._fetcher = Fetcher(", f"{LEAN}, {READER}"),
     ("kafka", "KafkaProducer.__init__", "src:self._sender = ", f"{KAFKA}: close_now"),
     ("kafka.producer.sender", "Sender.force_close", "callable", f"{KAFKA}: close_now"),
+    *each("kafka", "src:self._accumulator = ", APPENDER, "KafkaProducer.__init__"),
+    *each("kafka", "src:self._transaction_manager = ", APPENDER, "KafkaProducer.__init__"),
+    ("kafka.producer.sender", "Sender.wakeup", "call:1:", APPENDER),
+    ("kafka.producer.record_accumulator", "RecordAccumulator.append", "call:6:", APPENDER),
+    # (future, batch_is_full, new_batch_created, abort_for_new_batch)
+    ("kafka.producer.record_accumulator", "RecordAccumulator.append",
+     "src:return future, batch_is_full, True, False", APPENDER),
+    *each("kafka.producer.transaction_manager", "call:1:", APPENDER,
+          "TransactionManager.has_error", "TransactionManager.last_error.fget"),
+    ("kafka.producer.transaction_manager",
+     "TransactionManager.maybe_add_partition_to_transaction", "call:2:", APPENDER),
     ("kafka", "KafkaConsumer.__init__", "src:self.config = ", f"{READER}: read_range"),
     ("kafka.consumer.fetcher", "Fetcher.__init__", "src:self.config = ", f"{LEAN}, {READER}"),
     *(("kafka.consumer.fetcher", "Fetcher.DEFAULT_CONFIG", f"has:{key}", f"{LEAN}, {READER}")

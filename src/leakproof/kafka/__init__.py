@@ -14,6 +14,8 @@ Kerberos login, the IO loop's stall threshold and count) and the idempotent prod
   (``ports.redrive.RedriveTarget``);
 - ``rekey``: the re-keying stage's Kafka work (``input.rekey``): a source partition's
   records copied onto the internal topic under their session keys, in one transaction;
+- ``appender``: records into an open transaction without ``send``'s per-record checks
+  (the stage's copies);
 - ``registry``: the schema registry's client (over ``urllib``, no kafka-python) and the
   decoders of record values.
 

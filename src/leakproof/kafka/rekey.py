@@ -43,6 +43,7 @@ from leakproof.errors import (
 )
 from leakproof.kafka import bootstrapped, close_now, producer_settings
 from leakproof.kafka.admin import create_topic
+from leakproof.kafka.appender import Appender
 from leakproof.kafka.closed_sink import within
 from leakproof.kafka.reader import consumer_settings, read_range
 from leakproof.kafka.registry import decoder_for
@@ -149,8 +150,10 @@ def rekey_partition(cfg: Config, partition: int, readable_end: int, partitions: 
             return RekeyReport(partition, start, start, committed=False)  # no transaction
         decoder = _decoder(cfg)
         records = forwarded = 0
+        placed: dict[str, tuple[bytes | None, int]] = {}  # a session's events share a place
         try:
             within(seconds, f"begin_transaction ({txn_id})", producer.begin_transaction)
+            out = Appender(producer, internal)
             # 3. each record under its session key, with its source coordinates
             for rec in read_range(cfg.kafka, OffsetRange(source, partition, start, until)):
                 try:
@@ -160,12 +163,18 @@ def rekey_partition(cfg: Config, partition: int, readable_end: int, partitions: 
                         headers=rec.headers).session_id
                 except DecodeError:
                     session_key, forwarded = None, forwarded + 1
-                key, to = placement(session_key, rec.key, partition, partitions)
-                producer.send(internal, key=key, value=rec.value, partition=to,
-                              timestamp_ms=rec.timestamp if rec.timestamp >= 0 else None,
-                              headers=with_source(rec.headers or (), source, partition,
-                                                  rec.offset))
+                if session_key is None:
+                    key, to = placement(None, rec.key, partition, partitions)
+                else:
+                    found = placed.get(session_key)
+                    if found is None:
+                        found = placed[session_key] = placement(session_key, None, partition,
+                                                                partitions)
+                    key, to = found
+                out.append(to, key, rec.value, rec.timestamp if rec.timestamp >= 0 else None,
+                           with_source(rec.headers or (), source, partition, rec.offset))
                 records += 1
+            out.check()
             # on the broker now, in the open transaction (the commit would flush them anyway):
             # a crash here leaves a transaction for the next init_transactions to abort
             within(seconds, f"flush ({txn_id})", producer.flush)
