@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -468,3 +469,37 @@ def test_a_stage_task_fenced_or_refused_ends_at_once(monkeypatch: pytest.MonkeyP
         with pytest.raises(type(error)):
             kafka_rekey.rekey_riding_outages(cfg, 0, 20, 4, None, sleep=lambda _s: None)
         assert tries == [1], error
+
+
+def test_a_retry_after_a_lost_commit_answer_copies_nothing_more(monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    """A try whose commit landed but whose answer was lost: the retry starts where that
+    commit put the offset, is held to the slice that try took (not the next one, past the
+    batch's rate cap), and the task reports that try's copies."""
+    from kafka.errors import KafkaTimeoutError
+
+    from leakproof.kafka import rekey as kafka_rekey
+
+    committed = [10]  # the stage's offset on the broker
+    asked: list[int] = []
+
+    def lost_answer(_cfg: Any, partition: int, readable_end: int, _parts: int,
+                    budget: int | None, _refresh: bool,
+                    committing: Callable[[RekeyReport], None]) -> RekeyReport:
+        asked.append(readable_end)
+        start = committed[0]
+        until = min(readable_end, start + (budget or 10**9))
+        if until == start:
+            return RekeyReport(partition, start, start, committed=False)
+        committing(RekeyReport(partition, start, until, until - start, 1))
+        committed[0] = until  # it landed ...
+        if len(asked) == 1:
+            raise KafkaTimeoutError("commit_transaction: no answer")  # ... unheard
+        return RekeyReport(partition, start, until, until - start)
+
+    monkeypatch.setattr(kafka_rekey, "rekey_partition", lost_answer)
+    cfg = load({"field": "session_id"})
+    got = kafka_rekey.rekey_riding_outages(cfg, 0, 100, 4, 30, sleep=lambda _s: None)
+    assert asked == [100, 40]  # the retry held to the first try's slice
+    assert (got.from_offset, got.until_offset, got.records, got.forwarded) == (10, 40, 30, 1)
+    assert committed == [40]  # one slice this batch, not two

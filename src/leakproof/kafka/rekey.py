@@ -76,12 +76,22 @@ def rekey_riding_outages(cfg: Config, partition: int, readable_end: int, partiti
     could not bootstrap), where the job's own reads wait for it.
 
     An error no retry mends (``lasting``) ends the task at once: above all a fence, which
-    says a newer attempt of this partition holds the id -- a retry would fence it back."""
+    says a newer attempt of this partition holds the id -- a retry would fence it back.
+
+    A retry copies the slice the failed try took, never the next one: a try whose commit
+    landed but whose answer was lost leaves the retry nothing to copy, and the task reports
+    the try's copies (the batch's rate cap and its counts hold)."""
     deadline = time.monotonic() + outage_s
     pause = 0.5
+    tried: list[RekeyReport] = []  # the slice a try was about to commit, if one got there
     while True:
         try:
-            return rekey_partition(cfg, partition, readable_end, partitions, budget, refresh)
+            end = min(readable_end, tried[-1].until_offset) if tried else readable_end
+            got = rekey_partition(cfg, partition, end, partitions, budget, refresh,
+                                  tried.append)
+            if tried and got.from_offset == tried[-1].until_offset == got.until_offset:
+                return tried[-1]  # that try's commit landed: its copies are the task's
+            return got
         except (KafkaError, PublishError, KafkaReadError) as exc:
             if lasting(exc) or time.monotonic() + pause > deadline:
                 raise
@@ -112,11 +122,14 @@ def lasting(exc: BaseException) -> bool:
 
 
 def rekey_partition(cfg: Config, partition: int, readable_end: int, partitions: int,
-                    budget: int | None, refresh: bool = False) -> RekeyReport:
+                    budget: int | None, refresh: bool = False,
+                    committing: Callable[[RekeyReport], None] = lambda _r: None
+                    ) -> RekeyReport:
     """Re-key source ``partition`` up to ``readable_end`` (at most ``budget`` offsets) onto
     the internal topic of ``partitions`` partitions, in one transaction (module docstring).
     With nothing to copy, no transaction -- unless ``refresh``: then one that commits the
-    same offset again, so the broker never expires it (``rekey.REFRESH_S``)."""
+    same offset again, so the broker never expires it (``rekey.REFRESH_S``).
+    ``committing`` is told what the transaction holds just before it is committed."""
     rekey = cfg.input.rekey
     assert rekey is not None
     source = cfg.kafka.topic
@@ -180,6 +193,7 @@ def rekey_partition(cfg: Config, partition: int, readable_end: int, partitions: 
             within(seconds, f"flush ({txn_id})", producer.flush)
             crash_point("rekey_before_commit")
             # 4. the source offset in the same transaction, then commit both
+            committing(RekeyReport(partition, start, until, records, forwarded))
             offsets = {tp: OffsetAndMetadata(until, "", -1)}
             within(seconds, f"send_offsets_to_transaction ({txn_id})",
                    lambda: producer.send_offsets_to_transaction(offsets,
