@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 from kafka.errors import KafkaTimeoutError
+from kafka.future import Future
 
 from leakproof import config
 from leakproof.errors import PublishError
@@ -29,8 +30,13 @@ class Producer:
     def begin_transaction(self) -> None:
         self.calls.append("begin")
 
-    def send(self, _topic: str, key: bytes, value: bytes | None, headers: Any = None) -> None:
+    def send(self, _topic: str, key: bytes, value: bytes | None, headers: Any = None
+             ) -> Future:
         self.sent.append((key, value))
+        return Future().success(None)  # taken by the broker at once
+
+    def flush(self) -> None:
+        self.calls.append("flush")
 
     def send_offsets_to_transaction(self, _offsets: Any, _group: str) -> None:
         self.calls.append("marker")
@@ -92,4 +98,36 @@ def test_publish_goes_on_once_the_broker_answers_again(monkeypatch: pytest.Monke
     monkeypatch.setattr(closed_sink, "bootstrapped", restarting)
     sink().publish([(b"k", b"v")], "outbox-1", 10)
     assert len(made) == 1 and made[0].sent == [(b"k", b"v")]
-    assert made[0].calls == ["init", "begin", "marker", "commit"]
+    assert made[0].calls == ["init", "begin", "flush", "marker", "commit"]
+
+
+class Expiring(Producer):
+    """A producer whose records outlive their delivery timeout: kafka-python fails their
+    futures and leaves the transaction open, ready to commit."""
+
+    def send(self, _topic: str, key: bytes, value: bytes | None, headers: Any = None
+             ) -> Future:
+        self.sent.append((key, value))
+        return Future().failure(KafkaTimeoutError("Expiring 1 record(s): 120000 ms has passed"))
+
+    def abort_transaction(self) -> None:
+        self.calls.append("abort")
+
+
+def test_records_the_broker_never_took_are_never_committed(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    made: list[Producer] = []
+    monkeypatch.setattr(closed_sink, "PUBLISH_BUDGET_S", 30.0)
+    monkeypatch.setattr("leakproof.kafka.closed_sink.time.sleep", lambda _s: None)
+
+    def first_expires(make: Any, settings: dict[str, Any]) -> Any:
+        if make is KafkaProducer:
+            made.append((Expiring if not made else Producer)(**settings))
+            return made[-1]
+        return Markers(**settings)
+
+    monkeypatch.setattr(closed_sink, "bootstrapped", first_expires)
+    sink().publish([(b"k", b"v")], "outbox-1", 10)
+    assert made[0].calls[:3] == ["init", "begin", "flush"]
+    assert "marker" not in made[0].calls and "commit" not in made[0].calls
+    assert made[1].calls == ["init", "begin", "flush", "marker", "commit"]  # sent again

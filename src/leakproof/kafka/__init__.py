@@ -199,3 +199,20 @@ def close_now(producer: Any, txn_id: str | None) -> None:
         sender = getattr(producer, "_sender", None)
         if sender is not None:
             sender.force_close()
+
+
+def acknowledged(futures: list[Any]) -> None:
+    """Raise unless every sent record's future says the broker took it. Call after a flush,
+    before a commit: kafka-python fails a batch that outlived ``delivery_timeout_ms`` (a
+    partition that took no writes for two minutes) without failing the transaction, whose
+    commit would then take the offsets and the markers without those records."""
+    from kafka.errors import KafkaError, KafkaTimeoutError
+
+    for future in futures:
+        if not future.is_done:
+            raise KafkaTimeoutError("a record of the transaction is still unacknowledged "
+                                    "after the flush; not committing")
+        if future.exception is not None:
+            raise KafkaError(f"a record of the transaction was not written "
+                             f"({type(future.exception).__name__}: {future.exception}); "
+                             f"not committing") from future.exception

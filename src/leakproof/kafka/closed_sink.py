@@ -36,7 +36,7 @@ from kafka.structs import OffsetAndMetadata
 from leakproof.config import KafkaConfig, OutputConfig
 from leakproof.crashpoints import crash_point
 from leakproof.errors import PublishError
-from leakproof.kafka import bootstrapped, close_now, producer_settings
+from leakproof.kafka import acknowledged, bootstrapped, close_now, producer_settings
 from leakproof.kafka.reader import consumer_settings
 from leakproof.outbox import covers
 from leakproof.summaries import Encode, EncodeUpdate, Headers
@@ -205,8 +205,9 @@ class ClosedSink:
         if not self.txn_id:
             producer = self._ready()
             def send_all() -> None:
-                self._send(producer, records, headers)
+                sent = self._send(producer, records, headers)
                 producer.flush()
+                acknowledged(sent)
 
             self._call("send", send_all)
             return
@@ -237,10 +238,11 @@ class ClosedSink:
                     time.sleep(1.0)  # a cluster moving leaders: give its metadata a moment
 
     def _send(self, producer: Any, records: Sequence[tuple[bytes, bytes | None]],
-              headers: Sequence[Headers]) -> None:
-        for i, (key, value) in enumerate(records):
-            producer.send(self.topic, key=key, value=value,
-                          headers=headers[i] if headers else None)
+              headers: Sequence[Headers]) -> list[Any]:
+        """Each record sent; their futures."""
+        return [producer.send(self.topic, key=key, value=value,
+                              headers=headers[i] if headers else None)
+                for i, (key, value) in enumerate(records)]
 
     def _transaction(self, records: Sequence[tuple[bytes, bytes | None]], outbox_id: str,
                      until_offset: int, headers: Sequence[Headers] = ()) -> None:
@@ -249,7 +251,9 @@ class ClosedSink:
             self._call("begin_transaction", producer.begin_transaction)
 
             def send_all() -> None:
-                self._send(producer, records, headers)
+                sent = self._send(producer, records, headers)
+                producer.flush()  # the commit would flush them: first see that each landed
+                acknowledged(sent)
 
             # a fence reported while sending is a KafkaError like any other: PublishError
             self._call("send", send_all)

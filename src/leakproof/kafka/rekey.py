@@ -187,10 +187,10 @@ def rekey_partition(cfg: Config, partition: int, readable_end: int, partitions: 
                 out.append(to, key, rec.value, rec.timestamp if rec.timestamp >= 0 else None,
                            with_source(rec.headers or (), source, partition, rec.offset))
                 records += 1
-            out.check()
             # on the broker now, in the open transaction (the commit would flush them anyway):
             # a crash here leaves a transaction for the next init_transactions to abort
             within(seconds, f"flush ({txn_id})", producer.flush)
+            out.settled()  # every copy acknowledged, the transaction still open
             crash_point("rekey_before_commit")
             # 4. the source offset in the same transaction, then commit both
             committing(RekeyReport(partition, start, until, records, forwarded))
