@@ -11,7 +11,7 @@ the coordinates of the record it copies, so each source record is on the interna
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from leakproof.moved_keys import home
@@ -84,6 +84,24 @@ def placement(session_key: str | None, key: bytes | None, source_partition: int,
     if key is not None:
         return key, home(key, partitions)
     return None, source_partition % partitions
+
+
+def placer(source_partition: int, partitions: int
+           ) -> Callable[[str | None, bytes | None], tuple[bytes | None, int]]:
+    """``placement`` for one task's records (session key, record key), worked out once per
+    session key: a session's events share their place, and murmur2 in Python is dear."""
+    placed: dict[str, tuple[bytes | None, int]] = {}
+
+    def place(session_key: str | None, key: bytes | None) -> tuple[bytes | None, int]:
+        if session_key is None:
+            return placement(None, key, source_partition, partitions)
+        found = placed.get(session_key)
+        if found is None:
+            found = placed[session_key] = placement(session_key, None, source_partition,
+                                                    partitions)
+        return found
+
+    return place
 
 
 # how often a caught-up source partition's stage offset is committed again (alone, in a

@@ -29,6 +29,7 @@ from leakproof.rekey import (
     last_copy,
     parse_source,
     placement,
+    placer,
     rekey_group,
     source_header,
     source_of,
@@ -121,6 +122,11 @@ def test_an_event_goes_where_kafkas_default_partitioner_puts_its_session_key() -
     # not an event: forwarded under its own key, a null one to the source's own number
     assert placement(None, b"junk", 5, 4) == (b"junk", home(b"junk", 4))
     assert placement(None, None, 5, 4) == (None, 1)
+    # a task's placer gives the same places, whatever it remembered
+    place = placer(5, 4)
+    for session_key, key in [("c-42", None), ("c-42", b"random"), (None, b"junk"),
+                             (None, None), ("c-42", None)]:
+        assert place(session_key, key) == placement(session_key, key, 5, 4)
 
 
 def test_a_stage_task_goes_to_the_readable_end_or_its_budget() -> None:

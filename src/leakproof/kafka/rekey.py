@@ -51,7 +51,7 @@ from leakproof.offsets import OffsetRange
 from leakproof.rekey import (
     OUTAGE_S,
     RekeyReport,
-    placement,
+    placer,
     rekey_group,
     stage_until,
     transactional_id,
@@ -163,7 +163,7 @@ def rekey_partition(cfg: Config, partition: int, readable_end: int, partitions: 
             return RekeyReport(partition, start, start, committed=False)  # no transaction
         decoder = _decoder(cfg)
         records = forwarded = 0
-        placed: dict[str, tuple[bytes | None, int]] = {}  # a session's events share a place
+        place = placer(partition, partitions)
         try:
             within(seconds, f"begin_transaction ({txn_id})", producer.begin_transaction)
             out = Appender(producer, internal)
@@ -176,14 +176,7 @@ def rekey_partition(cfg: Config, partition: int, readable_end: int, partitions: 
                         headers=rec.headers).session_id
                 except DecodeError:
                     session_key, forwarded = None, forwarded + 1
-                if session_key is None:
-                    key, to = placement(None, rec.key, partition, partitions)
-                else:
-                    found = placed.get(session_key)
-                    if found is None:
-                        found = placed[session_key] = placement(session_key, None, partition,
-                                                                partitions)
-                    key, to = found
+                key, to = place(session_key, rec.key)
                 out.append(to, key, rec.value, rec.timestamp if rec.timestamp >= 0 else None,
                            with_source(rec.headers or (), source, partition, rec.offset))
                 records += 1
