@@ -336,17 +336,41 @@ def closed_rows(env: Env) -> dict[str, dict[str, str]]:
     return {sid: row for sid, row in session_rows(env).items() if row.get("state") == "closed"}
 
 
+def topic_records(topic: str, isolation: str = "read_committed", servers: str = BOOTSTRAP
+                  ) -> list[Any]:
+    """Every record of ``topic`` a consumer at ``isolation`` can read now, partition by
+    partition in offset order: read up to the ends the topic has when asked (at
+    read_committed the last stable offsets, so an open transaction holds nothing up),
+    however long that takes on a slow day -- never "until nothing came for a while"."""
+    consumer = KafkaConsumer(bootstrap_servers=servers, group_id=None, enable_auto_commit=False,
+                             isolation_level=isolation)
+    try:
+        deadline = time.monotonic() + 60 * SLACK
+        while not (parts := consumer.partitions_for_topic(topic)):
+            assert time.monotonic() < deadline, f"no metadata for topic {topic}"
+            consumer.topics()  # asks the brokers again
+            time.sleep(0.2)
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        found: dict[int, list[Any]] = {tp.partition: [] for tp in tps}
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, (
+                f"{topic} not read to {ends} in {60 * SLACK:.0f}s: at "
+                f"{ {tp.partition: consumer.position(tp) for tp in tps} }")
+            for tp, batch in consumer.poll(timeout_ms=1000).items():
+                found[tp.partition].extend(batch)
+        return [m for p in sorted(found) for m in found[p]]
+    finally:
+        consumer.close()
+
+
 def summaries(topic: str, isolation: str, decode: Callable[[bytes], dict[str, Any]] = json.loads
               ) -> list[tuple[str, dict[str, Any]]]:
     """Every summary on the output topic, in order, as a consumer at ``isolation`` sees it
     (``decode``: a record value to {cell: text})."""
-    consumer = KafkaConsumer(topic, bootstrap_servers=BOOTSTRAP, group_id=None,
-                             auto_offset_reset="earliest", consumer_timeout_ms=5000,
-                             isolation_level=isolation)
-    try:
-        return [(m.key.decode(), decode(m.value)) for m in consumer]
-    finally:
-        consumer.close()
+    return [(m.key.decode(), decode(m.value)) for m in topic_records(topic, isolation)]
 
 
 def published_once_per_change(env: Env, topic: str,

@@ -12,12 +12,11 @@ import time
 from typing import Any
 
 import pytest
-from kafka import KafkaConsumer
 
 from leakproof.events import WebEvent
 from leakproof.kafka.admin import create_topic
 
-from .helpers import KAFKA, Env, audit_total, log_ends, run_cli, session_rows
+from .helpers import Env, audit_total, log_ends, run_cli, session_rows, topic_records
 
 pytestmark = pytest.mark.integration
 
@@ -63,15 +62,9 @@ def gap_config(env: Env, topic: str) -> str:
 def compacted(topic: str) -> dict[str, dict[str, Any]]:
     """The closed-sessions topic as compaction leaves it: each key's last value, a key whose
     last record is a tombstone left out; read as a read_committed consumer."""
-    consumer = KafkaConsumer(topic, bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}", group_id=None,
-                             auto_offset_reset="earliest", consumer_timeout_ms=5000,
-                             isolation_level="read_committed")
     last: dict[str, bytes | None] = {}
-    try:
-        for m in consumer:
-            last[m.key.decode()] = m.value
-    finally:
-        consumer.close()
+    for m in topic_records(topic):  # a key's records in one partition, in order
+        last[m.key.decode()] = m.value
     return {k: json.loads(v) for k, v in last.items() if v is not None}
 
 

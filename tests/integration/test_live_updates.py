@@ -16,7 +16,6 @@ from typing import Any
 
 import fastavro
 import pytest
-from kafka import KafkaConsumer
 
 from leakproof.config import Registry
 from leakproof.events import WebEvent
@@ -25,13 +24,13 @@ from leakproof.kafka.admin import create_topic
 from leakproof.kafka.registry import RegistryClient
 
 from .helpers import (
-    KAFKA,
     Background,
     Env,
     assert_offsets_chain,
     crash_mid_publish,
     offsets_rows,
     session_rows,
+    topic_records,
     wait_for,
 )
 from .test_gap_sessions import day
@@ -42,13 +41,7 @@ REGISTRY = "http://127.0.0.1:8081/apis/ccompat/v7"
 
 def read_committed(topic: str) -> list[tuple[str, bytes | None, dict[str, bytes]]]:
     """Every record of ``topic`` a read_committed consumer sees: key, value, headers."""
-    consumer = KafkaConsumer(topic, bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}", group_id=None,
-                             auto_offset_reset="earliest", consumer_timeout_ms=5000,
-                             isolation_level="read_committed")
-    try:
-        return [(m.key.decode(), m.value, dict(m.headers)) for m in consumer]
-    finally:
-        consumer.close()
+    return [(m.key.decode(), m.value, dict(m.headers)) for m in topic_records(topic)]
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import json
 import signal
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import KafkaAdminClient
 from kafka.admin import NewPartitions
 
 from leakproof import oracle
@@ -16,7 +16,15 @@ from leakproof.hbase.session_store import scan_readable
 from leakproof.kafka.admin import create_topic
 from leakproof.model.spec import web_model
 
-from .helpers import Env, assert_offsets_chain, audit_total, offsets_rows, records, wait_for
+from .helpers import (
+    Env,
+    assert_offsets_chain,
+    audit_total,
+    offsets_rows,
+    records,
+    topic_records,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -166,10 +174,8 @@ def test_closed_sessions_are_produced_to_a_compacted_topic(env: Env) -> None:
     finally:
         conn.close()
     assert closed
-    consumer = KafkaConsumer(topic, bootstrap_servers="127.0.0.1:9092", group_id=None,
-                             auto_offset_reset="earliest", consumer_timeout_ms=5000)
-    summaries = {m.key.decode(): json.loads(m.value) for m in consumer}
-    consumer.close()
+    summaries = {m.key.decode(): json.loads(m.value)
+                 for m in topic_records(topic, "read_uncommitted")}
     assert set(summaries) == set(closed)
     for sid, summary in summaries.items():
         assert summary["events"] == closed[sid]["events"]

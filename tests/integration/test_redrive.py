@@ -21,7 +21,7 @@ from typing import Any
 import fastavro
 import pytest
 import yaml
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaProducer
 
 from leakproof import codec
 from leakproof.config import Registry
@@ -30,7 +30,7 @@ from leakproof.events import schema_json
 from leakproof.generator import GeneratorSpec, generate
 from leakproof.kafka.registry import RegistryClient
 
-from .helpers import KAFKA, Env, background, log_ends, records, run_cli, wait_for
+from .helpers import KAFKA, Env, background, log_ends, records, run_cli, topic_records, wait_for
 from .test_registry import REGISTRY, WEB_SCHEMA, framed_config
 from .test_rekey import internal_records
 from .test_topic_changes import recreate
@@ -101,19 +101,13 @@ def send_framed(env: Env, spec: GeneratorSpec, schema_id: int, keyed: bool = Tru
         producer.close()
 
 
-def topic_records(env: Env) -> list[Any]:
-    """Every committed record of the topic (read_committed)."""
-    consumer = KafkaConsumer(env.name, bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}",
-                             group_id=None, auto_offset_reset="earliest",
-                             consumer_timeout_ms=5000, isolation_level="read_committed")
-    try:
-        return list(consumer)
-    finally:
-        consumer.close()
+def env_records(env: Env) -> list[Any]:
+    """Every committed record of the test's topic (read_committed)."""
+    return topic_records(env.name)
 
 
 def copies_by_origin(env: Env) -> Counter[str]:
-    return Counter(name for rec in topic_records(env)
+    return Counter(name for rec in env_records(env)
                    if (name := origin_of([(k, v) for k, v in rec.headers])) is not None)
 
 
@@ -184,7 +178,7 @@ def test_dead_letters_of_a_late_schema_are_redriven_once_and_every_session_is_ex
     assert out.returncode == 0 and "EXACT MATCH" in out.stdout, out.stdout + out.stderr
     assert f"({len(dead)} re-driven)" in out.stdout
     # the copies kept their headers, gained their origin, and carry the same bytes
-    by_origin = {origin_of([(k, v) for k, v in r.headers]): r for r in topic_records(env)}
+    by_origin = {origin_of([(k, v) for k, v in r.headers]): r for r in env_records(env)}
     copy = by_origin[f"{env.name}:{first['partition']}:{first['offset']}"]
     assert [k for k, _ in copy.headers] == ["trace", ORIGIN_HEADER]
     assert copy.value == bytes.fromhex(raw["value"]) and copy.key == bytes.fromhex(raw["key"])
@@ -228,7 +222,7 @@ def test_a_rekeyed_topics_dead_letters_are_redriven_through_the_stage_exactly(
     assert (done["selected"], done["sent"], done["found"]) == (len(dead), len(dead), 0)
     assert cli_json("deadletters", "redrive", "--config", str(path))["selected"] == 0
     # the copies are on the source, one each, in the partition their records came from
-    by_origin = {origin_of([(k, v) for k, v in r.headers]): r for r in topic_records(env)}
+    by_origin = {origin_of([(k, v) for k, v in r.headers]): r for r in env_records(env)}
     assert set(copies_by_origin(env).values()) == {1} and len(copies_by_origin(env)) == len(dead)
     for d in dead:
         copy = by_origin[f"{env.name}.leakproof-rekey:{d['partition']}:{d['offset']}"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import happybase
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import KafkaAdminClient
 
 from leakproof import codec
 from leakproof.commands.produce import send_raw
@@ -25,7 +25,7 @@ from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.rekey import rekey_partition
 from leakproof.rekey import SOURCE_HEADER
 
-from .helpers import KAFKA, THRIFT, Env, fresh_env, run_cli, stack
+from .helpers import KAFKA, THRIFT, Env, fresh_env, run_cli, stack, topic_records
 
 pytestmark = pytest.mark.integration
 
@@ -54,15 +54,8 @@ def internal_records(env: Env, isolation: str = "read_committed"
                      ) -> list[tuple[int, bytes | None, str]]:
     """(partition, key, leakproof.source) of every record of the internal topic, read at
     ``isolation``."""
-    consumer = KafkaConsumer(f"{env.cfg.kafka.topic}.leakproof-rekey",
-                             bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}", group_id=None,
-                             auto_offset_reset="earliest", consumer_timeout_ms=5000,
-                             isolation_level=isolation)
-    try:
-        return [(m.partition, m.key, dict(m.headers)[SOURCE_HEADER].decode())
-                for m in consumer]
-    finally:
-        consumer.close()
+    return [(m.partition, m.key, dict(m.headers)[SOURCE_HEADER].decode())
+            for m in topic_records(f"{env.cfg.kafka.topic}.leakproof-rekey", isolation)]
 
 
 def internal_offsets_rows(env: Env, topic: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
@@ -150,15 +143,8 @@ def test_a_rewind_named_in_source_offsets_reads_their_copies_again_exactly(env: 
     produce_unkeyed(env, SPEC)
     config = rekey_config(env)
     env.run("--until-idle", "4", config=config)
-    consumer = KafkaConsumer(f"{env.cfg.kafka.topic}.leakproof-rekey",
-                             bootstrap_servers=f"{KAFKA[0]}:{KAFKA[1]}", group_id=None,
-                             auto_offset_reset="earliest", consumer_timeout_ms=5000,
-                             isolation_level="read_committed")
-    try:
-        copies = [(m.partition, m.offset, dict(m.headers)[SOURCE_HEADER].decode())
-                  for m in consumer]
-    finally:
-        consumer.close()
+    copies = [(m.partition, m.offset, dict(m.headers)[SOURCE_HEADER].decode())
+              for m in topic_records(f"{env.cfg.kafka.topic}.leakproof-rekey")]
     ends: dict[int, int] = {}
     for _, _, source in copies:
         _, p, o = source.rsplit(":", 2)
