@@ -182,6 +182,7 @@ def rekey_partition(cfg: Config, partition: int, readable_end: int, partitions: 
                 records += 1
             # on the broker now, in the open transaction (the commit would flush them anyway):
             # a crash here leaves a transaction for the next init_transactions to abort
+            out.check()  # not a flush that cannot end: a transaction no longer open
             within(seconds, f"flush ({txn_id})", producer.flush)
             out.settled()  # every copy acknowledged, the transaction still open
             crash_point("rekey_before_commit")
