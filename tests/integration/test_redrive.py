@@ -101,13 +101,8 @@ def send_framed(env: Env, spec: GeneratorSpec, schema_id: int, keyed: bool = Tru
         producer.close()
 
 
-def env_records(env: Env) -> list[Any]:
-    """Every committed record of the test's topic (read_committed)."""
-    return topic_records(env.name)
-
-
 def copies_by_origin(env: Env) -> Counter[str]:
-    return Counter(name for rec in env_records(env)
+    return Counter(name for rec in topic_records(env.name)
                    if (name := origin_of([(k, v) for k, v in rec.headers])) is not None)
 
 
@@ -178,7 +173,7 @@ def test_dead_letters_of_a_late_schema_are_redriven_once_and_every_session_is_ex
     assert out.returncode == 0 and "EXACT MATCH" in out.stdout, out.stdout + out.stderr
     assert f"({len(dead)} re-driven)" in out.stdout
     # the copies kept their headers, gained their origin, and carry the same bytes
-    by_origin = {origin_of([(k, v) for k, v in r.headers]): r for r in env_records(env)}
+    by_origin = {origin_of([(k, v) for k, v in r.headers]): r for r in topic_records(env.name)}
     copy = by_origin[f"{env.name}:{first['partition']}:{first['offset']}"]
     assert [k for k, _ in copy.headers] == ["trace", ORIGIN_HEADER]
     assert copy.value == bytes.fromhex(raw["value"]) and copy.key == bytes.fromhex(raw["key"])
@@ -222,7 +217,7 @@ def test_a_rekeyed_topics_dead_letters_are_redriven_through_the_stage_exactly(
     assert (done["selected"], done["sent"], done["found"]) == (len(dead), len(dead), 0)
     assert cli_json("deadletters", "redrive", "--config", str(path))["selected"] == 0
     # the copies are on the source, one each, in the partition their records came from
-    by_origin = {origin_of([(k, v) for k, v in r.headers]): r for r in env_records(env)}
+    by_origin = {origin_of([(k, v) for k, v in r.headers]): r for r in topic_records(env.name)}
     assert set(copies_by_origin(env).values()) == {1} and len(copies_by_origin(env)) == len(dead)
     for d in dead:
         copy = by_origin[f"{env.name}.leakproof-rekey:{d['partition']}:{d['offset']}"]

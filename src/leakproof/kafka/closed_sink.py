@@ -204,12 +204,7 @@ class ClosedSink:
         """
         if not self.txn_id:
             producer = self._ready()
-            def send_all() -> None:
-                sent = self._send(producer, records, headers)
-                producer.flush()
-                acknowledged(sent)
-
-            self._call("send", send_all)
+            self._call("send", lambda: self._send(producer, records, headers))
             return
         budget = max(PUBLISH_BUDGET_S, PUBLISH_BUDGET_CALLS * self._output.transaction_timeout_s)
         give_up = time.monotonic() + budget
@@ -238,11 +233,14 @@ class ClosedSink:
                     time.sleep(1.0)  # a cluster moving leaders: give its metadata a moment
 
     def _send(self, producer: Any, records: Sequence[tuple[bytes, bytes | None]],
-              headers: Sequence[Headers]) -> list[Any]:
-        """Each record sent; their futures."""
-        return [producer.send(self.topic, key=key, value=value,
+              headers: Sequence[Headers]) -> None:
+        """Each record sent, flushed, and seen to have landed (a commit would flush them
+        too, but not say whether each did: ``kafka.acknowledged``)."""
+        sent = [producer.send(self.topic, key=key, value=value,
                               headers=headers[i] if headers else None)
                 for i, (key, value) in enumerate(records)]
+        producer.flush()
+        acknowledged(sent)
 
     def _transaction(self, records: Sequence[tuple[bytes, bytes | None]], outbox_id: str,
                      until_offset: int, headers: Sequence[Headers] = ()) -> None:
@@ -250,13 +248,8 @@ class ClosedSink:
         try:
             self._call("begin_transaction", producer.begin_transaction)
 
-            def send_all() -> None:
-                sent = self._send(producer, records, headers)
-                producer.flush()  # the commit would flush them: first see that each landed
-                acknowledged(sent)
-
             # a fence reported while sending is a KafkaError like any other: PublishError
-            self._call("send", send_all)
+            self._call("send", lambda: self._send(producer, records, headers))
             marker = {TopicPartition(self._kafka.topic, self.partition):
                       OffsetAndMetadata(until_offset, outbox_id, -1)}
             self._call("send_offsets_to_transaction", lambda: producer.send_offsets_to_transaction(
