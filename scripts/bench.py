@@ -81,7 +81,7 @@ from benchparts.settings import (
 from benchparts.tables import LEFTOVER_TABLES, count_tables, drop_tables, leftover_note
 from benchparts.throughput import measure
 from benchparts.worker_profile import WorkerProfile, in_tree
-from leakproof import config
+from leakproof.core import config
 
 __all__ = [
     "ACCESS", "ACCESS_JSON", "EVENTS", "FRAMED", "HBASE_LOG", "LEFTOVER_TABLES", "LOAD_ROLES",

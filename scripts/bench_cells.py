@@ -21,7 +21,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from leakproof import config
+from leakproof.core import config
 from leakproof.hbase.connection import connect, families
 from leakproof.hbase.wire.gets import get_rows
 from proctools import CpuByRole

@@ -40,8 +40,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from leakproof import config
-from leakproof.events import schema_json
+from leakproof.core import config
+from leakproof.core.events import schema_json
 from leakproof.kafka.admin import KafkaMetadata
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -29,13 +29,13 @@ from typing import TypeVar
 import yaml
 
 from bench import drop_tables
-from leakproof import codec, config
 from leakproof.commands.produce import send_raw
 from leakproof.commit_stores import open_store
-from leakproof.generator import GeneratorSpec, generate
+from leakproof.core import codec, config
+from leakproof.core.offsets import CommittedBatch
 from leakproof.hbase.connection import connect, ensure_tables
 from leakproof.kafka.admin import create_topic
-from leakproof.offsets import CommittedBatch
+from leakproof.testing.generator import GeneratorSpec, generate
 from submit import standalone_submit
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -32,10 +32,10 @@ from pathlib import Path
 import yaml
 
 from bench import drop_tables
-from leakproof import codec, config
 from leakproof.commands.produce import send_raw
-from leakproof.generator import GeneratorSpec, generate
+from leakproof.core import codec, config
 from leakproof.kafka.admin import create_topic
+from leakproof.testing.generator import GeneratorSpec, generate
 
 RATE = float(os.environ.get("RATE", "4000"))
 SECONDS = float(os.environ.get("DURATION_S", "90"))

@@ -34,7 +34,7 @@ echo "== 5. result"
 $bin/python - "$cfg" "$EVENTS" "$took" <<'PY'
 import sys
 import happybase
-from leakproof import config
+from leakproof.core import config
 cfg = config.load(sys.argv[1])
 events, took = int(sys.argv[2]), float(sys.argv[3])
 conn = happybase.Connection(cfg.hbase.host, cfg.hbase.port, table_prefix=cfg.hbase.table_prefix)

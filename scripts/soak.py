@@ -30,13 +30,13 @@ from pathlib import Path
 
 import yaml
 
-from leakproof import config
 from leakproof.commands.produce import send_events
 from leakproof.commit_stores.hbase import OffsetStore
-from leakproof.generator import DEFAULT_START_TS, GeneratorSpec, generate
+from leakproof.core import config
+from leakproof.core.offsets import CommittedBatch
 from leakproof.hbase.connection import connect
 from leakproof.kafka.admin import create_topic
-from leakproof.offsets import CommittedBatch
+from leakproof.testing.generator import DEFAULT_START_TS, GeneratorSpec, generate
 from proctools import pids_matching, tree_rss_mib
 
 ROOT = Path(__file__).resolve().parent.parent

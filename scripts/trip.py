@@ -29,13 +29,13 @@ sys.path[:0] = [str(ROOT / "src")]
 
 from kafka import KafkaAdminClient  # noqa: E402
 
-from leakproof import config  # noqa: E402
 from leakproof.commands.produce import send_events  # noqa: E402
-from leakproof.events import WebEvent  # noqa: E402
+from leakproof.core import config  # noqa: E402
+from leakproof.core.events import WebEvent  # noqa: E402
+from leakproof.core.offsets import OffsetRange  # noqa: E402
 from leakproof.hbase.connection import connect, ensure_tables  # noqa: E402
 from leakproof.hbase.state_store import HBaseLeaseStore  # noqa: E402
 from leakproof.kafka.admin import create_topic  # noqa: E402
-from leakproof.offsets import OffsetRange  # noqa: E402
 from leakproof.task import worker  # noqa: E402
 from leakproof.testing.trip import MOMENTS, Tracer, files_of, not_on_the_trip  # noqa: E402
 

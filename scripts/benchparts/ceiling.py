@@ -12,11 +12,11 @@ from pathlib import Path
 
 from benchparts.cpu import PeakSampler, machine_cpu_s
 from benchparts.settings import WORKERS
-from leakproof import config
-from leakproof.errors import DecodeError
+from leakproof.core import config
+from leakproof.core.errors import DecodeError
+from leakproof.core.offsets import OffsetRange
 from leakproof.kafka.reader import read_range
 from leakproof.kafka.registry import decoder_for
-from leakproof.offsets import OffsetRange
 
 
 def read_ranges(cfg_path: str, ranges: list[OffsetRange]) -> int:

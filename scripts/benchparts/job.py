@@ -12,8 +12,8 @@ from pathlib import Path
 from benchparts.drain import Drain, measured
 from benchparts.joblog import batch_records, cache_hits, task_times
 from benchparts.settings import ACCESS, SPEC
-from leakproof import config
 from leakproof.commit_stores import open_store
+from leakproof.core import config
 from leakproof.kafka.admin import KafkaMetadata
 
 

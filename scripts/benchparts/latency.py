@@ -25,12 +25,12 @@ from benchparts.hbase_log import batches_beside_store_work
 from benchparts.load import PacedProducer
 from benchparts.settings import HBASE_LOG, PARTITIONS, PEERS, ROOT, WARMUP_S
 from benchparts.visibility import UpdateWatch, visible_latencies
-from leakproof import codec, config
 from leakproof.commit_stores import open_store
-from leakproof.generator import GeneratorSpec, generate
+from leakproof.core import codec, config
+from leakproof.core.offsets import OffsetRange
 from leakproof.kafka.admin import KafkaMetadata, create_topic
 from leakproof.kafka.reader import read_range
-from leakproof.offsets import OffsetRange
+from leakproof.testing.generator import GeneratorSpec, generate
 from proctools import CpuByRole
 
 

@@ -21,11 +21,11 @@ from benchparts.settings import (
     SPAN_S,
     SPEC,
 )
-from leakproof import codec, config
 from leakproof.commands.produce import send_confluent, send_events, send_raw
+from leakproof.core import codec, config
 from leakproof.examples import access_log
-from leakproof.generator import generate
 from leakproof.kafka.admin import create_topic
+from leakproof.testing.generator import generate
 
 
 def prefill(cfg: config.Config, name: str) -> None:

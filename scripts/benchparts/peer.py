@@ -11,10 +11,11 @@ from pathlib import Path
 
 from benchparts.drain import Drain, measured
 from benchparts.settings import ROOT
-from leakproof import config, oracle
-from leakproof.events import Event, WebEvent
+from leakproof.core import config
+from leakproof.core.events import Event, WebEvent
 from leakproof.hbase.connection import connect
 from leakproof.hbase.session_store import scan_readable
+from leakproof.testing import oracle
 
 
 def peer_fold(partitions: Mapping[int, Sequence[Event]]) -> dict[str, dict[str, str]]:

@@ -15,10 +15,10 @@ from benchparts.drain import Drain
 from benchparts.job import run_job
 from benchparts.settings import PARTITIONS, SPEC
 from benchparts.tables import drop_tables
-from leakproof import config
 from leakproof.commands.produce import send_events
-from leakproof.generator import generate
+from leakproof.core import config
 from leakproof.kafka.admin import create_topic
+from leakproof.testing.generator import generate
 
 
 def keyed_beside(data: dict[str, Any], work: Path, name: str, rekeyed: Drain) -> int:

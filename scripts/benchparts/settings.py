@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from leakproof.generator import GeneratorSpec
+from leakproof.testing.generator import GeneratorSpec
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 HBASE_LOG = ROOT / ".services" / "hbase" / "logs" / "hbase.out"  # the local stack's region server

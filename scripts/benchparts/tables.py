@@ -7,7 +7,7 @@ import contextlib
 import os
 from dataclasses import replace
 
-from leakproof import config
+from leakproof.core import config
 from leakproof.hbase.connection import connect
 
 

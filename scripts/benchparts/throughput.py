@@ -28,11 +28,11 @@ from benchparts.settings import (
     REKEY,
     ROOT,
 )
-from leakproof import config
 from leakproof.commands.verify import read_topic
+from leakproof.core import config
+from leakproof.core.offsets import OffsetRange
 from leakproof.examples import access_log
 from leakproof.kafka.admin import KafkaMetadata, create_topic
-from leakproof.offsets import OffsetRange
 
 
 def measure(name: str) -> int:

@@ -18,10 +18,10 @@ from dataclasses import replace
 
 from kafka import KafkaConsumer
 
-from leakproof import config
+from leakproof.core import config
+from leakproof.core.offsets import OffsetRange
 from leakproof.kafka.admin import topic_bounds
 from leakproof.kafka.reader import read_range
-from leakproof.offsets import OffsetRange
 
 
 class UpdateWatch:

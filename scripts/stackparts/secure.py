@@ -206,7 +206,7 @@ def secure_facts() -> dict[str, object]:
 
 
 def _client_kerberos() -> Any:
-    from leakproof.config import KerberosConfig
+    from leakproof.core.config import KerberosConfig
 
     f = secure_facts()
     return KerberosConfig(principal=str(f["principal"]), keytab=str(f["keytab"]),
@@ -216,7 +216,7 @@ def _client_kerberos() -> Any:
 def probe_secure_kafka() -> None:
     from kafka import KafkaAdminClient
 
-    from leakproof import kerberos
+    from leakproof.security import kerberos
 
     kerberos.login(_client_kerberos())
     admin = KafkaAdminClient(bootstrap_servers=f"{HOST}:{SEC_KAFKA_PORT}",
@@ -260,7 +260,7 @@ def secure_client_config(name: str, mode: str) -> dict[str, Any]:
 def probe_secure_hbase(transport: str) -> None:
     from dataclasses import replace
 
-    from leakproof import config
+    from leakproof.core import config
     from leakproof.hbase.connection import connect
 
     data = secure_client_config("probe", "https" if transport == "http" else "sasl")

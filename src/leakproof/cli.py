@@ -15,12 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from leakproof import config as config_mod
-from leakproof.dead_letter import Selection
-from leakproof.errors import ConfigError, LeakproofError
-from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
+from leakproof.core import config as config_mod
+from leakproof.core.dead_letter import Selection
+from leakproof.core.errors import ConfigError, LeakproofError
+from leakproof.core.logs import configure, fail
 from leakproof.kafka.registry import resolve_schema
-from leakproof.logs import configure, fail
+from leakproof.testing.generator import DEFAULT_START_TS, GeneratorSpec
 
 
 def _spec(text: str) -> GeneratorSpec:
@@ -199,7 +199,7 @@ def run(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.driver.spark_session import spark_context
 
     if cfg.kerberos is not None:  # a bad login stops the run before any JVM starts
-        from leakproof.kerberos import login
+        from leakproof.security.kerberos import login
 
         login(cfg.kerberos, _secured_services(cfg))
     if cfg.input.registry is not None:  # refused credentials stop the run before Spark
@@ -240,7 +240,7 @@ def _produce_options(p: argparse.ArgumentParser) -> None:
 
 def produce(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.commands.produce import send_confluent, send_events
-    from leakproof.generator import generate
+    from leakproof.testing.generator import generate
 
     spec = GeneratorSpec(args.seed, args.events, args.sessions, args.start_ts, span_s=args.span_s)
     events = generate(spec)
@@ -311,7 +311,7 @@ def _offsets_history_options(p: argparse.ArgumentParser) -> None:
 
 def offsets_history(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from leakproof.commit_stores import open_store
-    from leakproof.errors import TableMissing
+    from leakproof.core.errors import TableMissing
 
     store = open_store(cfg)
     try:

@@ -29,10 +29,10 @@ import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import OffsetSpec
 
-from leakproof import codec, config
 from leakproof.commands.produce import send_events
-from leakproof.events import WebEvent
-from leakproof.generator import GeneratorSpec, generate
+from leakproof.core import codec, config
+from leakproof.core.events import WebEvent
+from leakproof.testing.generator import GeneratorSpec, generate
 from submit import spark_submit as spark_submit  # the tests take these from here
 from submit import standalone_submit as standalone_submit
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
 
-from leakproof.generator import GeneratorSpec
+from leakproof.testing.generator import GeneratorSpec
 
 from .helpers import Env, log_ends, offsets_rows, records, run_cli, wait_for
 

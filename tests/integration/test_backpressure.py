@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from leakproof.generator import GeneratorSpec
+from leakproof.testing.generator import GeneratorSpec
 
 from .helpers import Env, progress_lines, records
 

@@ -19,12 +19,12 @@ from typing import Any
 import fastavro
 import pytest
 
-from leakproof import codec, config
 from leakproof.commands.produce import send_raw
 from leakproof.commands.verify import read_topic
-from leakproof.events import WebEvent, schema_json
-from leakproof.generator import DEFAULT_START_TS, GeneratorSpec, generate
-from leakproof.oracle import expected_rows
+from leakproof.core import codec, config
+from leakproof.core.events import WebEvent, schema_json
+from leakproof.testing.generator import DEFAULT_START_TS, GeneratorSpec, generate
+from leakproof.testing.oracle import expected_rows
 
 from .helpers import Env, progress_lines
 

@@ -13,10 +13,10 @@ from typing import Any
 import fastavro
 import pytest
 
-from leakproof.config import Registry
-from leakproof.generator import GeneratorSpec
+from leakproof.core.config import Registry
 from leakproof.kafka.admin import create_topic
 from leakproof.kafka.registry import RegistryClient
+from leakproof.testing.generator import GeneratorSpec
 
 from .helpers import (
     Env,
@@ -73,7 +73,7 @@ def test_two_workers_taking_turns_on_a_partition_each_publish(env: Env) -> None:
     partition's transactional id: each new one fences the last, and the fenced one, when the
     partition comes back to it, makes a new producer and publishes -- wherever the broker's
     refusal surfaces (begin, a send, the commit)."""
-    from leakproof import config as config_mod
+    from leakproof.core import config as config_mod
     from leakproof.kafka.closed_sink import ClosedSink
 
     topic = f"{env.name}-closed"
@@ -132,7 +132,7 @@ def test_two_attempts_of_one_range_publish_its_outbox_once(env: Env) -> None:
     another ``hbase.table_prefix``) has ids of its own and publishes its own."""
     import threading
 
-    from leakproof import config as config_mod
+    from leakproof.core import config as config_mod
     from leakproof.kafka.closed_sink import ClosedSink
 
     topic = f"{env.name}-closed"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from leakproof.generator import GeneratorSpec
 from leakproof.kafka.admin import create_topic
+from leakproof.testing.generator import GeneratorSpec
 
 from .helpers import (
     Background,
@@ -191,7 +191,7 @@ def test_a_lost_executors_python_worker_writing_after_the_rerun_is_exact(env: En
     import os
     import signal
 
-    from leakproof.crashpoints import executor_jvm
+    from leakproof.testing.crashpoints import executor_jvm
 
     spec = GeneratorSpec(seed=4600, events=12_000, sessions=1_200, span_s=3600)
     env.produce(spec)

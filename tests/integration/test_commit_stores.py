@@ -13,11 +13,11 @@ import pytest
 from kafka import KafkaAdminClient
 from kazoo.client import KazooClient
 
-from leakproof import config
 from leakproof.commit_stores import open_store
-from leakproof.generator import GeneratorSpec, generate
+from leakproof.core import config
 from leakproof.hbase.connection import DAY_S, connect, ensure_tables
 from leakproof.kafka.admin import KafkaMetadata, create_topic
+from leakproof.testing.generator import GeneratorSpec, generate
 
 from .helpers import ROOT, Env, progress_lines, run_cli
 

@@ -1,7 +1,7 @@
 """Crashes at every named point of a batch, then a restart from HBase: the oracle stays exact.
 
 ``LEAKPROOF_CRASH_AT=<point>@<n>`` makes the process SIGKILL itself the n-th time it passes
-the point (src/leakproof/crashpoints.py), so each crash lands at a known step of the batch.
+the point (src/leakproof/testing/crashpoints.py), so each crash lands at a known step of the batch.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from leakproof.generator import GeneratorSpec
+from leakproof.testing.generator import GeneratorSpec
 
 from .helpers import (
     Env,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from leakproof.events import WebEvent
+from leakproof.core.events import WebEvent
 from leakproof.kafka.admin import create_topic
 
 from .helpers import Env, audit_total, log_ends, run_cli, session_rows, topic_records

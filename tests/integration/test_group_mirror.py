@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer
 
-from leakproof.generator import GeneratorSpec
+from leakproof.testing.generator import GeneratorSpec
 
 from .helpers import ROOT, Env, log_ends, records, run_cli, wait_for
 from .test_observability import free_port, scrape

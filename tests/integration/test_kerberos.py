@@ -27,12 +27,12 @@ import yaml
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
-from leakproof import config
-from leakproof.config import Registry
-from leakproof.errors import RegistryRefused
-from leakproof.generator import GeneratorSpec
+from leakproof.core import config
+from leakproof.core.config import Registry
+from leakproof.core.errors import RegistryRefused
 from leakproof.kafka.admin import create_topic
 from leakproof.kafka.registry import RegistryClient
+from leakproof.testing.generator import GeneratorSpec
 
 from .helpers import (
     ROOT,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from leakproof.generator import GeneratorSpec
+from leakproof.testing.generator import GeneratorSpec
 
 from .helpers import THRIFT, Env, assert_offsets_chain, wait_for
 from .thrift_proxy import ThriftProxy

@@ -17,11 +17,11 @@ from typing import Any
 import fastavro
 import pytest
 
-from leakproof.config import Registry
-from leakproof.events import WebEvent
-from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
+from leakproof.core.config import Registry
+from leakproof.core.events import WebEvent
 from leakproof.kafka.admin import create_topic
 from leakproof.kafka.registry import RegistryClient
+from leakproof.testing.generator import DEFAULT_START_TS, GeneratorSpec
 
 from .helpers import (
     Background,

@@ -27,8 +27,8 @@ from kafka.errors import KafkaError
 from kazoo.client import KazooClient
 from thriftpy2.thrift import TApplicationException
 
-from leakproof.generator import GeneratorSpec
 from leakproof.kafka.admin import create_topic
+from leakproof.testing.generator import GeneratorSpec
 
 from .helpers import (
     BOOTSTRAP,

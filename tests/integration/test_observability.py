@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from leakproof.driver.metrics import METRICS
-from leakproof.generator import GeneratorSpec
+from leakproof.testing.generator import GeneratorSpec
 
 from .helpers import (
     Env,
@@ -226,8 +226,8 @@ def test_record_timestamps_look_up_after_look_up_each_at_once(env: Env) -> None:
     most topics written at a steady rate; whether it shows depends on where the producer's
     batches end, so this test does not always catch that.)"""
     from leakproof.commands.produce import send_events
-    from leakproof.generator import generate
     from leakproof.kafka.admin import KafkaMetadata
+    from leakproof.testing.generator import generate
 
     # at a steady rate, as producers send: many small record batches in each partition
     send_events(env.cfg.kafka, env.name, generate(GeneratorSpec(2300, 20_000, 2_000)),

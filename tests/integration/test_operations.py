@@ -9,12 +9,12 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import NewPartitions
 
-from leakproof import oracle
-from leakproof.events import WebEvent
-from leakproof.generator import DEFAULT_START_TS, GeneratorSpec, generate
+from leakproof.core.events import WebEvent
 from leakproof.hbase.session_store import scan_readable
 from leakproof.kafka.admin import create_topic
 from leakproof.model.spec import web_model
+from leakproof.testing import oracle
+from leakproof.testing.generator import DEFAULT_START_TS, GeneratorSpec, generate
 
 from .helpers import (
     Env,

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from leakproof.generator import GeneratorSpec
+from leakproof.testing.generator import GeneratorSpec
 
 from .helpers import (
     ROW_RE,

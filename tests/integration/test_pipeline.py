@@ -13,7 +13,7 @@ import pytest
 from kafka import KafkaAdminClient
 
 from leakproof.commands.produce import send_events
-from leakproof.generator import DEFAULT_START_TS, GeneratorSpec, generate
+from leakproof.testing.generator import DEFAULT_START_TS, GeneratorSpec, generate
 
 from .helpers import (
     ROOT,

@@ -23,12 +23,12 @@ import pytest
 import yaml
 from kafka import KafkaProducer
 
-from leakproof import codec
-from leakproof.config import Registry
-from leakproof.dead_letter import ORIGIN_HEADER, origin_of
-from leakproof.events import schema_json
-from leakproof.generator import GeneratorSpec, generate
+from leakproof.core import codec
+from leakproof.core.config import Registry
+from leakproof.core.dead_letter import ORIGIN_HEADER, origin_of
+from leakproof.core.events import schema_json
 from leakproof.kafka.registry import RegistryClient
+from leakproof.testing.generator import GeneratorSpec, generate
 
 from .helpers import KAFKA, Env, background, log_ends, records, run_cli, topic_records, wait_for
 from .test_registry import REGISTRY, WEB_SCHEMA, framed_config

@@ -18,12 +18,12 @@ import fastavro
 import pytest
 import yaml
 
-from leakproof import codec
 from leakproof.commands.produce import send_raw
-from leakproof.config import Registry
-from leakproof.events import schema_json
-from leakproof.generator import GeneratorSpec, generate
+from leakproof.core import codec
+from leakproof.core.config import Registry
+from leakproof.core.events import schema_json
 from leakproof.kafka.registry import RegistryClient
+from leakproof.testing.generator import GeneratorSpec, generate
 
 from .helpers import ROOT, Env, assert_offsets_chain, run_cli, wait_for
 from .tcp_gate import TcpGate

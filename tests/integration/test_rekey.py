@@ -17,13 +17,13 @@ import happybase
 import pytest
 from kafka import KafkaAdminClient
 
-from leakproof import codec
 from leakproof.commands.produce import send_raw
-from leakproof.config import load
-from leakproof.generator import GeneratorSpec, generate
+from leakproof.core import codec
+from leakproof.core.config import load
+from leakproof.core.rekey import SOURCE_HEADER
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.rekey import rekey_partition
-from leakproof.rekey import SOURCE_HEADER
+from leakproof.testing.generator import GeneratorSpec, generate
 
 from .helpers import KAFKA, THRIFT, Env, fresh_env, run_cli, stack, topic_records
 

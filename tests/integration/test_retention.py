@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from leakproof.events import WebEvent
+from leakproof.core.events import WebEvent
 from leakproof.kafka.admin import create_topic
 
 from .helpers import Env, audit_total, session_rows

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from leakproof import config
-from leakproof.generator import GeneratorSpec
+from leakproof.core import config
 from leakproof.hbase.connection import connect
 from leakproof.hbase.state_store import StateStore
+from leakproof.testing.generator import GeneratorSpec
 
 from .helpers import (
     ROOT,

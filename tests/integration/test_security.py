@@ -18,10 +18,10 @@ from kafka.errors import KafkaError
 
 import stack as stack_script
 from leakproof.commands.produce import send_events
-from leakproof.config import load
-from leakproof.generator import GeneratorSpec, generate
+from leakproof.core.config import load
 from leakproof.kafka import producer_settings, reader
 from leakproof.kafka.admin import admin_settings
+from leakproof.testing.generator import GeneratorSpec, generate
 
 from .helpers import (
     Env,
@@ -121,7 +121,7 @@ def test_job_over_sasl_ssl_on_the_standalone_cluster_is_exact_and_never_logs_the
                            "refused the client"), last
     assert "sasl_mechanism PLAIN, user leakproof" in last, last
 
-    shown = subprocess.run([sys.executable, "-c", "import sys; from leakproof.config import "
+    shown = subprocess.run([sys.executable, "-c", "import sys; from leakproof.core.config import "
                             "load; print(load(sys.argv[1]))", path],
                            capture_output=True, text=True, check=True)
     texts = {"spark-submit stdout": ok.stdout, "spark-submit stderr": ok.stderr,

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from leakproof.generator import GeneratorSpec
+from leakproof.testing.generator import GeneratorSpec
 
 from .helpers import Env, assert_offsets_chain, require_standalone, standalone_submit
 

@@ -12,9 +12,9 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from leakproof.commands.produce import send_raw
+from leakproof.core.offsets import OffsetRange
 from leakproof.hbase.partition_store import short_scan
 from leakproof.kafka.reader import read_range
-from leakproof.offsets import OffsetRange
 
 from .helpers import ROOT, Env, require_standalone
 

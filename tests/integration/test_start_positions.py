@@ -7,15 +7,15 @@ import time
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
 
-from leakproof import config
 from leakproof.commands.produce import send_raw
 from leakproof.commit_stores.hbase import OffsetStore
-from leakproof.config import Config
+from leakproof.core import config
+from leakproof.core.config import Config
+from leakproof.core.errors import DataLossError, OffsetError
+from leakproof.core.lease import Lease
 from leakproof.driver.job import Job
-from leakproof.errors import DataLossError, OffsetError
 from leakproof.hbase.connection import connect, ensure_tables
 from leakproof.hbase.state_store import StateStore
-from leakproof.lease import Lease
 
 from .helpers import Env
 

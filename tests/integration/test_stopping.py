@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from leakproof.generator import DEFAULT_START_TS, GeneratorSpec
+from leakproof.testing.generator import DEFAULT_START_TS, GeneratorSpec
 
 from .helpers import (
     Background,

@@ -13,16 +13,17 @@ from typing import Any
 import happybase
 import pytest
 
-from leakproof.events import WebEvent
+from leakproof.core.events import WebEvent
+from leakproof.core.open_index import IndexChanges
+from leakproof.core.sessions import PartitionFolder, PartitionState, fence_key
 from leakproof.hbase.connection import SESSIONS_FAMILIES, STATE_FAMILIES
 from leakproof.hbase.partition_store import PartitionStore, short_scan
 from leakproof.hbase.session_store import SessionStore
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
-from leakproof.open_index import IndexChanges
 from leakproof.ports.task import Mark, PartitionSave
-from leakproof.sessions import PartitionFolder, PartitionState, fence_key
-from leakproof.testing import FakeConnection, FakeTable, fake_scan
+from leakproof.testing.hbase_table import FakeConnection, FakeTable
+from leakproof.testing.task_ports import fake_scan
 
 from .helpers import THRIFT
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from leakproof.generator import GeneratorSpec
+from leakproof.testing.generator import GeneratorSpec
 
 from .helpers import ROOT, Env
 

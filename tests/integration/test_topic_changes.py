@@ -11,13 +11,13 @@ import pytest
 from kafka import KafkaAdminClient, TopicPartition
 
 from leakproof.commands.verify import read_topic
-from leakproof.generator import GeneratorSpec, generate
+from leakproof.core.moved_keys import placed
 from leakproof.hbase.connection import connect
 from leakproof.hbase.session_store import scan_readable
 from leakproof.hbase.state_store import StateStore
 from leakproof.kafka.admin import create_topic
-from leakproof.moved_keys import placed
-from leakproof.oracle import compare, expected_rows
+from leakproof.testing.generator import GeneratorSpec, generate
+from leakproof.testing.oracle import compare, expected_rows
 
 from .helpers import Env, assert_offsets_chain, log_ends, offsets_rows, run_cli, wait_for
 

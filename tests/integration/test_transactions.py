@@ -14,8 +14,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from leakproof.events import WebEvent
-from leakproof.generator import DEFAULT_START_TS, GeneratorSpec, generate
+from leakproof.core.events import WebEvent
+from leakproof.testing.generator import DEFAULT_START_TS, GeneratorSpec, generate
 
 from .helpers import (
     Env,

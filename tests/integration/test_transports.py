@@ -6,11 +6,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from leakproof import config
 from leakproof.commit_stores.hbase import OffsetStore
+from leakproof.core import config
+from leakproof.core.lease import Lease
 from leakproof.hbase.connection import connect, ensure_tables
 from leakproof.hbase.state_store import StateStore
-from leakproof.lease import Lease
 
 from .helpers import Env, stack
 

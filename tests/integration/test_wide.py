@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from kafka.admin import KafkaAdminClient, NewPartitions
 
-from leakproof.generator import GeneratorSpec
+from leakproof.testing.generator import GeneratorSpec
 
 from .helpers import (
     KAFKA,

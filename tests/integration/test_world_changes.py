@@ -14,14 +14,14 @@ import yaml
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions
 
-from leakproof import codec, config
 from leakproof.commands.produce import send_events
+from leakproof.core import codec, config
+from leakproof.core.errors import OffsetError
+from leakproof.core.events import WebEvent
+from leakproof.core.moved_keys import home, placed
 from leakproof.driver.job import Job
-from leakproof.errors import OffsetError
-from leakproof.events import WebEvent
-from leakproof.generator import GeneratorSpec
 from leakproof.kafka.admin import create_topic
-from leakproof.moved_keys import home, placed
+from leakproof.testing.generator import GeneratorSpec
 
 from .helpers import KAFKA, Env, offsets_rows, run_cli, session_rows, wait_for
 

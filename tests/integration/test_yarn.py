@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from leakproof.generator import GeneratorSpec
+from leakproof.testing.generator import GeneratorSpec
 from proctools import pids_matching
 
 from .helpers import (

@@ -5,14 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from leakproof.config import KafkaConfig
+from leakproof.core.config import KafkaConfig
+from leakproof.core.offsets import CommittedBatch, LogBounds
+from leakproof.core.reports import TaskReport
 from leakproof.driver.batch import BatchPlan
 from leakproof.driver.committing import Committer
 from leakproof.driver.planning import Planner
 from leakproof.driver.startup import start_driver
-from leakproof.offsets import CommittedBatch, LogBounds
-from leakproof.reports import TaskReport
-from leakproof.testing import FakeCommitStore, FakeLeaseStore, FakeMetadata, FakeTableSet
+from leakproof.testing.driver_ports import (
+    FakeCommitStore,
+    FakeLeaseStore,
+    FakeMetadata,
+    FakeTableSet,
+)
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leakproof.backpressure import PIDRateEstimator, split_budgets
+from leakproof.core.backpressure import PIDRateEstimator, split_budgets
 
 
 def test_first_batch_only_calibrates_then_pid_terms_apply() -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from leakproof.cli import build_parser
+from leakproof.core.errors import OffsetError
+from leakproof.core.offsets import LogBounds, OffsetRange
 from leakproof.driver.bounds import bound_offsets, clamp, reached, short_of, shortfall
 from leakproof.driver.control import RunControl, RunLimits
-from leakproof.errors import OffsetError
-from leakproof.offsets import LogBounds, OffsetRange
 
 from .drivers import rig
 

@@ -68,7 +68,7 @@ def test_with_log_format_json_every_record_and_the_exit_message_are_one_json_obj
     import logging
     import sys
 
-    from leakproof.logs import JsonFormatter, configure, fail
+    from leakproof.core.logs import JsonFormatter, configure, fail
 
     try:
         raise ValueError("boom")

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from leakproof.config import KafkaConfig
+from leakproof.core.config import KafkaConfig
 from leakproof.kafka import STALL_S, client_settings, stalls
 
 

@@ -11,8 +11,8 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaTimeoutError
 from kafka.future import Future
 
-from leakproof import config
-from leakproof.errors import PublishError
+from leakproof.core import config
+from leakproof.core.errors import PublishError
 from leakproof.kafka import closed_sink
 from leakproof.kafka.closed_sink import ClosedSink
 

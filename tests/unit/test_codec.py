@@ -9,9 +9,9 @@ from typing import Any
 import fastavro
 import pytest
 
-from leakproof import codec
-from leakproof.errors import DecodeError, KeyDecodeError, ValueDecodeError
-from leakproof.events import WebEvent, schema_json
+from leakproof.core import codec
+from leakproof.core.errors import DecodeError, KeyDecodeError, ValueDecodeError
+from leakproof.core.events import WebEvent, schema_json
 from leakproof.model.spec import web_model
 
 EVENT = WebEvent("s1", "u1", 3, 1_700_000_000_123, "click", "https://x/a", 200, 512,

@@ -6,10 +6,10 @@ import logging
 
 import pytest
 
-from leakproof.errors import BatchFailed, CommitRefused, GroupHasMembers
-from leakproof.lease import Lease
-from leakproof.offsets import Gap, LogBounds
-from leakproof.reports import TaskReport
+from leakproof.core.errors import BatchFailed, CommitRefused, GroupHasMembers
+from leakproof.core.lease import Lease
+from leakproof.core.offsets import Gap, LogBounds
+from leakproof.core.reports import TaskReport
 
 from .drivers import reports, rig
 

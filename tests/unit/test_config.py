@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from leakproof import config
-from leakproof.errors import ConfigError
+from leakproof.core import config
+from leakproof.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,7 +117,7 @@ def test_config_yml_documents_every_key() -> None:
         if name in sections and dataclasses.is_dataclass(cls):
             missing += [f"{sections[name]}.{f.name}" for f in dataclasses.fields(cls)
                         if f.name != "kerberos" and f"{f.name}:" not in text]
-    from leakproof.config import Registry
+    from leakproof.core.config import Registry
 
     missing += [f"events.registry.{f.name}" for f in dataclasses.fields(Registry)
                 if f.name not in text]

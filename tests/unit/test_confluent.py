@@ -16,12 +16,12 @@ from typing import Any
 import fastavro
 import pytest
 
-from leakproof import config
-from leakproof.codec import Decoder, encode_framed
-from leakproof.config import Registry
-from leakproof.errors import ConfigError, DecodeError, RegistryUnavailable, SchemaMismatch
-from leakproof.events import WebEvent, schema_json
-from leakproof.frames import describe
+from leakproof.core import config
+from leakproof.core.codec import Decoder, encode_framed
+from leakproof.core.config import Registry
+from leakproof.core.errors import ConfigError, DecodeError, RegistryUnavailable, SchemaMismatch
+from leakproof.core.events import WebEvent, schema_json
+from leakproof.core.frames import describe
 from leakproof.model.spec import FROM_REGISTRY, read_model, web_model, with_schema
 
 WEB_SCHEMA = str(resources.files("leakproof").joinpath("schemas/web_event.avsc"))

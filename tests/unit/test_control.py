@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import signal
 
+from leakproof.core.offsets import LogBounds, OffsetRange
 from leakproof.driver.batch import BatchPlan
 from leakproof.driver.control import RunControl, RunLimits
-from leakproof.offsets import LogBounds, OffsetRange
 
 
 def plan(batch_ms: int, records: int) -> BatchPlan:

@@ -13,15 +13,12 @@ from typing import Any
 import fastavro
 import pytest
 
-from leakproof import config
-from leakproof.config.output import EmitEvery
-from leakproof.errors import ConfigError
-from leakproof.model.compiled import compile_model
-from leakproof.model.spec import web_model
-from leakproof.oracle import summary_problems
-from leakproof.outbox import Outbox
-from leakproof.sessions import SessionState
-from leakproof.summaries import (
+from leakproof.core import config
+from leakproof.core.config.output import EmitEvery
+from leakproof.core.errors import ConfigError
+from leakproof.core.outbox import Outbox
+from leakproof.core.sessions import SessionState
+from leakproof.core.summaries import (
     FINAL,
     VERSION,
     avro_summary,
@@ -29,7 +26,10 @@ from leakproof.summaries import (
     json_summary,
     summary_schema,
 )
-from leakproof.testing import Crash
+from leakproof.model.compiled import compile_model
+from leakproof.model.spec import web_model
+from leakproof.testing.hbase_table import Crash
+from leakproof.testing.oracle import summary_problems
 
 from .test_gap_fold import Rig as GapRig
 from .test_gap_fold import arrivals, read_through

@@ -11,24 +11,24 @@ from typing import Any
 import pytest
 
 from leakproof.commands.model_accept import judge
-from leakproof.config import SessionsConfig
+from leakproof.core.config import SessionsConfig
+from leakproof.core.errors import ConfigError
+from leakproof.core.events import Event
+from leakproof.core.gap_fold import GapRule
+from leakproof.core.offsets import OffsetRange
 from leakproof.driver.startup import check_model
-from leakproof.errors import ConfigError
-from leakproof.events import Event
-from leakproof.gap_fold import GapRule
 from leakproof.model.compiled import compile_model
 from leakproof.model.fingerprint import beyond_force, changes, meaning, only_added
 from leakproof.model.spec import Aggregate, Model, web_model
-from leakproof.offsets import OffsetRange
 from leakproof.task.process import Rules, Stores, TaskBatch, process_ranges
-from leakproof.testing import (
+from leakproof.testing.driver_ports import FakeLeaseStore
+from leakproof.testing.hbase_table import Journal
+from leakproof.testing.task_ports import (
     FakeDeadLetters,
     FakeLeaseCheck,
-    FakeLeaseStore,
     FakePartitionRows,
     FakeSessionRows,
     FakeVisits,
-    Journal,
 )
 
 from .test_oracle_gap import PLAIN, SEQUENCED

@@ -13,24 +13,23 @@ from typing import Any
 
 import pytest
 
-from leakproof.events import Event
-from leakproof.gap_fold import GapFolder, GapRule, session_key, visitor_of
+from leakproof.core.events import Event
+from leakproof.core.gap_fold import GapFolder, GapRule, session_key, visitor_of
+from leakproof.core.offsets import OffsetRange
+from leakproof.core.reports import TaskReport
+from leakproof.core.sessions import Outcome, PartitionState, SeqSet, SessionState
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import Model
-from leakproof.offsets import OffsetRange
-from leakproof.oracle import expected_gap_rows, expected_rows
-from leakproof.reports import TaskReport
-from leakproof.sessions import Outcome, PartitionState, SeqSet, SessionState
 from leakproof.task.process import Rules, Stores, TaskBatch, process_ranges
-from leakproof.testing import (
-    Crash,
+from leakproof.testing.hbase_table import Crash, Journal
+from leakproof.testing.oracle import expected_gap_rows, expected_rows
+from leakproof.testing.task_ports import (
     FakeDeadLetters,
     FakeLeaseCheck,
     FakePartitionRows,
     FakeSessionRows,
     FakeSummarySink,
     FakeVisits,
-    Journal,
 )
 
 from .test_oracle_gap import PLAIN, SEQUENCED

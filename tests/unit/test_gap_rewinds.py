@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from leakproof.gap_fold import session_key
-from leakproof.testing import Crash
+from leakproof.core.gap_fold import session_key
+from leakproof.testing.hbase_table import Crash
 
 from .test_gap_fold import Rig, ev
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from leakproof.core.offsets import OffsetRange
 from leakproof.driver.grouping import group, split, task_count
-from leakproof.offsets import OffsetRange
 
 
 def r(partition: int, count: int) -> OffsetRange:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 
 from leakproof.commands.lag import partition_state
-from leakproof.config import from_dict
+from leakproof.core.config import from_dict
+from leakproof.core.errors import ConfigError, OffsetError
+from leakproof.core.offsets import HeldTransaction, LogBounds, plan_ranges, resolve_start
+from leakproof.core.reports import BatchTotals, TaskReport
 from leakproof.driver.batch import BatchOutcome, Committed
 from leakproof.driver.progress import progress_record, text_line
-from leakproof.errors import ConfigError, OffsetError
-from leakproof.offsets import HeldTransaction, LogBounds, plan_ranges, resolve_start
-from leakproof.reports import BatchTotals, TaskReport
 
 from .drivers import rig
 

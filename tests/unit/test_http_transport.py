@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from leakproof.config import HBaseConfig
+from leakproof.core.config import HBaseConfig
 from leakproof.hbase.secure import HttpTransport
 
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from leakproof.core.offsets import LogBounds, OffsetRange
 from leakproof.driver import spark_compat
 from leakproof.driver.batch import BatchPlan
 from leakproof.driver.input_report import DESCRIPTION_KEY, OFFSETS_KEY, InputReport, description
-from leakproof.offsets import LogBounds, OffsetRange
 
 
 @pytest.fixture(autouse=True)

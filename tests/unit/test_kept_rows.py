@@ -10,26 +10,25 @@ from pathlib import Path
 
 import pytest
 
-from leakproof.events import Event, WebEvent
-from leakproof.generator import GeneratorSpec, generate
+from leakproof.core.events import Event, WebEvent
+from leakproof.core.kept_rows import Delta, KeptRows, keepable, rewritten
+from leakproof.core.offsets import OffsetRange
+from leakproof.core.reports import TaskReport
+from leakproof.core.sessions import SessionState
 from leakproof.hbase.partition_store import writer_token
 from leakproof.kafka.records import KafkaRecord
-from leakproof.kept_rows import Delta, KeptRows, keepable, rewritten
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
-from leakproof.offsets import OffsetRange
-from leakproof.oracle import compare, expected_rows
-from leakproof.reports import TaskReport
-from leakproof.sessions import SessionState
 from leakproof.task.kept_trail import SharedKeptRows, Trail, trail_root
 from leakproof.task.process import Rules, Stores, TaskBatch, process_range, process_ranges
-from leakproof.testing import (
-    Crash,
+from leakproof.testing.generator import GeneratorSpec, generate
+from leakproof.testing.hbase_table import Crash, Journal
+from leakproof.testing.oracle import compare, expected_rows
+from leakproof.testing.task_ports import (
     FakeDeadLetters,
     FakeLeaseCheck,
     FakePartitionRows,
     FakeSessionRows,
-    Journal,
 )
 
 CLOSE_MS = 600_000

@@ -4,12 +4,12 @@ runs, and the output thread's news reaching planning through the run control."""
 
 from __future__ import annotations
 
+from leakproof.core.moved_keys import KeyMoves
+from leakproof.core.offsets import LogBounds, OffsetRange
 from leakproof.driver.batch import BatchPlan
 from leakproof.driver.control import RunControl, RunLimits
 from leakproof.driver.key_guard import KeyMoveGuard
-from leakproof.moved_keys import KeyMoves
-from leakproof.offsets import LogBounds, OffsetRange
-from leakproof.testing import FakeLeaseStore
+from leakproof.testing.driver_ports import FakeLeaseStore
 
 SETTLE_S = 300.0  # kafka.partitions_settle_s
 T0 = 1_700_000_000_000

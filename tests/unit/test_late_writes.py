@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from leakproof.cell_clock import CellClock, room, stamps
-from leakproof.kept_rows import KeptRows
-from leakproof.testing import FakeTable, LateWrite
+from leakproof.core.cell_clock import CellClock, room, stamps
+from leakproof.core.kept_rows import KeptRows
+from leakproof.testing.hbase_table import FakeTable, LateWrite
 
 from .test_process_range import FIRST, SECOND, Rig, ev, records
 

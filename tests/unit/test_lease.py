@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leakproof.lease import Lease
+from leakproof.core.lease import Lease
 
 
 def test_round_trip() -> None:

@@ -12,11 +12,11 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from leakproof.core.offsets import HeldTransaction, LogBounds, OffsetRange
+from leakproof.core.reports import BatchTotals, TaskReport
 from leakproof.driver.batch import BatchOutcome, BatchPlan, Committed
 from leakproof.driver.metrics import METRICS, JobMetrics, TargetFile, interval_buckets
 from leakproof.driver.progress import Progress
-from leakproof.offsets import HeldTransaction, LogBounds, OffsetRange
-from leakproof.reports import BatchTotals, TaskReport
 
 NOW = 1_700_000_010_000
 
@@ -152,8 +152,8 @@ def test_before_the_first_batch_the_newest_batch_and_commit_are_the_drivers_star
 
 
 def test_a_target_file_needs_the_endpoint() -> None:
-    from leakproof import config
-    from leakproof.errors import ConfigError
+    from leakproof.core import config
+    from leakproof.core.errors import ConfigError
 
     base = {"kafka": {"bootstrap_servers": "k:9092", "topic": "t", "group_id": "g"}}
     cfg = config.from_dict({**base, "job": {"metrics_port": 9400,

@@ -7,8 +7,8 @@ import pytest
 from Hbase_thrift import IOError as HBaseIOError
 from thriftpy2.transport import TTransportException
 
-from leakproof.config import HBaseConfig
-from leakproof.errors import HBaseUnavailable, TableMissing
+from leakproof.core.config import HBaseConfig
+from leakproof.core.errors import HBaseUnavailable, TableMissing
 from leakproof.hbase.connection import missing_table, ride_out
 
 # what the Thrift server sends: the Java exception's name, message and stack as one text

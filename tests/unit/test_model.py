@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from leakproof import config
-from leakproof.codec import Decoder
-from leakproof.errors import ConfigError, DecodeError
+from leakproof.core import config
+from leakproof.core.codec import Decoder
+from leakproof.core.errors import ConfigError, DecodeError
+from leakproof.core.offsets import OffsetRange
 from leakproof.examples.access_log import (
     DATA,
     avro_value,
@@ -27,17 +28,15 @@ from leakproof.kafka.records import KafkaRecord
 from leakproof.model import where
 from leakproof.model.compiled import compile_model, float_text
 from leakproof.model.spec import Model, read_model
-from leakproof.offsets import OffsetRange
-from leakproof.oracle import compare, expected_rows, holds
 from leakproof.task.process import Stores, process_range
-from leakproof.testing import (
-    Crash,
+from leakproof.testing.hbase_table import Crash, Journal
+from leakproof.testing.oracle import compare, expected_rows, holds
+from leakproof.testing.task_ports import (
     FakeDeadLetters,
     FakeLeaseCheck,
     FakePartitionRows,
     FakeSessionRows,
     FakeSummarySink,
-    Journal,
 )
 
 ROOT = Path(__file__).resolve().parents[2]

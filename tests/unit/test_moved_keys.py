@@ -7,7 +7,7 @@ import random
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from leakproof.moved_keys import NONE, KeyMoves, murmur2, placed
+from leakproof.core.moved_keys import NONE, KeyMoves, murmur2, placed
 
 SETTLE = 300_000
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from leakproof.errors import DataLossError, OffsetError
-from leakproof.offsets import (
+from leakproof.core.errors import DataLossError, OffsetError
+from leakproof.core.offsets import (
     Gap,
     LogBounds,
     OffsetRange,

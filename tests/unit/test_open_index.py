@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from leakproof import open_index, sessions
-from leakproof.events import WebEvent
+from leakproof.core import open_index, sessions
+from leakproof.core.events import WebEvent
+from leakproof.core.open_index import Entry, bucket_of
+from leakproof.core.sessions import FoldResult, OpenSessions, PartitionState, SessionState
 from leakproof.hbase.partition_store import PartitionStore
-from leakproof.open_index import Entry, bucket_of
 from leakproof.ports.task import Mark, PartitionSave
-from leakproof.sessions import FoldResult, OpenSessions, PartitionState, SessionState
-from leakproof.testing import FakeConnection, FakeTable
+from leakproof.testing.hbase_table import FakeConnection, FakeTable
 
 from .test_session_store import WEB, event
 

@@ -10,7 +10,7 @@ import pytest
 from leakproof.cli import build_parser
 from leakproof.commands import produce
 from leakproof.commands.lag import lag_table
-from leakproof.config import KafkaConfig
+from leakproof.core.config import KafkaConfig
 
 FOUND: dict[str, Any] = {
     "topic": "web", "group": "lp", "total_lag": 140, "lag_s": 42.46, "batch_ms": 1_700,

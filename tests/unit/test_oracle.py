@@ -8,24 +8,23 @@ from dataclasses import replace
 
 import pytest
 
-from leakproof import open_index
-from leakproof.events import Event, WebEvent
-from leakproof.generator import GeneratorSpec, generate
+from leakproof.core import open_index
+from leakproof.core.events import Event, WebEvent
+from leakproof.core.offsets import OffsetRange
+from leakproof.core.session_cells import from_cells, readable, to_cells
+from leakproof.core.sessions import SeqSet, SessionState
 from leakproof.kafka.records import KafkaRecord
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
-from leakproof.offsets import OffsetRange
-from leakproof.oracle import compare, expected_rows, expected_rows_merged
-from leakproof.session_cells import from_cells, readable, to_cells
-from leakproof.sessions import SeqSet, SessionState
 from leakproof.task.process import Stores, process_range
-from leakproof.testing import (
-    Crash,
+from leakproof.testing.generator import GeneratorSpec, generate
+from leakproof.testing.hbase_table import Crash, Journal
+from leakproof.testing.oracle import compare, expected_rows, expected_rows_merged
+from leakproof.testing.task_ports import (
     FakeDeadLetters,
     FakeLeaseCheck,
     FakePartitionRows,
     FakeSessionRows,
-    Journal,
 )
 
 CLOSE_MS = 600_000

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from leakproof.events import Event
+from leakproof.core.events import Event
 from leakproof.examples.access_log import DATA, SCHEMA
 from leakproof.model.spec import Model, read_model
-from leakproof.oracle import expected_gap_rows, expected_gap_rows_merged
+from leakproof.testing.oracle import expected_gap_rows, expected_gap_rows_merged
 
 GAP = 1_000
 CLOSE = 1_500

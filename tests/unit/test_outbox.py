@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from leakproof.core.errors import ConfigError, KafkaReadError
+from leakproof.core.outbox import Outbox, covers, outbox_id, with_digest
 from leakproof.driver.startup import check_output_topic
-from leakproof.errors import ConfigError, KafkaReadError
-from leakproof.outbox import Outbox, covers, outbox_id, with_digest
 
 
 def test_a_range_that_closes_nothing_and_owes_nothing_writes_no_outbox() -> None:

@@ -7,12 +7,17 @@ import time
 import pytest
 
 from leakproof.commands.rewind import RewindTarget, write_rewind
-from leakproof.config import KafkaConfig
+from leakproof.core.config import KafkaConfig
+from leakproof.core.errors import KafkaReadError, OffsetError, TablesOwned
+from leakproof.core.offsets import CommittedBatch, LogBounds
+from leakproof.core.sessions import fence_key, fence_source, incarnation_of
 from leakproof.driver.planning import Planner
-from leakproof.errors import KafkaReadError, OffsetError, TablesOwned
-from leakproof.offsets import CommittedBatch, LogBounds
-from leakproof.sessions import fence_key, fence_source, incarnation_of
-from leakproof.testing import FakeCommitStore, FakeLeaseStore, FakeMetadata, FakeTableSet
+from leakproof.testing.driver_ports import (
+    FakeCommitStore,
+    FakeLeaseStore,
+    FakeMetadata,
+    FakeTableSet,
+)
 
 from .drivers import rig
 
@@ -91,7 +96,7 @@ def test_an_unreachable_broker_is_a_read_error_for_the_glue_to_ride_out() -> Non
 
 
 def test_backpressure_splits_its_rate_by_lag() -> None:
-    from leakproof.config import BackpressureConfig
+    from leakproof.core.config import BackpressureConfig
 
     r = rig({0: (0, 1000), 1: (0, 3000)}, backpressure=BackpressureConfig(enabled=True))
     plan = r.planner.plan(2_000, rate=400.0)  # 400 ev/s for the job, one-second batches

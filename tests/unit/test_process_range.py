@@ -7,23 +7,22 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from leakproof.errors import CommitRefused, DecodeError
-from leakproof.events import Event, WebEvent
+from leakproof.core.errors import CommitRefused, DecodeError
+from leakproof.core.events import Event, WebEvent
+from leakproof.core.moved_keys import home
+from leakproof.core.offsets import OffsetRange
+from leakproof.core.outbox import with_digest
+from leakproof.core.reports import TaskReport
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
-from leakproof.moved_keys import home
-from leakproof.offsets import OffsetRange
-from leakproof.outbox import with_digest
-from leakproof.reports import TaskReport
 from leakproof.task.process import Rules, Stores, TaskBatch, process_range, process_ranges
-from leakproof.testing import (
-    Crash,
+from leakproof.testing.hbase_table import Crash, Journal
+from leakproof.testing.task_ports import (
     FakeDeadLetters,
     FakeLeaseCheck,
     FakePartitionRows,
     FakeSessionRows,
     FakeSummarySink,
-    Journal,
 )
 
 CLOSE_MS = 60_000  # sessions.close_after: inactivity gap + grace

@@ -8,13 +8,13 @@ from datetime import datetime
 
 import pytest
 
+from leakproof.core.lease import Lease
+from leakproof.core.logs import JsonFormatter
+from leakproof.core.offsets import Gap, LogBounds, OffsetRange
+from leakproof.core.reports import BatchTotals, TaskReport
 from leakproof.driver.batch import BatchOutcome, BatchPlan, Committed, audit_cells, batch_millis
 from leakproof.driver.progress import Progress, log_line, progress_record, ranges_text
 from leakproof.driver.progress import text_line as log_text
-from leakproof.lease import Lease
-from leakproof.logs import JsonFormatter
-from leakproof.offsets import Gap, LogBounds, OffsetRange
-from leakproof.reports import BatchTotals, TaskReport
 
 
 def report(p: int, records: int, read_s: float, **kinds: int) -> TaskReport:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from leakproof import config
+from leakproof.core import config
 
 ROOT = Path(__file__).resolve().parents[2]
 

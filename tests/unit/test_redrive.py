@@ -23,7 +23,7 @@ from leakproof.commands.redrive import (
     count,
     redrive_partition,
 )
-from leakproof.dead_letter import (
+from leakproof.core.dead_letter import (
     ALL,
     ORIGIN_HEADER,
     PENDING,
@@ -37,27 +37,25 @@ from leakproof.dead_letter import (
     parse_origin,
     source,
 )
-from leakproof.errors import PublishError, ValueDecodeError
-from leakproof.events import Event
-from leakproof.gap_fold import GapFolder, GapRule, session_key
+from leakproof.core.errors import PublishError, ValueDecodeError
+from leakproof.core.events import Event
+from leakproof.core.gap_fold import GapFolder, GapRule, session_key
+from leakproof.core.offsets import OffsetRange
+from leakproof.core.reports import TaskReport
+from leakproof.core.sessions import Outcome, PartitionFolder, PartitionState, SessionState
 from leakproof.hbase.dead_letters import from_cells, row_key, to_cells
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import Model
-from leakproof.offsets import OffsetRange
-from leakproof.oracle import compare, expected_gap_rows_merged, expected_rows_merged
-from leakproof.reports import TaskReport
-from leakproof.sessions import Outcome, PartitionFolder, PartitionState, SessionState
 from leakproof.task.process import Rules, Stores, TaskBatch, process_ranges
-from leakproof.testing import (
-    FakeBroker,
-    FakeDeadLetterRows,
+from leakproof.testing.hbase_table import Journal
+from leakproof.testing.oracle import compare, expected_gap_rows_merged, expected_rows_merged
+from leakproof.testing.redrive import FakeBroker, FakeDeadLetterRows, FakeRedriveTarget
+from leakproof.testing.task_ports import (
     FakeDeadLetters,
     FakeLeaseCheck,
     FakePartitionRows,
-    FakeRedriveTarget,
     FakeSessionRows,
     FakeVisits,
-    Journal,
 )
 
 from .test_oracle_gap import PLAIN, SEQUENCED

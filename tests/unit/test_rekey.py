@@ -12,15 +12,13 @@ from typing import Any
 
 import pytest
 
-from leakproof import codec, config, oracle
 from leakproof.commands.redrive import Lanes, count
-from leakproof.dead_letter import ALL, ORIGIN_HEADER, SENT, DeadLetter
-from leakproof.errors import ConfigError
-from leakproof.events import WebEvent
-from leakproof.kafka.records import KafkaRecord
-from leakproof.model.spec import web_model
-from leakproof.moved_keys import home
-from leakproof.rekey import (
+from leakproof.core import codec, config
+from leakproof.core.dead_letter import ALL, ORIGIN_HEADER, SENT, DeadLetter
+from leakproof.core.errors import ConfigError
+from leakproof.core.events import WebEvent
+from leakproof.core.moved_keys import home
+from leakproof.core.rekey import (
     MAX_RECORDS,
     REFRESH_S,
     SOURCE_HEADER,
@@ -38,7 +36,10 @@ from leakproof.rekey import (
     transactional_id,
     with_source,
 )
-from leakproof.testing import FakeBroker, FakeDeadLetterRows
+from leakproof.kafka.records import KafkaRecord
+from leakproof.model.spec import web_model
+from leakproof.testing import oracle
+from leakproof.testing.redrive import FakeBroker, FakeDeadLetterRows
 
 from .test_redrive import Crash, attempt, copies, crasher, letter
 
@@ -194,7 +195,7 @@ class _Meta:
         return [0, 1, 2, 3] if topic.endswith(".leakproof-rekey") else [0, 1, 2]
 
     def log_bounds(self, topic: str, partitions: Any) -> dict[int, Any]:
-        from leakproof.offsets import LogBounds
+        from leakproof.core.offsets import LogBounds
 
         return {p: LogBounds(0, 100 * (p + 1), 100 * (p + 1)) for p in partitions}
 
@@ -220,7 +221,7 @@ class _Spark:
         return self
 
     def collect(self) -> list[Any]:
-        from leakproof.rekey import RekeyReport
+        from leakproof.core.rekey import RekeyReport
 
         return [RekeyReport(p, 0, end, end) for p, end, _refresh in self.sent[-1]]
 
@@ -452,7 +453,7 @@ def test_a_stage_task_fenced_or_refused_ends_at_once(monkeypatch: pytest.MonkeyP
     in the stage's own error."""
     from kafka.errors import ProducerFencedError, TopicAuthorizationFailedError
 
-    from leakproof.errors import PublishError
+    from leakproof.core.errors import PublishError
     from leakproof.kafka import rekey as kafka_rekey
 
     def wrapped(cause: Exception) -> PublishError:

@@ -10,12 +10,12 @@ import random
 
 import pytest
 
-from leakproof import retention
-from leakproof.config.sessions import read_sessions
-from leakproof.errors import ConfigError
-from leakproof.events import Event
+from leakproof.core import retention
+from leakproof.core.config.sessions import read_sessions
+from leakproof.core.errors import ConfigError
+from leakproof.core.events import Event
 from leakproof.model.spec import web_model
-from leakproof.oracle import RETIRED, compare, expected_rows
+from leakproof.testing.oracle import RETIRED, compare, expected_rows
 
 from . import test_gap_fold as gap_rig
 from .test_process_range import ev as web_event

@@ -15,10 +15,10 @@ from leakproof.commands.rewind import (
     rewound_offsets,
     write_rewind,
 )
-from leakproof.errors import ForeignOffsets, OffsetError
-from leakproof.lease import Lease
-from leakproof.offsets import CommittedBatch, LogBounds
-from leakproof.testing import FakeCommitStore, FakeLeaseStore
+from leakproof.core.errors import ForeignOffsets, OffsetError
+from leakproof.core.lease import Lease
+from leakproof.core.offsets import CommittedBatch, LogBounds
+from leakproof.testing.driver_ports import FakeCommitStore, FakeLeaseStore
 
 BOUNDS = {0: LogBounds(0, 100), 1: LogBounds(10, 50, stable_end=40)}
 

@@ -9,7 +9,7 @@ import pytest
 
 from leakproof.cli import build_parser
 from leakproof.commands.sessions_diff import SessionsDiff
-from leakproof.row_diff import Row, diff_rows
+from leakproof.core.row_diff import Row, diff_rows
 
 A: list[Row] = [(b"a", {b"s:events": b"3"}),
                 (b"b", {b"s:events": b"5", b"s:state": b"open"}),

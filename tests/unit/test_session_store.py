@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakproof.events import WebEvent
+from leakproof.core.events import WebEvent
+from leakproof.core.session_cells import from_cells, readable, to_cells
+from leakproof.core.sessions import PartitionFolder, PartitionState, fence_key
 from leakproof.hbase.session_store import SessionStore
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
-from leakproof.session_cells import from_cells, readable, to_cells
-from leakproof.sessions import PartitionFolder, PartitionState, fence_key
 
 WEB = compile_model(web_model())
 

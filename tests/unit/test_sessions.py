@@ -7,11 +7,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from typing import Any, cast
 
-from leakproof import sessions
-from leakproof.events import WebEvent
-from leakproof.model.compiled import compile_model
-from leakproof.model.spec import web_model
-from leakproof.sessions import (
+from leakproof.core import sessions
+from leakproof.core.events import WebEvent
+from leakproof.core.sessions import (
     FoldResult,
     OpenSessions,
     Outcome,
@@ -20,6 +18,8 @@ from leakproof.sessions import (
     SeqSet,
     SessionState,
 )
+from leakproof.model.compiled import compile_model
+from leakproof.model.spec import web_model
 
 GAP = 1000  # close_after_ms in these tests
 K = "t:0"

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from pyspark import SparkConf
 
-from leakproof import config
+from leakproof.core import config
 from leakproof.driver.spark_session import EXECUTOR_JAVA_OPTIONS, apply_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,8 +54,8 @@ def test_spark_submit_wins_over_config_yml_and_the_defaults() -> None:
 
 
 def test_a_spark_connect_session_is_refused_before_spark_starts() -> None:
+    from leakproof.core.errors import ConfigError
     from leakproof.driver.spark_session import spark_connect_requested, spark_context
-    from leakproof.errors import ConfigError
 
     assert spark_connect_requested({}, {}) is None
     assert spark_connect_requested({"SPARK_CONNECT_MODE_ENABLED": "1"}, {}) is not None

@@ -13,7 +13,7 @@ import pytest
 from kafka import TopicPartition
 from kafka.errors import CoordinatorNotAvailableError, UnknownBrokerIdError
 
-from leakproof.errors import KafkaReadError
+from leakproof.core.errors import KafkaReadError
 from leakproof.kafka import admin
 
 

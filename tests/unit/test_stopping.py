@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from leakproof.core.runs import RunState, heartbeat_period_s, stale_after_ms
 from leakproof.driver.control import RunControl, RunLimits
 from leakproof.driver.stopping import STOP_REASON, StopRequests
-from leakproof.runs import RunState, heartbeat_period_s, stale_after_ms
-from leakproof.testing import FakeRunRecord
+from leakproof.testing.driver_ports import FakeRunRecord
 
 
 def driver(record: FakeRunRecord, epoch: int = 3) -> tuple[RunControl, StopRequests]:

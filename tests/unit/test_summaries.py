@@ -8,10 +8,10 @@ import json
 
 import fastavro
 
+from leakproof.core.sessions import SessionState
+from leakproof.core.summaries import avro_summary, json_summary, summary_schema
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
-from leakproof.sessions import SessionState
-from leakproof.summaries import avro_summary, json_summary, summary_schema
 
 
 def test_the_web_models_summary_schema() -> None:

@@ -6,7 +6,7 @@ import pytest
 from thriftpy2.thrift import TException
 from thriftpy2.transport import TTransportException
 
-from leakproof import config
+from leakproof.core import config
 from leakproof.hbase.connection import (
     SESSIONS_FAMILIES,
     STATE_FAMILIES,

@@ -12,21 +12,21 @@ import uuid
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from leakproof import codec
-from leakproof.events import WebEvent
-from leakproof.gap_fold import GapRule
+from leakproof.core import codec
+from leakproof.core.events import WebEvent
+from leakproof.core.gap_fold import GapRule
+from leakproof.core.offsets import OffsetRange
 from leakproof.kafka.records import read_records
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import web_model
-from leakproof.offsets import OffsetRange
 from leakproof.task.process import Rules, Stores, TaskBatch, process_ranges
-from leakproof.testing import (
+from leakproof.testing.hbase_table import Journal
+from leakproof.testing.task_ports import (
     FakeDeadLetters,
     FakeLeaseCheck,
     FakePartitionRows,
     FakeSessionRows,
     FakeVisits,
-    Journal,
 )
 from leakproof.testing.trip import MOMENTS, Tracer, files_of
 
@@ -36,12 +36,12 @@ STOPS_AT_MOST = {"id": 18, "gap": 20}
 # where a new session's first record must go, on the code alone (a new visitor split by the
 # gap has no session row to read: its listing is read instead)
 MET = {
-    "id": {"leakproof.kafka.records.read_records", "leakproof.codec.Decoder._event",
+    "id": {"leakproof.kafka.records.read_records", "leakproof.core.codec.Decoder._event",
            "leakproof.hbase.session_store.SessionStore.read",
-           "leakproof.sessions.PartitionFolder.feed", "leakproof.session_cells.to_cells"},
-    "gap": {"leakproof.kafka.records.read_records", "leakproof.codec.Decoder._event",
-            "leakproof.hbase.visit_store.VisitStore.read", "leakproof.gap_fold.GapFolder.feed",
-            "leakproof.hbase.visit_store.VisitStore.add", "leakproof.session_cells.to_cells"},
+           "leakproof.core.sessions.PartitionFolder.feed", "leakproof.core.session_cells.to_cells"},
+    "gap": {"leakproof.kafka.records.read_records", "leakproof.core.codec.Decoder._event",
+            "leakproof.hbase.visit_store.VisitStore.read", "leakproof.core.gap_fold.GapFolder.feed",
+            "leakproof.hbase.visit_store.VisitStore.add", "leakproof.core.session_cells.to_cells"},
 }
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from leakproof import config
+from leakproof.core import config
 from leakproof.task import worker
 
 ROOT = Path(__file__).resolve().parents[2]

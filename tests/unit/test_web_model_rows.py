@@ -8,21 +8,21 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from leakproof import config
-from leakproof.codec import Decoder, encode_key, encode_value
-from leakproof.events import WebEvent
-from leakproof.generator import GeneratorSpec, generate
+from leakproof.core import config
+from leakproof.core.codec import Decoder, encode_key, encode_value
+from leakproof.core.events import WebEvent
+from leakproof.core.offsets import OffsetRange
 from leakproof.kafka.records import KafkaRecord
 from leakproof.model.compiled import compile_model
 from leakproof.model.spec import Model, web_model
-from leakproof.offsets import OffsetRange
 from leakproof.task.process import Stores, process_range
-from leakproof.testing import (
+from leakproof.testing.generator import GeneratorSpec, generate
+from leakproof.testing.hbase_table import Journal
+from leakproof.testing.task_ports import (
     FakeDeadLetters,
     FakeLeaseCheck,
     FakePartitionRows,
     FakeSessionRows,
-    Journal,
 )
 
 ROOT = Path(__file__).resolve().parents[2]

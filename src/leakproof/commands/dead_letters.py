@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from leakproof.config import Config, session_stage
-from leakproof.dead_letter import DeadLetter, Selection, source
-from leakproof.errors import LeakproofError, TableMissing
-from leakproof.rekey import source_header
+from leakproof.core.config import Config, session_stage
+from leakproof.core.dead_letter import DeadLetter, Selection, source
+from leakproof.core.errors import LeakproofError, TableMissing
+from leakproof.core.rekey import source_header
 
 PRINTABLE = frozenset(string.printable.encode()) - frozenset(b"\t\n\r\x0b\x0c")
 
@@ -25,8 +25,8 @@ def current_source(cfg: Config) -> str:
     fences are (``sessions.incarnation_of``, from the ids the state table keeps). With
     ``input.rekey`` the job reads the internal topic: its dead letters go under that name,
     and each says which source record it copies (``describe``)."""
+    from leakproof.core.sessions import incarnation_of
     from leakproof.hbase.state_store import HBaseLeaseStore
-    from leakproof.sessions import incarnation_of
 
     cfg = session_stage(cfg)
     leases = HBaseLeaseStore(cfg.hbase, cfg.kafka.topic, cfg.kafka.group_id)

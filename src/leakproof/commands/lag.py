@@ -8,12 +8,12 @@ import time
 from typing import Any
 
 from leakproof.commit_stores import open_store
-from leakproof.config import Config, session_stage
+from leakproof.core.config import Config, session_stage
+from leakproof.core.errors import KafkaReadError, TableMissing
+from leakproof.core.offsets import LogBounds
+from leakproof.core.rekey import rekey_group
 from leakproof.driver.batch import lag_seconds, max_lag_s
-from leakproof.errors import KafkaReadError, TableMissing
 from leakproof.kafka.admin import KafkaMetadata
-from leakproof.offsets import LogBounds
-from leakproof.rekey import rekey_group
 
 log = logging.getLogger(__name__)
 

@@ -3,8 +3,8 @@ written under, after the operator has seen what changed (``model.fingerprint``).
 
 from __future__ import annotations
 
-from leakproof.config import Config
-from leakproof.errors import ConfigError
+from leakproof.core.config import Config
+from leakproof.core.errors import ConfigError
 from leakproof.hbase.connection import ConnectionSlot, ensure_tables
 from leakproof.hbase.state_store import HBaseLeaseStore
 from leakproof.model.fingerprint import Change, beyond_force, changes, meaning, only_added

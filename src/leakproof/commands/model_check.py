@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from leakproof.config import Config
-from leakproof.errors import DecodeError
+from leakproof.core.config import Config
+from leakproof.core.errors import DecodeError
+from leakproof.core.offsets import OffsetRange
+from leakproof.core.session_cells import readable, to_cells
+from leakproof.core.sessions import PartitionFolder, PartitionState, fence_key
 from leakproof.kafka.admin import topic_bounds
 from leakproof.kafka.reader import read_range
 from leakproof.kafka.registry import decoder_for
 from leakproof.model.compiled import CompiledModel, compile_model
-from leakproof.offsets import OffsetRange
-from leakproof.session_cells import readable, to_cells
-from leakproof.sessions import PartitionFolder, PartitionState, fence_key
 
 
 @dataclass

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from leakproof import codec
-from leakproof.config import KafkaConfig, Registry
-from leakproof.errors import LeakproofError
-from leakproof.events import WebEvent, schema_json
+from leakproof.core import codec
+from leakproof.core.config import KafkaConfig, Registry
+from leakproof.core.errors import LeakproofError
+from leakproof.core.events import WebEvent, schema_json
 from leakproof.kafka import bootstrapped, producer_settings
 
 

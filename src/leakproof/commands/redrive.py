@@ -43,11 +43,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import islice
 
-from leakproof.config import Config
-from leakproof.crashpoints import crash_point
-from leakproof.dead_letter import PENDING, SENT, DeadLetter, RedriveMark, Selection
+from leakproof.core.config import Config
+from leakproof.core.dead_letter import PENDING, SENT, DeadLetter, RedriveMark, Selection
+from leakproof.core.rekey import SOURCE_HEADER, source_header
 from leakproof.ports.redrive import Copy, DeadLetterRows, RedriveTarget
-from leakproof.rekey import SOURCE_HEADER, source_header
+from leakproof.testing.crashpoints import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +295,7 @@ def redrive(cfg: Config, selection: Selection, rate: float | None,
     """Re-drive the selected dead letters of ``cfg``'s topic (``dry_run``: count them and
     send nothing, mark nothing); progress through ``say``."""
     from leakproof.commands.dead_letters import current_source
-    from leakproof.config import session_stage
+    from leakproof.core.config import session_stage
     from leakproof.hbase.dead_letters import DeadLetterRows as HBaseRows
     from leakproof.kafka.redrive import SourceRecords, TransactionalPartition, transactional_id
 
@@ -338,7 +338,7 @@ def redrive(cfg: Config, selection: Selection, rate: float | None,
 def committed_offsets(cfg: Config) -> dict[int, int]:
     """Each partition's offset the job committed last (none yet: an empty map)."""
     from leakproof.commit_stores import open_store
-    from leakproof.errors import TableMissing
+    from leakproof.core.errors import TableMissing
 
     store = open_store(cfg)
     try:

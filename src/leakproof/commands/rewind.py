@@ -25,9 +25,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from leakproof.config import Config, session_stage
-from leakproof.errors import ForeignOffsets, OffsetError, StoreError, TableMissing
-from leakproof.offsets import CommittedBatch, LogBounds
+from leakproof.core.config import Config, session_stage
+from leakproof.core.errors import ForeignOffsets, OffsetError, StoreError, TableMissing
+from leakproof.core.offsets import CommittedBatch, LogBounds
 from leakproof.ports.driver import CommitStore, LeaseStore
 
 log = logging.getLogger(__name__)
@@ -299,9 +299,9 @@ def through_copies(cfg: Config, source_topic: str, source_parts: list[int],
     each internal partition's records the job has read are scanned for the first copy of a
     source record at or after its target; the job goes back there. Raises ``OffsetError``
     for a rewind that would skip forward or needs copies retention removed."""
+    from leakproof.core.offsets import OffsetRange
+    from leakproof.core.rekey import SourceRewind
     from leakproof.kafka.reader import read_range
-    from leakproof.offsets import OffsetRange
-    from leakproof.rekey import SourceRewind
 
     if unknown := sorted(set(targets) - set(source_parts)):
         raise OffsetError(f"{source_topic} has no partition {unknown[0]} (partitions "
@@ -351,8 +351,8 @@ def _inherited(cfg: Config, dry_run: bool) -> CommittedBatch | None:
 def _running(cfg: Config) -> str | None:
     """The run of this topic and group that is alive now, as its run record says (best
     effort: a missing state table or an unreadable record says nothing)."""
+    from leakproof.core.runs import stale_after_ms
     from leakproof.hbase.state_store import HBaseRunRecord
-    from leakproof.runs import stale_after_ms
 
     record = HBaseRunRecord(cfg.hbase, cfg.kafka.topic, cfg.kafka.group_id)
     try:

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from leakproof.config import Config
+from leakproof.core.config import Config
+from leakproof.core.row_diff import RowDiff, diff_rows
 from leakproof.hbase.row_scan import scan
-from leakproof.row_diff import RowDiff, diff_rows
 
 FAMILY = b"s"
 NOTE = ("family s only: fences and the job's own cells (family f) differ legitimately "

@@ -8,10 +8,10 @@ import json
 import time
 from collections.abc import Callable
 
-from leakproof.config import Config
+from leakproof.core.config import Config
+from leakproof.core.runs import STOPPED, stale_after_ms
 from leakproof.hbase.connection import connect
 from leakproof.hbase.state_store import HBaseRunRecord
-from leakproof.runs import STOPPED, stale_after_ms
 
 
 def ask_to_stop(cfg: Config, wait_s: float | None, say: Callable[[str], None] = print,

@@ -13,14 +13,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from leakproof import oracle
 from leakproof.commands.dead_letters import current_source
-from leakproof.config import Config, session_stage
-from leakproof.dead_letter import SENT, RedriveMark, origin, origin_of, parse_origin
+from leakproof.core.config import Config, session_stage
+from leakproof.core.dead_letter import SENT, RedriveMark, origin, origin_of, parse_origin
+from leakproof.core.errors import DecodeError
+from leakproof.core.events import Event, schema_json
+from leakproof.core.offsets import OffsetRange
+from leakproof.core.rekey import SOURCE_HEADER, rekey_group
 from leakproof.driver.bounds import bound_offsets, clamp
-from leakproof.errors import DecodeError
-from leakproof.events import Event, schema_json
-from leakproof.generator import GeneratorSpec, generate
 from leakproof.hbase.connection import connect
 from leakproof.hbase.dead_letters import REDRIVE, DeadLetterStore
 from leakproof.hbase.session_store import scan_readable
@@ -29,8 +29,8 @@ from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.reader import read_range
 from leakproof.kafka.records import KafkaRecord
 from leakproof.kafka.registry import decoder_for
-from leakproof.offsets import OffsetRange
-from leakproof.rekey import SOURCE_HEADER, rekey_group
+from leakproof.testing import oracle
+from leakproof.testing.generator import GeneratorSpec, generate
 
 
 @dataclass

@@ -19,7 +19,7 @@ ForeignOffsets (``refusals.py``), never taken for the job's own; one whose offse
 
 from __future__ import annotations
 
-from leakproof.config import Config
+from leakproof.core.config import Config
 from leakproof.ports.driver import CommitStore
 
 

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 
 import happybase
 
-from leakproof.config import Config
+from leakproof.core.config import Config
+from leakproof.core.offsets import CommittedBatch
 from leakproof.hbase.connection import ConnectionSlot
 from leakproof.hbase.state_store import decode_last, last_row
-from leakproof.offsets import CommittedBatch
 from leakproof.ports.driver import REQUIRED_AUDIT
 
 log = logging.getLogger(__name__)

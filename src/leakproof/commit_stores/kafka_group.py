@@ -17,9 +17,9 @@ from typing import Any
 
 from leakproof.commit_stores.hbase import LastCommit
 from leakproof.commit_stores.refusals import foreign
-from leakproof.config import Config
+from leakproof.core.config import Config
+from leakproof.core.offsets import CommittedBatch
 from leakproof.kafka.admin import KafkaMetadata
-from leakproof.offsets import CommittedBatch
 from leakproof.ports.driver import REQUIRED_AUDIT
 
 log = logging.getLogger(__name__)

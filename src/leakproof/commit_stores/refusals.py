@@ -3,7 +3,7 @@ own: written by someone else (another consumer with its group id, a hand reset).
 
 from __future__ import annotations
 
-from leakproof.errors import ForeignOffsets
+from leakproof.core.errors import ForeignOffsets
 
 
 def foreign(store: str, where: str, partitions: list[int], why: str) -> ForeignOffsets:

@@ -19,9 +19,9 @@ from kazoo.exceptions import KazooException, NoNodeError
 
 from leakproof.commit_stores.hbase import LastCommit
 from leakproof.commit_stores.refusals import foreign
-from leakproof.config import Config
-from leakproof.errors import StoreError
-from leakproof.offsets import CommittedBatch
+from leakproof.core.config import Config
+from leakproof.core.errors import StoreError
+from leakproof.core.offsets import CommittedBatch
 
 log = logging.getLogger(__name__)
 

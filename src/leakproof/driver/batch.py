@@ -7,10 +7,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from leakproof.cell_clock import room, stamps
-from leakproof.lease import Lease
-from leakproof.offsets import Gap, HeldTransaction, LogBounds, OffsetRange
-from leakproof.reports import BatchTotals
+from leakproof.core.cell_clock import room, stamps
+from leakproof.core.lease import Lease
+from leakproof.core.offsets import Gap, HeldTransaction, LogBounds, OffsetRange
+from leakproof.core.reports import BatchTotals
 
 
 @dataclass(frozen=True)

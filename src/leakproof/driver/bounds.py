@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from leakproof.errors import OffsetError
-from leakproof.offsets import LogBounds, OffsetRange
+from leakproof.core.errors import OffsetError
+from leakproof.core.offsets import LogBounds, OffsetRange
 
 BOUND_NOT_REACHED = 3
 """``leakproof run``'s exit code when a bounded run stopped short of its bound."""

@@ -12,13 +12,13 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 
-from leakproof.crashpoints import crash_point
+from leakproof.core.errors import BatchFailed, CommitRefused, CoordinatorNotReady, GroupHasMembers
+from leakproof.core.lease import Lease
+from leakproof.core.offsets import CommittedBatch, Gap, StartPlan
+from leakproof.core.reports import BatchTotals, TaskReport
 from leakproof.driver.batch import BatchPlan, Committed, audit_cells
-from leakproof.errors import BatchFailed, CommitRefused, CoordinatorNotReady, GroupHasMembers
-from leakproof.lease import Lease
-from leakproof.offsets import CommittedBatch, Gap, StartPlan
 from leakproof.ports.driver import CommitStore, GroupMirror, LeaseStore
-from leakproof.reports import BatchTotals, TaskReport
+from leakproof.testing.crashpoints import crash_point
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from leakproof.config import Config
+from leakproof.core.config import Config
+from leakproof.core.offsets import OffsetRange
+from leakproof.core.reports import TaskReport
 from leakproof.driver.batch import BatchPlan
-from leakproof.offsets import OffsetRange
-from leakproof.reports import TaskReport
 
 log = logging.getLogger(__name__)
 

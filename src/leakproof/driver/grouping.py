@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from leakproof.offsets import OffsetRange
+from leakproof.core.offsets import OffsetRange
 
 MIN_TASK_RECORDS = 4_000
 TASKS_PER_CORE = 1

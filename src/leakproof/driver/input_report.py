@@ -26,9 +26,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from leakproof.core.offsets import OffsetRange
 from leakproof.driver import spark_compat
 from leakproof.driver.batch import BatchPlan
-from leakproof.offsets import OffsetRange
 
 log = logging.getLogger(__name__)
 

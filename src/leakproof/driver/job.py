@@ -25,11 +25,18 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from leakproof.backpressure import PIDRateEstimator
-from leakproof.cell_clock import CellClock
 from leakproof.commit_stores import open_store
-from leakproof.config import Config, session_stage
-from leakproof.crashpoints import crash_point
+from leakproof.core.backpressure import PIDRateEstimator
+from leakproof.core.cell_clock import CellClock
+from leakproof.core.config import Config, session_stage
+from leakproof.core.errors import (
+    BatchFailed,
+    CommitRefused,
+    KafkaReadError,
+    LeakproofError,
+)
+from leakproof.core.reports import TaskReport
+from leakproof.core.runs import heartbeat_period_s
 from leakproof.driver.batch import BatchOutcome, BatchPlan, batch_millis
 from leakproof.driver.committing import Committer
 from leakproof.driver.control import RunControl, RunLimits, describe
@@ -47,17 +54,10 @@ from leakproof.driver.spark_session import (
 )
 from leakproof.driver.startup import check_output_topic, prepare_tables, start_driver
 from leakproof.driver.stopping import StopRequests
-from leakproof.errors import (
-    BatchFailed,
-    CommitRefused,
-    KafkaReadError,
-    LeakproofError,
-)
 from leakproof.hbase.state_store import HBaseLeaseStore, HBaseRunRecord, HBaseTableSet
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.model.fingerprint import meaning
-from leakproof.reports import TaskReport
-from leakproof.runs import heartbeat_period_s
+from leakproof.testing.crashpoints import crash_point
 
 log = logging.getLogger(__name__)
 

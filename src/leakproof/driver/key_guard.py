@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from leakproof.core.moved_keys import KeyMoves
 from leakproof.driver.batch import BatchPlan
-from leakproof.moved_keys import KeyMoves
 from leakproof.ports.driver import TopicRecords
 
 log = logging.getLogger(__name__)

@@ -12,9 +12,9 @@ import json
 import logging
 from collections.abc import Mapping
 
+from leakproof.core.logs import FIELDS
 from leakproof.driver.bounds import BOUND_NOT_REACHED, shortfall
 from leakproof.driver.control import RunControl
-from leakproof.logs import FIELDS
 
 log = logging.getLogger("leakproof.driver.job")
 

@@ -12,12 +12,10 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 
-from leakproof.backpressure import split_budgets
-from leakproof.config import KafkaConfig
-from leakproof.driver.batch import BatchPlan
-from leakproof.driver.bounds import bound_offsets, clamp, reached
-from leakproof.errors import KafkaReadError, OffsetError
-from leakproof.offsets import (
+from leakproof.core.backpressure import split_budgets
+from leakproof.core.config import KafkaConfig
+from leakproof.core.errors import KafkaReadError, OffsetError
+from leakproof.core.offsets import (
     CommittedBatch,
     HeldTransaction,
     LogBounds,
@@ -28,6 +26,8 @@ from leakproof.offsets import (
     plan_ranges,
     resolve_start,
 )
+from leakproof.driver.batch import BatchPlan
+from leakproof.driver.bounds import bound_offsets, clamp, reached
 from leakproof.ports.driver import Metadata
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from leakproof.core.logs import FIELDS
 from leakproof.driver.batch import BatchOutcome
-from leakproof.logs import FIELDS
 
 # The progress line's logger keeps the name it always had: operators filter logs on it. With
 # --log-format json its record is one JSON object whose fields are the batch's figures.

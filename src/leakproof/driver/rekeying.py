@@ -17,12 +17,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from leakproof.config import Config
+from leakproof.core.config import Config
+from leakproof.core.errors import BatchFailed, ConfigError, KafkaReadError, LeakproofError
+from leakproof.core.offsets import per_partition_budget
+from leakproof.core.rekey import RekeyReport, rekey_group, stage_work, totals
 from leakproof.driver.control import RunControl, describe
-from leakproof.errors import BatchFailed, ConfigError, KafkaReadError, LeakproofError
 from leakproof.kafka.admin import KafkaMetadata
-from leakproof.offsets import per_partition_budget
-from leakproof.rekey import RekeyReport, rekey_group, stage_work, totals
 
 log = logging.getLogger(__name__)
 

@@ -14,12 +14,12 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from leakproof.config import Config
+from leakproof.core.config import Config
+from leakproof.core.errors import ConfigError
 from leakproof.driver import spark_compat
 from leakproof.driver.batch import BatchPlan
 from leakproof.driver.grouping import group
 from leakproof.driver.placement import place
-from leakproof.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

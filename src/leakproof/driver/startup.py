@@ -22,11 +22,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from leakproof.cell_clock import CellClock
-from leakproof.config import HBaseConfig
+from leakproof.core.cell_clock import CellClock
+from leakproof.core.config import HBaseConfig
+from leakproof.core.errors import ConfigError, KafkaReadError, StoreError, TablesOwned
+from leakproof.core.lease import Lease
+from leakproof.core.offsets import CommittedBatch, StartPlan
+from leakproof.core.sessions import incarnation_of
 from leakproof.driver.committing import Committer
 from leakproof.driver.planning import Planner
-from leakproof.errors import ConfigError, KafkaReadError, StoreError, TablesOwned
 from leakproof.hbase.connection import (
     ConnectionSlot,
     ensure_tables,
@@ -34,11 +37,8 @@ from leakproof.hbase.connection import (
     judge_families,
     ttl_refusal,
 )
-from leakproof.lease import Lease
 from leakproof.model.fingerprint import beyond_force, changes, only_added
-from leakproof.offsets import CommittedBatch, StartPlan
 from leakproof.ports.driver import CommitStore, GroupMirror, LeaseStore, TableRecords, TableSet
-from leakproof.sessions import incarnation_of
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ through ``wire``).
 
 The offsets table is ``commit_stores.hbase``'s. The stores implement ``ports.task`` and
 ``ports.driver`` (``dead_letters`` also ``ports.redrive``). Imports: the pure core and
-``ports``, and of its own floor (the adapters) only the login, ``kerberos``, in ``secure``;
+``ports``, and of its own floor (the adapters) only the login, ``security.kerberos``, in ``secure``;
 never ``task``, ``driver``, ``commands`` or ``cli`` (``leakproof.floors``, checked by
 ``tests/unit/test_layers.py``).
 """

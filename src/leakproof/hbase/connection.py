@@ -21,8 +21,8 @@ import happybase
 from thriftpy2.thrift import TClient, TException
 from thriftpy2.transport import TTransportException
 
-from leakproof.config import HBaseConfig
-from leakproof.errors import HBaseUnavailable, KerberosError, StoreError, TableMissing
+from leakproof.core.config import HBaseConfig
+from leakproof.core.errors import HBaseUnavailable, KerberosError, StoreError, TableMissing
 from leakproof.hbase import secure
 from leakproof.hbase.wire.puts import strict_binary
 

@@ -17,8 +17,8 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 
 import happybase
 
-from leakproof.config import HBaseConfig
-from leakproof.dead_letter import (
+from leakproof.core.config import HBaseConfig
+from leakproof.core.dead_letter import (
     ALL,
     DeadLetter,
     RedriveMark,
@@ -28,7 +28,7 @@ from leakproof.dead_letter import (
     origin_of,
     source,
 )
-from leakproof.errors import DecodeError
+from leakproof.core.errors import DecodeError
 from leakproof.hbase.connection import ConnectionSlot, check_and_put
 from leakproof.hbase.row_scan import scan
 

@@ -24,13 +24,13 @@ from typing import Any
 import happybase
 from happybase.table import TScan  # the Thrift struct happybase itself scans with
 
+from leakproof.core.kept_rows import new_token
+from leakproof.core.open_index import MAX_BUCKET, MAX_WIDTH, Entry, IndexChanges, bucket_of
+from leakproof.core.outbox import PUBLISHED, Outbox
+from leakproof.core.sessions import NO_WATERMARK, PartitionState
 from leakproof.hbase.state_store import read_lease_epoch
 from leakproof.hbase.wire.puts import row_puts
-from leakproof.kept_rows import new_token
-from leakproof.open_index import MAX_BUCKET, MAX_WIDTH, Entry, IndexChanges, bucket_of
-from leakproof.outbox import PUBLISHED, Outbox
 from leakproof.ports.task import Mark, PartitionSave, StoredPartition
-from leakproof.sessions import NO_WATERMARK, PartitionState
 
 DEAD_UNTIL = b"w:dead_until"
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator, Sequence
 
 from thriftpy2.thrift import TException
 
-from leakproof.config import HBaseConfig
-from leakproof.errors import StoreError, TableMissing
+from leakproof.core.config import HBaseConfig
+from leakproof.core.errors import StoreError, TableMissing
 from leakproof.hbase.connection import connect, missing_table
 
 

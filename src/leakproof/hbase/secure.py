@@ -32,9 +32,9 @@ try:  # the compiled twin, which thriftpy2's compiled protocols (happybase's) re
 except ImportError:  # pragma: no cover - thriftpy2 built without Cython
     _SaslTransport = TSaslClientTransport
 
-from leakproof import kerberos
-from leakproof.config import HBaseConfig, KerberosConfig
-from leakproof.errors import KerberosError
+from leakproof.core.config import HBaseConfig, KerberosConfig
+from leakproof.core.errors import KerberosError
+from leakproof.security import kerberos
 
 # RFC 4752 security layers, as bits of the server's offer and of the client's choice.
 QOP_BITS = {"auth": 1, "auth-int": 2, "auth-conf": 4}

@@ -18,11 +18,11 @@ from collections.abc import Collection, Iterable, Mapping
 
 import happybase
 
+from leakproof.core.session_cells import from_cells, order_cells_of, readable, to_cells
+from leakproof.core.sessions import CLOSED, OPEN, SessionState
 from leakproof.hbase.wire.gets import get_rows
 from leakproof.hbase.wire.puts import row_puts
 from leakproof.model.compiled import CompiledModel
-from leakproof.session_cells import from_cells, order_cells_of, readable, to_cells
-from leakproof.sessions import CLOSED, OPEN, SessionState
 
 
 class SessionStore:

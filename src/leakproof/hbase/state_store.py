@@ -25,15 +25,15 @@ from collections.abc import Mapping
 
 import happybase
 
-from leakproof.cell_clock import CellClock
-from leakproof.config import HBaseConfig
-from leakproof.errors import CommitRefused, TablesOwned
+from leakproof.core.cell_clock import CellClock
+from leakproof.core.config import HBaseConfig
+from leakproof.core.errors import CommitRefused, TablesOwned
+from leakproof.core.lease import FIRST_EPOCH, Lease
+from leakproof.core.moved_keys import KeyMoves
+from leakproof.core.offsets import CommittedBatch, Gap
+from leakproof.core.runs import RUNNING, STOPPED, RunState, stale_after_ms
 from leakproof.hbase.connection import ConnectionSlot, check_and_put
-from leakproof.lease import FIRST_EPOCH, Lease
-from leakproof.moved_keys import KeyMoves
-from leakproof.offsets import CommittedBatch, Gap
 from leakproof.ports.driver import REQUIRED_AUDIT
-from leakproof.runs import RUNNING, STOPPED, RunState, stale_after_ms
 
 
 def lease_row(topic: str, group: str) -> bytes:

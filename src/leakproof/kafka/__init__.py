@@ -38,8 +38,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from leakproof import kerberos
-from leakproof.config import KafkaConfig
+from leakproof.core.config import KafkaConfig
+from leakproof.security import kerberos
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,15 @@ from kafka.errors import (
     UnknownMemberIdError,
 )
 
-from leakproof.config import KafkaConfig
-from leakproof.errors import CoordinatorNotReady, GroupHasMembers, KafkaReadError, LeakproofError
+from leakproof.core.config import KafkaConfig
+from leakproof.core.errors import (
+    CoordinatorNotReady,
+    GroupHasMembers,
+    KafkaReadError,
+    LeakproofError,
+)
+from leakproof.core.offsets import HeldTransaction, LogBounds
 from leakproof.kafka import bootstrapped, client_settings
-from leakproof.offsets import HeldTransaction, LogBounds
 
 log = logging.getLogger(__name__)
 

@@ -33,13 +33,13 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
-from leakproof.config import KafkaConfig, OutputConfig
-from leakproof.crashpoints import crash_point
-from leakproof.errors import PublishError
+from leakproof.core.config import KafkaConfig, OutputConfig
+from leakproof.core.errors import PublishError
+from leakproof.core.outbox import covers
+from leakproof.core.summaries import Encode, EncodeUpdate, Headers
 from leakproof.kafka import acknowledged, bootstrapped, close_now, producer_settings
 from leakproof.kafka.reader import consumer_settings
-from leakproof.outbox import covers
-from leakproof.summaries import Encode, EncodeUpdate, Headers
+from leakproof.testing.crashpoints import crash_point
 
 log = logging.getLogger(__name__)
 

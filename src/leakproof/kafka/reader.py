@@ -26,12 +26,12 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError, OffsetOutOfRangeError
 
-from leakproof.config import KafkaConfig
-from leakproof.errors import DataLossError, KafkaReadError
+from leakproof.core.config import KafkaConfig
+from leakproof.core.errors import DataLossError, KafkaReadError
+from leakproof.core.offsets import Gap, OffsetRange
 from leakproof.kafka import bootstrapped, client_settings
 from leakproof.kafka.lean_fetch import lean_fetches, reads_lean
 from leakproof.kafka.records import KafkaRecord
-from leakproof.offsets import Gap, OffsetRange
 
 log = logging.getLogger(__name__)
 

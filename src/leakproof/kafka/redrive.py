@@ -19,16 +19,16 @@ from typing import Any
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from leakproof.config import KafkaConfig
-from leakproof.crashpoints import crash_point
-from leakproof.dead_letter import origin_of
-from leakproof.errors import LeakproofError, PublishError
+from leakproof.core.config import KafkaConfig
+from leakproof.core.dead_letter import origin_of
+from leakproof.core.errors import LeakproofError, PublishError
+from leakproof.core.offsets import LogBounds, OffsetRange
 from leakproof.kafka import bootstrapped, producer_settings
 from leakproof.kafka.admin import KafkaMetadata
 from leakproof.kafka.closed_sink import within
 from leakproof.kafka.reader import read_range
-from leakproof.offsets import LogBounds, OffsetRange
 from leakproof.ports.redrive import Copy
+from leakproof.testing.crashpoints import crash_point
 
 log = logging.getLogger(__name__)
 

@@ -29,12 +29,12 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from leakproof import kerberos
-from leakproof.codec import Decoder
-from leakproof.config import Config, InputConfig, Registry
-from leakproof.errors import ConfigError, RegistryRefused, RegistryUnavailable
-from leakproof.frames import confluent_frame
+from leakproof.core.codec import Decoder
+from leakproof.core.config import Config, InputConfig, Registry
+from leakproof.core.errors import ConfigError, RegistryRefused, RegistryUnavailable
+from leakproof.core.frames import confluent_frame
 from leakproof.model.spec import FROM_REGISTRY, Model, with_schema
+from leakproof.security import kerberos
 
 log = logging.getLogger(__name__)
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -65,7 +65,7 @@ class RegistryClient:
         return self.schema_of(confluent_frame(schema_id))
 
     def schema_of(self, frame: bytes) -> str | None:
-        """The schema (JSON text) a frame (``leakproof.frames``) names, or None if the
+        """The schema (JSON text) a frame (``leakproof.core.frames``) names, or None if the
         registry has none."""
         magic, ident = frame[0], frame[1:]
         if self._cfg.api == "confluent":

@@ -1,4 +1,4 @@
-"""The re-keying stage's Kafka work (``input.rekey``; the rules are ``leakproof/rekey.py``'s).
+"""The re-keying stage's Kafka work (``input.rekey``; the rules are ``leakproof/core/rekey.py``'s).
 
 ``rekey_partition`` runs in an executor's Python worker, once per source partition and batch:
 
@@ -32,23 +32,16 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
-from leakproof.config import Config
-from leakproof.crashpoints import crash_point
-from leakproof.errors import (
+from leakproof.core.config import Config
+from leakproof.core.errors import (
     DataLossError,
     DecodeError,
     KafkaReadError,
     OffsetError,
     PublishError,
 )
-from leakproof.kafka import bootstrapped, close_now, producer_settings
-from leakproof.kafka.admin import create_topic
-from leakproof.kafka.appender import Appender
-from leakproof.kafka.closed_sink import within
-from leakproof.kafka.reader import consumer_settings, read_range
-from leakproof.kafka.registry import decoder_for
-from leakproof.offsets import OffsetRange
-from leakproof.rekey import (
+from leakproof.core.offsets import OffsetRange
+from leakproof.core.rekey import (
     OUTAGE_S,
     RekeyReport,
     placer,
@@ -57,6 +50,13 @@ from leakproof.rekey import (
     transactional_id,
     with_source,
 )
+from leakproof.kafka import bootstrapped, close_now, producer_settings
+from leakproof.kafka.admin import create_topic
+from leakproof.kafka.appender import Appender
+from leakproof.kafka.closed_sink import within
+from leakproof.kafka.reader import consumer_settings, read_range
+from leakproof.kafka.registry import decoder_for
+from leakproof.testing.crashpoints import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -293,9 +293,9 @@ def _last_copy(cfg: Config, tp: TopicPartition, chunk: int = 20_000
     before them is missed. Raises ``OffsetError`` where retention makes it unsure: an
     internal partition whose oldest records are gone and that holds no copy of ``tp`` left
     may have held its newest. Only a stage whose offset is gone pays for this scan."""
-    from leakproof.config import session_stage
+    from leakproof.core.config import session_stage
+    from leakproof.core.rekey import last_copy
     from leakproof.kafka.admin import topic_bounds
-    from leakproof.rekey import last_copy
 
     internal = session_stage(cfg).kafka
     bounds = topic_bounds(internal)

@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from leakproof.config import SessionsConfig
+from leakproof.core.config import SessionsConfig
 from leakproof.model.spec import Model
 
 # the model's keys, each with the config key that sets it

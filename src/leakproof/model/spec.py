@@ -23,8 +23,8 @@ from typing import Any, Literal, get_args
 
 import yaml
 
-from leakproof.config.reader import no_unknown_keys, one_of
-from leakproof.errors import ConfigError
+from leakproof.core.config.reader import no_unknown_keys, one_of
+from leakproof.core.errors import ConfigError
 from leakproof.model import schema as avro
 from leakproof.model import where
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from leakproof.lease import Lease
-from leakproof.moved_keys import KeyMoves
-from leakproof.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
-from leakproof.runs import RunState
+from leakproof.core.lease import Lease
+from leakproof.core.moved_keys import KeyMoves
+from leakproof.core.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
+from leakproof.core.runs import RunState
 
 __all__ = ["REQUIRED_AUDIT", "CommitStore", "DriverLease", "GroupMirror", "LeaseStore",
            "Metadata", "RunRecord", "RunState", "TableRecords", "TableSet", "TopicRecords"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
-from leakproof.dead_letter import ALL, DeadLetter, Headers, RedriveMark, Selection
+from leakproof.core.dead_letter import ALL, DeadLetter, Headers, RedriveMark, Selection
 
 __all__ = ["Copy", "DeadLetterRows", "RedriveTarget"]
 

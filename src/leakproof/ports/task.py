@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
-from leakproof.errors import DecodeError
-from leakproof.events import Event
-from leakproof.open_index import Entry, IndexChanges
-from leakproof.outbox import Outbox
-from leakproof.sessions import NO_WATERMARK, PartitionState, SessionState
-from leakproof.summaries import Encode, EncodeUpdate, Headers
+from leakproof.core.errors import DecodeError
+from leakproof.core.events import Event
+from leakproof.core.open_index import Entry, IndexChanges
+from leakproof.core.outbox import Outbox
+from leakproof.core.sessions import NO_WATERMARK, PartitionState, SessionState
+from leakproof.core.summaries import Encode, EncodeUpdate, Headers
 
 __all__ = [
     "DeadLetters",
@@ -248,7 +248,7 @@ class DeadLetters(Protocol):
 
 class SummarySink(Protocol):
     """The closed-session summaries of one source partition (Kafka, in transactions);
-    ``encode`` makes a summary's record value (``leakproof.summaries``; None: JSON);
+    ``encode`` makes a summary's record value (``leakproof.core.summaries``; None: JSON);
     ``updates``: every change goes out, open sessions' too (``output.emit: update``), each
     value made by ``encode_update`` (None: JSON); ``every_ms``: an open session's at most
     once per that many ms (``output.emit: {every_s: N}``; None: every change)."""

@@ -18,10 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from leakproof import open_index
-from leakproof.open_index import Entry
-from leakproof.ports.task import PartitionRows, PartitionSave, SessionRows, StoredPartition
-from leakproof.sessions import (
+from leakproof.core import open_index
+from leakproof.core.open_index import Entry
+from leakproof.core.sessions import (
     NO_WATERMARK,
     FoldResult,
     OpenSessions,
@@ -29,6 +28,7 @@ from leakproof.sessions import (
     SessionState,
     fence_key,
 )
+from leakproof.ports.task import PartitionRows, PartitionSave, SessionRows, StoredPartition
 from leakproof.task.kept_sessions import KeptSessions, Touched
 
 

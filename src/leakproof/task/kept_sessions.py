@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from leakproof.kept_rows import KeptRows, keepable, rewritten
+from leakproof.core.kept_rows import KeptRows, keepable, rewritten
+from leakproof.core.sessions import FoldResult, SessionState, fence_source
 from leakproof.ports.task import SessionRows
-from leakproof.sessions import FoldResult, SessionState, fence_source
 
 
 class Touched(NamedTuple):

@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from leakproof.kept_rows import MOST_ROWS, Delta, KeptRows
+from leakproof.core.kept_rows import MOST_ROWS, Delta, KeptRows
 
 log = logging.getLogger(__name__)
 

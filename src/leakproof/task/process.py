@@ -38,17 +38,25 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from leakproof import open_index
-from leakproof.crashpoints import crash_point
-from leakproof.dead_letter import source
-from leakproof.errors import CommitRefused
-from leakproof.gap_fold import GapRule
-from leakproof.kept_rows import KeptRows, new_token
+from leakproof.core import open_index
+from leakproof.core.dead_letter import source
+from leakproof.core.errors import CommitRefused
+from leakproof.core.gap_fold import GapRule
+from leakproof.core.kept_rows import KeptRows, new_token
+from leakproof.core.moved_keys import home, placed
+from leakproof.core.offsets import OffsetRange, named
+from leakproof.core.open_index import IndexChanges
+from leakproof.core.outbox import Outbox, outbox_id
+from leakproof.core.reports import TaskReport
+from leakproof.core.sessions import (
+    NO_WATERMARK,
+    FoldResult,
+    MayClose,
+    Outcome,
+    PartitionFolder,
+    fence_key,
+)
 from leakproof.model.compiled import CompiledModel
-from leakproof.moved_keys import home, placed
-from leakproof.offsets import OffsetRange, named
-from leakproof.open_index import IndexChanges
-from leakproof.outbox import Outbox, outbox_id
 from leakproof.ports.task import (
     DeadLetters,
     Decode,
@@ -60,21 +68,13 @@ from leakproof.ports.task import (
     SummarySink,
     Visits,
 )
-from leakproof.reports import TaskReport
-from leakproof.sessions import (
-    NO_WATERMARK,
-    FoldResult,
-    MayClose,
-    Outcome,
-    PartitionFolder,
-    fence_key,
-)
 from leakproof.task import index
 from leakproof.task.kept_sessions import KeptSessions, foreign, keep_after
 from leakproof.task.publish import owed, publish
 from leakproof.task.read import ReadRange, apart, read_range
 from leakproof.task.session_keys import SessionKeys, keys_for
 from leakproof.task.sweep import Swept, SweptRange, sweep
+from leakproof.testing.crashpoints import crash_point
 
 
 @dataclass(frozen=True)

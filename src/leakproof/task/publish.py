@@ -13,13 +13,13 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from leakproof.crashpoints import crash_point
+from leakproof.core.offsets import OffsetRange
+from leakproof.core.outbox import Outbox
+from leakproof.core.sessions import FoldResult
+from leakproof.core.summaries import headers, json_summary, json_update
 from leakproof.model.compiled import CompiledModel
-from leakproof.offsets import OffsetRange
-from leakproof.outbox import Outbox
 from leakproof.ports.task import PartitionRows, SessionRows, SummarySink
-from leakproof.sessions import FoldResult
-from leakproof.summaries import headers, json_summary, json_update
+from leakproof.testing.crashpoints import crash_point
 
 
 def owed(sink: SummarySink, stored: Outbox, result: FoldResult, new_id: str,

@@ -7,13 +7,13 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from leakproof.dead_letter import origin_of
-from leakproof.errors import DecodeError
-from leakproof.events import Event
-from leakproof.offsets import OffsetRange
+from leakproof.core.dead_letter import origin_of
+from leakproof.core.errors import DecodeError
+from leakproof.core.events import Event
+from leakproof.core.offsets import OffsetRange
+from leakproof.core.reports import TaskReport
+from leakproof.core.sessions import lead_of
 from leakproof.ports.task import Decode, Record
-from leakproof.reports import TaskReport
-from leakproof.sessions import lead_of
 
 
 @dataclass

@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from leakproof.crashpoints import crash_point
-from leakproof.gap_fold import (
+from leakproof.core.gap_fold import (
     GapFolder,
     GapRule,
     candidates,
@@ -27,11 +26,12 @@ from leakproof.gap_fold import (
     start_of,
     visitor_of,
 )
+from leakproof.core.sessions import FoldResult, MayClose, PartitionFolder
 from leakproof.model.compiled import CompiledModel
 from leakproof.ports.task import SessionRows, Visits
-from leakproof.sessions import FoldResult, MayClose, PartitionFolder
 from leakproof.task.index import Loaded
 from leakproof.task.read import ReadRange
+from leakproof.testing.crashpoints import crash_point
 
 
 class SessionKeys(Protocol):

@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from leakproof import retention
-from leakproof.open_index import Entry
+from leakproof.core import retention
+from leakproof.core.open_index import Entry
+from leakproof.core.sessions import CLOSED, FoldResult, SessionState, fence_source
 from leakproof.ports.task import PartitionRows, SessionRows
-from leakproof.sessions import CLOSED, FoldResult, SessionState, fence_source
 from leakproof.task.index import Loaded
 
 

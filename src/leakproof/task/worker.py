@@ -33,10 +33,15 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-from leakproof import codec
-from leakproof.config import Config, HBaseConfig, InputConfig, OutputConfig
-from leakproof.frames import confluent_frame
-from leakproof.gap_fold import GapRule
+from leakproof.core import codec
+from leakproof.core.config import Config, HBaseConfig, InputConfig, OutputConfig
+from leakproof.core.frames import confluent_frame
+from leakproof.core.gap_fold import GapRule
+from leakproof.core.kept_rows import KeptRows
+from leakproof.core.offsets import Gap, OffsetRange, named
+from leakproof.core.reports import TaskReport
+from leakproof.core.sessions import fence_key
+from leakproof.core.summaries import Encode, EncodeUpdate, avro_summary, avro_update, summary_schema
 from leakproof.hbase.connection import ConnectionSlot, riding_out
 from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.partition_store import LeaseReader, PartitionStore
@@ -46,13 +51,8 @@ from leakproof.kafka import stalls
 from leakproof.kafka.closed_sink import ClosedSink
 from leakproof.kafka.reader import consumer_cached, read_range
 from leakproof.kafka.registry import client, decoder_for
-from leakproof.kept_rows import KeptRows
 from leakproof.model.compiled import CompiledModel, compile_model
 from leakproof.model.spec import Model
-from leakproof.offsets import Gap, OffsetRange, named
-from leakproof.reports import TaskReport
-from leakproof.sessions import fence_key
-from leakproof.summaries import Encode, EncodeUpdate, avro_summary, avro_update, summary_schema
 from leakproof.task.kept_trail import SharedKeptRows, Trail, trail_root
 from leakproof.task.process import Rules, Stores, TaskBatch, process_ranges
 

@@ -1,47 +1,20 @@
-"""In-memory fakes of the driver's ports and of a range's, for tests of their rules.
+"""What proves leakproof right: the test support, kept in the package so ``leakproof verify``,
+``leakproof produce``, the benchmarks and the tests share it.
 
-They keep state the way the real stores do (a lease cell with compare-and-set, one row per
-commit, a topic with partitions and log bounds; session rows as HBase cells, a partition's
-state row and index rows, Kafka transactions that commit or vanish) and can be told to fail
-or to crash at a named step, so every rule of ``driver.committing``, ``driver.planning`` and
-``task.process`` is a unit test with literals. The real adapters are tested against real
-Kafka and HBase in tests/integration.
+- ``generator``: events from a seed (``leakproof produce``, every test's and bench's load);
+- ``oracle``: the expected sessions computed from the events alone, sharing no code with the
+  job's fold (``leakproof verify``, every correctness test);
+- ``crashpoints``: named points where a test can kill a driver or a task
+  (``LEAKPROOF_CRASH_AT``); inert unless that variable is set;
+- the in-memory fakes, written as the real stores write (``tests/integration/
+  test_store_contract.py`` holds them to a real HBase table): ``hbase_table`` (an HBase
+  table: cells, timestamps, delete markers, batches, scans; crashes and late writes),
+  ``driver_ports`` (the driver's ports), ``task_ports`` (a range's: the real stores over a
+  fake table), ``redrive`` (a redrive's broker and dead-letter rows);
+- ``trip``: one record's trip through a task, counted (``tests/unit/test_trip.py``,
+  ``make trip``).
+
+Floors (``leakproof.floors``): ``generator``, ``oracle`` and ``crashpoints`` are of the pure
+core (the adapters and the task call the crash points); the fakes and the trip are of the
+task's floor. This module imports nothing, so a crash point costs no fake's import.
 """
-
-from __future__ import annotations
-
-from leakproof.testing.driver_ports import (
-    FakeCommitStore,
-    FakeLeaseStore,
-    FakeMetadata,
-    FakeRunRecord,
-    FakeTableSet,
-)
-from leakproof.testing.hbase_table import (
-    Crash,
-    FakeConnection,
-    FakeTable,
-    Journal,
-    LateWrite,
-)
-from leakproof.testing.redrive import (
-    FakeBroker,
-    FakeDeadLetterRows,
-    FakeLogRecord,
-    FakeRedriveTarget,
-)
-from leakproof.testing.task_ports import (
-    FakeDeadLetters,
-    FakeLeaseCheck,
-    FakePartitionRows,
-    FakeSessionRows,
-    FakeSummarySink,
-    FakeVisits,
-    fake_scan,
-)
-
-__all__ = ["Crash", "FakeBroker", "FakeCommitStore", "FakeConnection", "FakeDeadLetterRows",
-           "FakeDeadLetters", "FakeLeaseCheck", "FakeLeaseStore", "FakeLogRecord", "FakeMetadata",
-           "FakePartitionRows", "FakeRedriveTarget", "FakeRunRecord", "FakeSessionRows",
-           "FakeSummarySink", "FakeTable", "FakeTableSet", "FakeVisits", "Journal", "LateWrite",
-           "fake_scan"]

@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from leakproof.errors import KafkaReadError, TablesOwned
-from leakproof.lease import FIRST_EPOCH, Lease
-from leakproof.moved_keys import NONE as NO_MOVES
-from leakproof.moved_keys import KeyMoves
-from leakproof.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
-from leakproof.runs import RUNNING, STOPPED, RunState
+from leakproof.core.errors import KafkaReadError, TablesOwned
+from leakproof.core.lease import FIRST_EPOCH, Lease
+from leakproof.core.moved_keys import NONE as NO_MOVES
+from leakproof.core.moved_keys import KeyMoves
+from leakproof.core.offsets import CommittedBatch, Gap, HeldTransaction, LogBounds
+from leakproof.core.runs import RUNNING, STOPPED, RunState
 
 
 @dataclass

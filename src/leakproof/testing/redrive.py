@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from leakproof.dead_letter import ALL, DeadLetter, RedriveMark, Selection, origin_of
-from leakproof.errors import PublishError
+from leakproof.core.dead_letter import ALL, DeadLetter, RedriveMark, Selection, origin_of
+from leakproof.core.errors import PublishError
 
 
 class FakeDeadLetterRows:

@@ -9,19 +9,19 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from leakproof.errors import DecodeError
+from leakproof.core.errors import DecodeError
+from leakproof.core.open_index import IndexChanges
+from leakproof.core.outbox import covers
+from leakproof.core.session_cells import readable
+from leakproof.core.sessions import SessionState
+from leakproof.core.summaries import Encode, EncodeUpdate, Headers
 from leakproof.hbase.dead_letters import DeadLetterStore
 from leakproof.hbase.partition_store import PartitionStore
 from leakproof.hbase.session_store import SessionStore
 from leakproof.hbase.visit_store import VisitStore
 from leakproof.model.compiled import CompiledModel, compile_model
 from leakproof.model.spec import web_model
-from leakproof.open_index import IndexChanges
-from leakproof.outbox import covers
 from leakproof.ports.task import Mark, PartitionSave
-from leakproof.session_cells import readable
-from leakproof.sessions import SessionState
-from leakproof.summaries import Encode, EncodeUpdate, Headers
 from leakproof.testing.hbase_table import FakeConnection, FakeTable, Journal
 
 

@@ -18,15 +18,15 @@ from leakproof.floors import floor, modules
 # carry the record there (None: any; a mapping's keys only -- a put's rows are keyed by row)
 MOMENTS: dict[str, tuple[str, str | None]] = {
     "leakproof.kafka.records.read_records": ("fetched bytes -> record", None),
-    "leakproof.codec.Decoder._event": ("record -> event", None),
-    "leakproof.kept_rows.KeptRows.take": ("its session's row, kept", None),
+    "leakproof.core.codec.Decoder._event": ("record -> event", None),
+    "leakproof.core.kept_rows.KeptRows.take": ("its session's row, kept", None),
     "leakproof.hbase.wire.gets.get_rows": ("its session's row, read", "rows"),
     "leakproof.hbase.session_store.SessionStore.read": ("its session's row, read", None),
-    "leakproof.sessions.PartitionFolder.feed": ("event -> session", None),
-    "leakproof.gap_fold.GapFolder.feed": ("event -> session (split by the gap)", None),
+    "leakproof.core.sessions.PartitionFolder.feed": ("event -> session", None),
+    "leakproof.core.gap_fold.GapFolder.feed": ("event -> session (split by the gap)", None),
     "leakproof.hbase.visit_store.VisitStore.read": ("its visitor's sessions, read", None),
     "leakproof.hbase.visit_store.VisitStore.add": ("its visitor's listing", None),
-    "leakproof.session_cells.to_cells": ("session -> cells", None),
+    "leakproof.core.session_cells.to_cells": ("session -> cells", None),
     "leakproof.hbase.wire.puts.encode_mutate_rows": ("cells -> put of its row", "rows"),
 }
 
@@ -34,8 +34,9 @@ MOMENTS: dict[str, tuple[str, str | None]] = {
 def not_on_the_trip(by: str) -> set[str]:
     """The moments a trip on the real stack of sessions ``by`` id or gap does not meet: the
     other rule's, and the store's read, which ``hbase.wire``'s reader stands for there."""
-    other = ({"leakproof.sessions.PartitionFolder.feed"} if by == "gap" else
-             {"leakproof.gap_fold.GapFolder.feed", "leakproof.hbase.visit_store.VisitStore.add",
+    other = ({"leakproof.core.sessions.PartitionFolder.feed"} if by == "gap" else
+             {"leakproof.core.gap_fold.GapFolder.feed",
+              "leakproof.hbase.visit_store.VisitStore.add",
               "leakproof.hbase.visit_store.VisitStore.read"})
     return other | {"leakproof.hbase.session_store.SessionStore.read"}
 

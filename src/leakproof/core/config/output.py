@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from leakproof.config.reader import TOPIC_RE, Section, mapping
-from leakproof.config.security import KerberosConfig, Registry, read_registry, with_login
-from leakproof.errors import ConfigError
+from leakproof.core.config.reader import TOPIC_RE, Section, mapping
+from leakproof.core.config.security import KerberosConfig, Registry, read_registry, with_login
+from leakproof.core.errors import ConfigError
 
 SummaryFormat = Literal["json", "avro"]
 EmitWord = Literal["close", "update"]

@@ -37,9 +37,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from leakproof.events import Event
-from leakproof.model.compiled import CompiledModel
-from leakproof.sessions import (
+from leakproof.core.events import Event
+from leakproof.core.sessions import (
     CLOSED,
     OPEN,
     FoldResult,
@@ -50,6 +49,7 @@ from leakproof.sessions import (
     SeqSet,
     SessionState,
 )
+from leakproof.model.compiled import CompiledModel
 
 
 @dataclass(frozen=True)

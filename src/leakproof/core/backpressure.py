@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from leakproof.offsets import per_partition_budget
+from leakproof.core.offsets import per_partition_budget
 
 
 @dataclass

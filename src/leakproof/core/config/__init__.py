@@ -24,10 +24,16 @@ happybase (``tests/unit/test_layers.py`` checks).
 
 from __future__ import annotations
 
-from leakproof.config.hbase import HBaseAuth, HBaseConfig, SaslQop, ThriftProtocol, ThriftTransport
-from leakproof.config.inputs import InputConfig, Rekey
-from leakproof.config.job import JobConfig
-from leakproof.config.kafka import (
+from leakproof.core.config.hbase import (
+    HBaseAuth,
+    HBaseConfig,
+    SaslQop,
+    ThriftProtocol,
+    ThriftTransport,
+)
+from leakproof.core.config.inputs import InputConfig, Rekey
+from leakproof.core.config.job import JobConfig
+from leakproof.core.config.kafka import (
     BackpressureConfig,
     CompactedPolicy,
     DataLossPolicy,
@@ -35,11 +41,11 @@ from leakproof.config.kafka import (
     KafkaConfig,
     OffsetReset,
 )
-from leakproof.config.load import Config, from_dict, load, session_stage
-from leakproof.config.offsets import OffsetsConfig, OffsetsStore
-from leakproof.config.output import OutputConfig, SummaryFormat
-from leakproof.config.security import KerberosConfig, Registry, RegistryAuth
-from leakproof.config.sessions import IDLE_AFTER_GAP, LatePolicy, SessionsBy, SessionsConfig
+from leakproof.core.config.load import Config, from_dict, load, session_stage
+from leakproof.core.config.offsets import OffsetsConfig, OffsetsStore
+from leakproof.core.config.output import OutputConfig, SummaryFormat
+from leakproof.core.config.security import KerberosConfig, Registry, RegistryAuth
+from leakproof.core.config.sessions import IDLE_AFTER_GAP, LatePolicy, SessionsBy, SessionsConfig
 
 __all__ = ["IDLE_AFTER_GAP", "BackpressureConfig", "CompactedPolicy", "Config", "DataLossPolicy",
            "HBaseAuth", "HBaseConfig", "InputConfig", "IsolationLevel", "JobConfig",

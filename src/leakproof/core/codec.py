@@ -13,7 +13,7 @@ the caller can dead-letter the record and go on. The rules, in the order they ar
   or leaves bytes over, each ``input.writer_schemas`` entry is tried as the writer, and the
   first that consumes the value exactly wins; if none does -> ``not_avro`` or
   ``trailing_bytes``. A string field that is not UTF-8 -> ``invalid_utf8``;
-- ``events.format: confluent``: registry-framed Avro (``leakproof.frames``): a frame names
+- ``events.format: confluent``: registry-framed Avro (``leakproof.core.frames``): a frame names
   the writer schema -- in a ``__value_schema_id`` or ``value.schema.version.id`` header, or
   at the start of the value: Confluent's magic byte 0 + 4-byte id or 1 + 16-byte GUID, or
   Cloudera's protocols 0-3 (``events.registry.api: cloudera``). A frame the API does not
@@ -49,9 +49,9 @@ import fastavro
 import orjson
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from leakproof.errors import DecodeError, KeyDecodeError, SchemaMismatch, ValueDecodeError
-from leakproof.events import Event, WebEvent, schema_json
-from leakproof.frames import FRAME_LENGTHS, FrameError, confluent_frame, describe, frame_of
+from leakproof.core.errors import DecodeError, KeyDecodeError, SchemaMismatch, ValueDecodeError
+from leakproof.core.events import Event, WebEvent, schema_json
+from leakproof.core.frames import FRAME_LENGTHS, FrameError, confluent_frame, describe, frame_of
 from leakproof.model.schema import NO_DEFAULT, Field, without_logical_types
 from leakproof.model.spec import KEY, Model, web_model
 
@@ -93,7 +93,7 @@ def encode_confluent(record: dict[str, Any], schema_id: int, writer_schema: Any)
 
 
 def encode_framed(record: dict[str, Any], frame: bytes, writer_schema: Any) -> bytes:
-    """``frame`` (``leakproof.frames``), then the record as schemaless Avro of
+    """``frame`` (``leakproof.core.frames``), then the record as schemaless Avro of
     ``writer_schema`` (parsed)."""
     out = io.BytesIO()
     out.write(frame)

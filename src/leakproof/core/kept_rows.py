@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from leakproof.sessions import OPEN, SessionState
+from leakproof.core.sessions import OPEN, SessionState
 
 
 class Delta(NamedTuple):

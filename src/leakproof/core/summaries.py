@@ -23,9 +23,9 @@ from typing import Any
 
 import fastavro
 
+from leakproof.core.session_cells import readable, to_cells
+from leakproof.core.sessions import CLOSED, SessionState
 from leakproof.model.compiled import CompiledModel
-from leakproof.session_cells import readable, to_cells
-from leakproof.sessions import CLOSED, SessionState
 
 Encode = Callable[[str, SessionState], bytes]
 EncodeUpdate = Callable[[str, SessionState, int], bytes]  # ... and the summary's version

@@ -14,16 +14,21 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from leakproof.config.hbase import HBaseConfig, read_hbase
-from leakproof.config.inputs import InputConfig, read_input
-from leakproof.config.job import JobConfig, read_job
-from leakproof.config.kafka import KafkaConfig, read_kafka
-from leakproof.config.offsets import OffsetsConfig, read_offsets
-from leakproof.config.output import OutputConfig, read_output
-from leakproof.config.reader import mapping, no_unknown_keys
-from leakproof.config.security import KerberosConfig, events_registry, read_security, with_login
-from leakproof.config.sessions import SessionsConfig, read_sessions
-from leakproof.errors import ConfigError
+from leakproof.core.config.hbase import HBaseConfig, read_hbase
+from leakproof.core.config.inputs import InputConfig, read_input
+from leakproof.core.config.job import JobConfig, read_job
+from leakproof.core.config.kafka import KafkaConfig, read_kafka
+from leakproof.core.config.offsets import OffsetsConfig, read_offsets
+from leakproof.core.config.output import OutputConfig, read_output
+from leakproof.core.config.reader import mapping, no_unknown_keys
+from leakproof.core.config.security import (
+    KerberosConfig,
+    events_registry,
+    read_security,
+    with_login,
+)
+from leakproof.core.config.sessions import SessionsConfig, read_sessions
+from leakproof.core.errors import ConfigError
 from leakproof.model import spec
 
 if TYPE_CHECKING:

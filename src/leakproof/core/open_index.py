@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from leakproof.sessions import FoldResult, SessionState
+from leakproof.core.sessions import FoldResult, SessionState
 
 MAX_BUCKET = 9_999_999_999_999  # 13 digits in the row key
 MAX_WIDTH = 300_000

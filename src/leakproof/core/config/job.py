@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from leakproof.config.reader import Section
-from leakproof.errors import ConfigError
+from leakproof.core.config.reader import Section
+from leakproof.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

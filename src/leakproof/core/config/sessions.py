@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from leakproof.config.reader import Section
-from leakproof.errors import ConfigError
+from leakproof.core.config.reader import Section
+from leakproof.core.errors import ConfigError
 
 SessionsBy = Literal["id", "gap"]  # gap: a visitor's events split into sessions by the gap
 LatePolicy = Literal["count", "fold"]  # fold: also folded in, the summary published again

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, fields
 from typing import Any, get_args
 
-from leakproof.errors import ConfigError
+from leakproof.core.errors import ConfigError
 
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from leakproof.config.reader import NAME_RE, Section
-from leakproof.config.security import KerberosConfig
-from leakproof.errors import ConfigError
+from leakproof.core.config.reader import NAME_RE, Section
+from leakproof.core.config.security import KerberosConfig
+from leakproof.core.errors import ConfigError
 
 ThriftTransport = Literal["buffered", "framed", "http"]
 ThriftProtocol = Literal["binary", "compact"]

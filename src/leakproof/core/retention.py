@@ -13,7 +13,7 @@ it deletes, not the table. docs/DESIGN.md, "Retention", has the argument.
 
 from __future__ import annotations
 
-from leakproof.sessions import NO_WATERMARK
+from leakproof.core.sessions import NO_WATERMARK
 
 WIDTH = 3_600_000  # an hour of event time per index row
 

@@ -20,8 +20,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from leakproof.config import KerberosConfig
-from leakproof.errors import ConfigError, KerberosError
+from leakproof.core.config import KerberosConfig
+from leakproof.core.errors import ConfigError, KerberosError
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from leakproof.errors import DataLossError, OffsetError
+from leakproof.core.errors import DataLossError, OffsetError
 
 
 @dataclass(frozen=True, slots=True)

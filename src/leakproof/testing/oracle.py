@@ -17,8 +17,8 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from leakproof import moved_keys
-from leakproof.events import Event
+from leakproof.core import moved_keys
+from leakproof.core.events import Event
 from leakproof.model import where
 from leakproof.model.schema import Field
 from leakproof.model.spec import Aggregate, Model, load_python

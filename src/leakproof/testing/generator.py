@@ -14,7 +14,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 
-from leakproof.events import WebEvent
+from leakproof.core.events import WebEvent
 
 DEFAULT_START_TS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 PATHS = ("/", "/search", "/products", "/product/{}", "/cart", "/checkout", "/help", "/account",

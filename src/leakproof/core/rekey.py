@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from leakproof.moved_keys import home
+from leakproof.core.moved_keys import home
 
 SOURCE_HEADER = "leakproof.source"
 MAX_RECORDS = 50_000  # a stage task's records per batch without a rate cap: one transaction

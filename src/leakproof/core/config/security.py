@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from leakproof.config.reader import Section, mapping, no_unknown_keys, one_of
-from leakproof.errors import ConfigError
-from leakproof.frames import Api
+from leakproof.core.config.reader import Section, mapping, no_unknown_keys, one_of
+from leakproof.core.errors import ConfigError
+from leakproof.core.frames import Api
 
 RegistryAuth = Literal["none", "basic", "kerberos"]
 
@@ -35,7 +35,7 @@ class KerberosConfig:
 class Registry:
     """A schema registry (``events.registry``): where writer schemas of ``events.format:
     confluent`` records are fetched. ``api`` is the registry's REST API and the frames its
-    serializers write (``leakproof.frames``). The password never reaches a repr; the url is
+    serializers write (``leakproof.core.frames``). The password never reaches a repr; the url is
     shown without any user info."""
 
     url: str

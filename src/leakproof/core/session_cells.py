@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from leakproof.core.sessions import SeqSet, SessionState
 from leakproof.model.compiled import CompiledModel
-from leakproof.sessions import SeqSet, SessionState
 
 _FENCE_PREFIX = "f:p:"
 # the row keys a merged session absorbed (``sessions.by: gap``): their rows are its

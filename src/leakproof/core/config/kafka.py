@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from leakproof.config.reader import NAME_RE, TOPIC_RE, Section
-from leakproof.config.security import KerberosConfig
-from leakproof.errors import ConfigError
+from leakproof.core.config.reader import NAME_RE, TOPIC_RE, Section
+from leakproof.core.config.security import KerberosConfig
+from leakproof.core.errors import ConfigError
 
 OffsetReset = Literal["earliest", "latest", "none"]
 DataLossPolicy = Literal["fail", "skip"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from leakproof.config.reader import Section
+from leakproof.core.config.reader import Section
 
 OffsetsStore = Literal["hbase", "kafka", "zookeeper"]
 

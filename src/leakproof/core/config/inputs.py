@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from leakproof.config.reader import TOPIC_RE, Section
-from leakproof.config.security import Registry
-from leakproof.errors import ConfigError
+from leakproof.core.config.reader import TOPIC_RE, Section
+from leakproof.core.config.security import Registry
+from leakproof.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

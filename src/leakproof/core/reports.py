@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from leakproof.offsets import Gap
+from leakproof.core.offsets import Gap
 
 
 @dataclass(slots=True)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Literal
 
-from leakproof.events import Event
+from leakproof.core.events import Event
 from leakproof.model.compiled import CompiledModel
 
 NO_WATERMARK = -1
