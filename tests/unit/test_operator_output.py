@@ -6,11 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kafka.errors import KafkaTimeoutError
+from kafka.future import Future
 
 from leakproof.cli import build_parser
 from leakproof.commands import produce
 from leakproof.commands.lag import lag_table
 from leakproof.core.config import KafkaConfig
+from leakproof.core.errors import LeakproofError
 
 FOUND: dict[str, Any] = {
     "topic": "web", "group": "lp", "total_lag": 140, "lag_s": 42.46, "batch_ms": 1_700,
@@ -53,8 +56,9 @@ def test_a_long_produce_says_how_far_it_got(monkeypatch: pytest.MonkeyPatch) -> 
         def __init__(self, **_settings: Any) -> None:
             pass
 
-        def send(self, topic: str, **record: Any) -> None:
+        def send(self, topic: str, **record: Any) -> Future:
             sent.append(record)
+            return Future().success(None)
 
         def flush(self) -> None:
             pass
@@ -69,3 +73,33 @@ def test_a_long_produce_says_how_far_it_got(monkeypatch: pytest.MonkeyPatch) -> 
                               [(b"k", b"v")] * 2500, progress=lambda n, _s: told.append(n))
     assert report.records == 2500 == len(sent)
     assert told == [1000, 2000]  # the clock is read every 1000 records
+
+
+def test_a_produce_that_lost_records_fails_naming_how_many(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """kafka-python's flush returns after a batch failed for good (its retries or delivery
+    timeout spent): the command counts those records as lost, never as sent."""
+    pending: list[Future] = []
+
+    class Producer:
+        def __init__(self, **_settings: Any) -> None:
+            pass
+
+        def send(self, topic: str, **record: Any) -> Future:
+            pending.append(Future())
+            return pending[-1]
+
+        def flush(self) -> None:  # the sender's verdicts, then flush returns as usual
+            for i, future in enumerate(pending):
+                if i % 4 == 3:
+                    future.failure(KafkaTimeoutError("Batch for t-0 expired"))
+                else:
+                    future.success(None)
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(produce, "KafkaProducer", Producer)
+    with pytest.raises(LeakproofError, match=r"t: 25 of 100 records were not written "
+                                             r"\(KafkaTimeoutError: .*expired"):
+        produce.send_raw(KafkaConfig("127.0.0.1:9092", "t", "g"), "t", [(b"k", b"v")] * 100)

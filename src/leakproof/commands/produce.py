@@ -46,6 +46,27 @@ _CLOCK_EVERY = 1000
 Progress = Callable[[int, float], None]  # (records sent so far, seconds since the start)
 
 
+class Undelivered:
+    """The records a producer gave up on after its retries (its errback, on the producer's
+    I/O thread): ``flush`` returns all the same, so without this a send that lost a batch
+    would report every record as sent."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: BaseException | None = None
+
+    def __call__(self, exc: BaseException) -> None:
+        self.count += 1
+        self.first = self.first or exc
+
+    def check(self, topic: str, sent: int) -> None:
+        """Raise, naming how many of ``sent`` records never reached ``topic``, if any."""
+        if self.count:
+            raise LeakproofError(
+                f"producing to {topic}: {self.count} of {sent} records were not written "
+                f"({type(self.first).__name__}: {self.first})") from self.first
+
+
 def send_raw(cfg: KafkaConfig, topic: str,
              records: Iterable[tuple[bytes | None, bytes | None]],
              rate: float | None = None, partition: int | None = None,
@@ -56,9 +77,11 @@ def send_raw(cfg: KafkaConfig, topic: str,
     started = time.monotonic()
     told = started
     sent = 0
+    undelivered = Undelivered()
     try:
         for key, value in records:
-            producer.send(topic, key=key, value=value, partition=partition)
+            producer.send(topic, key=key, value=value, partition=partition
+                          ).add_errback(undelivered)
             sent += 1
             if rate:
                 ahead = sent / rate - (time.monotonic() - started)
@@ -70,6 +93,7 @@ def send_raw(cfg: KafkaConfig, topic: str,
                     told = now
                     progress(sent, now - started)
         producer.flush()
+        undelivered.check(topic, sent)
     except KafkaError as exc:
         raise LeakproofError(f"producing to {topic} failed after {sent} records: {exc}") from exc
     finally:
