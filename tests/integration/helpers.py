@@ -415,6 +415,15 @@ def offsets_rows(env: Env, table_prefix: str | None = None
         conn.close()
 
 
+def partition_count(topic: str) -> int:
+    """How many partitions the brokers' metadata lists for ``topic`` now (0: none)."""
+    consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP)
+    try:
+        return len(consumer.partitions_for_topic(topic) or ())
+    finally:
+        consumer.close()
+
+
 def log_ends(env: Env, partitions: int = 4) -> dict[int, int]:
     admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
     try:

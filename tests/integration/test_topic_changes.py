@@ -5,7 +5,6 @@ or (kafka.on_data_loss: skip) goes on with the gap recorded durably and the rest
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
@@ -33,10 +32,11 @@ def recreate(env: Env) -> None:
     client = admin()
     try:
         client.delete_topics([env.name])
+        wait_for("the old topic gone", lambda: env.name not in set(client.list_topics()))
     finally:
         client.close()
-    time.sleep(2)  # the broker finishes the deletion before a topic of that name is made
-    create_topic(env.cfg.kafka, env.name, 4)
+    # a topic still being deleted on a broker refuses its name: made again once it takes it
+    wait_for("the topic made again", lambda: create_topic(env.cfg.kafka, env.name, 4))
 
 
 def delete_records(env: Env, partition: int, before: int) -> None:

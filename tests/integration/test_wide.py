@@ -4,7 +4,6 @@ while the job runs, and with an executor killed under a task carrying several pa
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from .helpers import (
     background,
     fresh_env,
     offsets_rows,
+    partition_count,
     require_standalone,
     standalone_submit,
     wait_for,
@@ -64,7 +64,9 @@ def test_partitions_added_to_a_wide_topic_while_the_job_runs(wide: Env) -> None:
             client.create_partitions({wide.name: NewPartitions(total_count=WIDE + 20)})
         finally:
             client.close()
-        time.sleep(3)  # the producer's metadata sees the new partitions
+        # each produce makes a producer, whose metadata is the brokers' at that moment
+        wait_for("the new partitions in the brokers' metadata",
+                 lambda: partition_count(wide.name) == WIDE + 20)
         after = GeneratorSpec(seed=3012, events=8_000, sessions=1_000)
         wide.produce(after)
         assert job.wait(timeout=300) == 0, job.text()[-4000:]

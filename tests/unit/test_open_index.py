@@ -70,7 +70,7 @@ def table_scan(table: Any, start: bytes, stop: bytes, batch_size: int) -> Any:
 
 
 class StateConnection(FakeConnection):
-    """The state table as HBase keeps it (``leakproof.testing.FakeTable``)."""
+    """The state table as HBase keeps it (``leakproof.testing.hbase_table.FakeTable``)."""
 
     @property
     def t(self) -> FakeTable:
