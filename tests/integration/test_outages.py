@@ -44,7 +44,6 @@ def ride_through(env: Env, spec: GeneratorSpec, label: str, fault: list[list[str
             wait_for("a first commit", lambda: len(offsets_rows(env)) >= 1)
             rows_before = len(offsets_rows(env))
             fault_at = time.monotonic()
-            fault_ms = int(time.time() * 1000)
             for args in fault:
                 stack(*args)
             time.sleep(down_s)
@@ -65,8 +64,12 @@ def ride_through(env: Env, spec: GeneratorSpec, label: str, fault: list[list[str
     env.verify(spec)
     assert_offsets_chain(env)
     assert audit_total(env, b"records") == records(spec)
-    times = [int(m["ms"]) for k, _ in offsets_rows(env) if (m := ROW_RE.match(k))]
-    queued = [t for t in times if fault_ms <= t <= back_ms]
+    # the batches that waited: planned before the service was back, committed after it --
+    # on a slow day the backlog planned before the fault, on a usual one the batches planned
+    # during it (a batch's planning never needs HBase)
+    commits = [(int(m["ms"]), int(cells[b"audit:committed_ms"]))
+               for k, cells in offsets_rows(env) if (m := ROW_RE.match(k))]
+    queued = [t for t, at in commits if t < back_ms <= at]
     figures = {"down_s": round(back - fault_at, 1), "recovery_s": round(done - back, 1),
                "fault_to_commit_s": round(done - fault_at, 1), "queued_batches": len(queued)}
     print(f"{label}: {figures}")
@@ -88,8 +91,10 @@ def test_whole_hbase_restart_is_ridden_out(env: Env) -> None:
 @pytest.mark.xdist_group("spare-thrift")
 def test_hbase_unavailable_for_several_intervals_batches_queue(env: Env,
                                                                spare_thrift: int) -> None:
+    # SIGKILL: the outage starts at once (a graceful stop can take longer than the data
+    # lasts on a slow day, the job draining it meanwhile)
     figures = ride_through(env, GeneratorSpec(seed=1520, events=24_000, sessions=2_400),
-                           "thrift-away", [["stop", "thrift-spare"]], 8,
+                           "thrift-away", [["kill", "thrift-spare"]], 8,
                            [["start", "thrift-spare"]], spare_thrift)
-    # batches planned during the outage waited and committed afterwards, in order
+    # batches waited through the outage and committed afterwards, in order
     assert figures["queued_batches"] >= 3, figures
