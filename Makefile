@@ -13,7 +13,7 @@ ARGS ?=
 SYSTEM_PACKAGES := libkrb5-dev krb5-user faketime
 
 .DEFAULT_GOAL := help
-.PHONY: help trip promtool check-alerts bench-ui bench-wide bench-cluster bench-cells venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
+.PHONY: help trip promtool check-alerts bench-ui bench-wide bench-cluster bench-cells venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-slowed test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -106,6 +106,11 @@ test-fast: venv promtool ## unit + the quiet integration tests (no faults, clust
 
 test-kafka3: venv ## the Kafka-facing integration tests against a Kafka 3.9 broker in place of 4.x (stack up first)
 	scripts/test_kafka3.sh $(ARGS)
+
+SLOWER ?= 3
+TESTS ?= tests/integration
+test-slowed: venv ## integration tests (TESTS=...) on a machine SLOWER (3) times slower: a CPU cgroup over them and the running stack (root; SPARK=1 stack up first)
+	scripts/slowed.sh $(SLOWER) $(BIN)/pytest -q -n 3 --dist loadgroup -rf -m "integration and not serial and not deep" $(ARGS) $(TESTS)
 
 test-unit: venv ## the pure tests only (no network, no JVM)
 	$(BIN)/pytest -q tests/unit

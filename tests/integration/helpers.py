@@ -280,9 +280,12 @@ class TransactionalProducer:
 
     def __init__(self, topic: str, transactional_id: str) -> None:
         self.topic = topic
+        # a transaction a test holds open lasts until the test ends it, never until the
+        # broker aborts it (60 s by default: less than a slow day's wait for the job)
         self._producer = KafkaProducer(bootstrap_servers=BOOTSTRAP,
                                        transactional_id=transactional_id, acks="all",
-                                       enable_idempotence=True, linger_ms=5)
+                                       enable_idempotence=True, linger_ms=5,
+                                       transaction_timeout_ms=900_000)
         self._producer.init_transactions()
 
     def transaction(self, events: list[WebEvent], commit: bool) -> None:

@@ -84,13 +84,19 @@ def test_metrics_endpoint_and_batch_inputs_in_the_spark_ui(env: Env) -> None:
     # no Spark UI setting: the UI is on by default, on Spark's port or the next free one
     cfg = env.variant("observed", kafka={"max_rate_per_partition": 500},
                       job={"metrics_port": mport, "metrics_sd_file": str(targets)})
-    with env.background("--until-idle", "30", config=cfg, name="observed") as job:
-        wait_for("four commits", lambda: len(offsets_rows(env)) >= 4)
+    # ended by SIGTERM below: the idle bound outlasts the Spark UI's first answers on a
+    # slow day (the job must still serve them after draining the topic)
+    with env.background("--until-idle", "600", config=cfg, name="observed") as job:
+        job.wait_until("four commits", lambda: len(offsets_rows(env)) >= 4)
         # Prometheus finds the endpoint through the file-based service-discovery target
         (target,) = json.loads(targets.read_text())
         assert target["targets"] == [f"127.0.0.1:{mport}"]
         assert target["labels"]["leakproof_app_id"].startswith("local-")
         url = f"http://{target['targets'][0]}/metrics"
+        # a batch's figures reach the endpoint just after its commit row
+        wait_for("four batches in the metrics", lambda: min(
+            (got := scrape(url))["leakproof_batch_processing_seconds_count"][()],
+            got["leakproof_batch_scheduling_delay_seconds_count"][()]) >= 4)
         got = scrape(url)
         (versions,) = got["leakproof_build_info"]
         assert {k for k, _ in versions} == {"version", "spark", "python"}
