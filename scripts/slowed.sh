@@ -38,7 +38,9 @@ release() {  # every process still in the group back to the root group
 trap release EXIT
 # the stack's services: every process started from this checkout's .services, and the
 # Spark master (whose command line names only the venv's jars)
-for pid in $(pgrep -f "$PWD/.services|org.apache.spark.deploy.master.Master"); do echo "$pid" > $group/cgroup.procs 2>/dev/null; done
-echo "slowed ${factor}x: $(($(wc -l < $group/cgroup.procs))) stack processes and the command" \
+for pid in $(pgrep -f "$PWD/.services|org.apache.spark.deploy.master.Master"); do
+  echo "$pid" > $group/cgroup.procs 2>/dev/null
+done
+echo "slowed ${factor}x: $(wc -l < $group/cgroup.procs) stack processes and the command" \
      "share $quota/$period of a CPU" >&2
 bash -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' _ "$group" "$@"
