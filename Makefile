@@ -13,7 +13,7 @@ ARGS ?=
 SYSTEM_PACKAGES := libkrb5-dev krb5-user faketime
 
 .DEFAULT_GOAL := help
-.PHONY: help trip promtool check-alerts bench-ui bench-wide bench-cluster bench-cells venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-slowed test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
+.PHONY: help native trip promtool check-alerts bench-ui bench-wide bench-cluster bench-cells venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-slowed test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -26,11 +26,20 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
 
+# the native read path (src/native), built into the venv where cargo is (scripts/native.sh)
+NATIVE_SRC := src/native/Cargo.toml src/native/Cargo.lock src/native/pyproject.toml src/native/src/lib.rs
+$(BIN)/.native: $(NATIVE_SRC) $(BIN)/.installed
+	scripts/native.sh $(VENV)
+	touch $@
+
+native: $(BIN)/.native ## build leakproof_native (Rust, pyo3) into .venv; without cargo the pure path stays
+
 # the pyspark 3.5 line (Scala 2.12): the same project and tools at constraints-spark35.txt
 .venv-spark35/bin/.installed: pyproject.toml constraints-spark35.txt $(BIN)/.installed
 	test -x .venv-spark35/bin/python || $(PY) -m venv .venv-spark35
 	.venv-spark35/bin/pip install -q --upgrade pip
 	.venv-spark35/bin/pip install -q -c constraints-spark35.txt -e '.[dev]'
+	scripts/native.sh .venv-spark35
 	touch $@
 
 venv-spark35: .venv-spark35/bin/.installed ## create .venv-spark35: leakproof on pyspark 3.5, at the versions in constraints-spark35.txt
@@ -41,7 +50,7 @@ system-deps: ## Debian packages: MIT Kerberos headers (to build gssapi), its cli
 	  || { DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -q && \
 	       DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $(SYSTEM_PACKAGES); }
 
-venv: $(BIN)/.installed ## create .venv with leakproof and its tools, at the versions in constraints.txt
+venv: $(BIN)/.installed $(BIN)/.native ## create .venv with leakproof and its tools, at the versions in constraints.txt
 
 # promtool, Prometheus's rule checker, taken from Debian's `prometheus` package: an installed
 # one (apt-get install prometheus) if on PATH, else the package fetched with apt-get download

@@ -22,6 +22,7 @@ FOLDER_FLOOR = {"core": "core", "model": "core", "examples": "core", "ports": "p
 # points at the top level; the package's face and this table belong to the core
 MODULE_FLOOR = {"leakproof.testing": "core", "leakproof.testing.crashpoints": "core",
                 "leakproof.testing.generator": "core", "leakproof.testing.oracle": "core",
+                "leakproof.testing.vectors": "core",
                 "leakproof": "core", "leakproof.floors": "core",
                 "leakproof.cli": "cli", "leakproof.__main__": "cli"}
 

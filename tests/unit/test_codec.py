@@ -14,6 +14,8 @@ from leakproof.core.errors import DecodeError, KeyDecodeError, ValueDecodeError
 from leakproof.core.events import WebEvent, schema_json
 from leakproof.model.spec import web_model
 
+pytestmark = pytest.mark.usefixtures("read_path")  # each test on both read paths
+
 EVENT = WebEvent("s1", "u1", 3, 1_700_000_000_123, "click", "https://x/a", 200, 512,
                  referrer=None, user_agent="curl/8")
 WHERE: dict[str, Any] = {"topic": "t", "partition": 2, "offset": 41}
@@ -59,6 +61,7 @@ def good() -> bytes:
         (b"other", good(), KeyDecodeError, "key_mismatch", "differs from session_id"),
     ],
 )
+
 def test_decode_errors_carry_coordinates_and_bytes(key: bytes | None, value: bytes | None,
                                                    cls: type[DecodeError], kind: str,
                                                    reason: str) -> None:

@@ -24,6 +24,8 @@ from leakproof.core.events import WebEvent, schema_json
 from leakproof.core.frames import describe
 from leakproof.model.spec import FROM_REGISTRY, read_model, web_model, with_schema
 
+pytestmark = pytest.mark.usefixtures("read_path")  # each test on both read paths
+
 WEB_SCHEMA = str(resources.files("leakproof").joinpath("schemas/web_event.avsc"))
 EVENT = WebEvent("s1", "u1", 3, 1_700_000_000_123, "click", "/a", 200, 512)
 V2 = copy.deepcopy(schema_json())

@@ -20,6 +20,8 @@ from kafka.serializer import Deserializer
 from leakproof.kafka import lean_fetch
 from leakproof.kafka.records import CorruptBatch, KafkaRecord, read_records
 
+pytestmark = pytest.mark.usefixtures("read_path")  # each test on both read paths
+
 TP = TopicPartition("t", 0)
 ONE_RECORD = bytes([
     0x12,  # length 9 (zigzag 18)
@@ -89,6 +91,7 @@ def _batch(base: int, n: int, *, compression: int = 0, producer_id: int = -1,
         data[22] |= 0x20
         struct.pack_into(">I", data, 17, calc_crc32c(memoryview(data)[21:]))
     return bytes(data)
+
 
 
 @pytest.mark.parametrize("compression", [0, 1])  # none, gzip

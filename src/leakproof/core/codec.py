@@ -52,6 +52,7 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from leakproof.core.errors import DecodeError, KeyDecodeError, SchemaMismatch, ValueDecodeError
 from leakproof.core.events import Event, WebEvent, schema_json
 from leakproof.core.frames import FRAME_LENGTHS, FrameError, confluent_frame, describe, frame_of
+from leakproof.core.native import flat_reader
 from leakproof.model.schema import NO_DEFAULT, Field, without_logical_types
 from leakproof.model.spec import KEY, Model, web_model
 
@@ -148,6 +149,7 @@ class Decoder:
         schema = model.schema
         reader = fastavro.parse_schema(without_logical_types(schema))
         self._reader = reader
+        self._native = flat_reader(reader)  # None: fastavro reads the fast path too
         self._evolved: list[Any] = []
         self._by_fingerprint: dict[bytes, Any] = {
             schema_fingerprint(fastavro.parse_schema(schema)): None}
@@ -199,7 +201,14 @@ class Decoder:
               ) -> Event | None:
         """The event if the value (from ``start``: past a registry header) is plain
         schemaless Avro of the reader schema and passes every rule; else None (no error
-        context is built on this path)."""
+        context is built on this path). The native reader, where there is one, gives
+        fastavro's dict or None; None sends the record to the checked path, as here."""
+        if self._native is not None:
+            rec = self._native.read(value, start)
+            if rec is None:
+                return None
+            event = self._event(rec, key, timestamp)
+            return event if type(event) is Event else None
         buf = io.BytesIO(value)
         buf.seek(start)
         try:

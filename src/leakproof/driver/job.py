@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from leakproof.commit_stores import open_store
+from leakproof.core import native
 from leakproof.core.backpressure import PIDRateEstimator
 from leakproof.core.cell_clock import CellClock
 from leakproof.core.config import Config, session_stage
@@ -289,8 +290,8 @@ class Job:
             self.control.install_signal_handlers()
             hook = JvmShutdownHook.install(sc, self.control, self.cfg.job.stop_timeout_s)
             ssc.start()
-            log.info("streaming %s every %.3gs on %s", self.topic,
-                     self.cfg.job.batch_interval_s, sc.master)
+            log.info("streaming %s every %.3gs on %s; records read by the %s path here",
+                     self.topic, self.cfg.job.batch_interval_s, sc.master, native.describe())
             stops.poll()
             self._wait(ssc, stops)
             rc, detail = self._outcome()

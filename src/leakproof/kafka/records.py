@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from leakproof.core import native
+
 
 class KafkaRecord(NamedTuple):
     """One record of a range as the job uses it (a tuple: this is built per record)."""
@@ -56,9 +58,27 @@ def _varint(buf: bytes | bytearray, pos: int) -> tuple[int, int]:
 
 def read_records(buf: bytes | bytearray, pos: int, count: int, base_offset: int,
                  first_timestamp: int, append_time: int | None = None) -> list[KafkaRecord]:
-    """The ``count`` records from ``pos`` to the end of ``buf`` (a batch's uncompressed
-    record area). ``append_time``: the batch's max timestamp when its timestamps are the
-    broker's (LogAppendTime), which then stands for every record's.
+    """``read_records_pure``'s records, read natively where ``leakproof_native`` is
+    installed (``core.native``); a batch the native reader declines is read by the pure
+    one, which raises what is wrong with it."""
+    fast = native.module()
+    if fast is not None:
+        try:
+            records: list[KafkaRecord] = fast.read_records(
+                buf, pos, count, base_offset, first_timestamp, append_time, KafkaRecord,
+                tuple.__new__)
+            return records
+        except ValueError:
+            pass
+    return read_records_pure(buf, pos, count, base_offset, first_timestamp, append_time)
+
+
+def read_records_pure(buf: bytes | bytearray, pos: int, count: int, base_offset: int,
+                      first_timestamp: int, append_time: int | None = None
+                      ) -> list[KafkaRecord]:
+    """The reference: the ``count`` records from ``pos`` to the end of ``buf`` (a batch's
+    uncompressed record area). ``append_time``: the batch's max timestamp when its
+    timestamps are the broker's (LogAppendTime), which then stands for every record's.
 
     Raises CorruptBatch when a record's length disagrees with its fields, or when bytes are
     left over or missing: a short read never passes as fewer records.
