@@ -43,6 +43,11 @@ def main() -> int:
     subprocess.run([*pip, "-c", str(ROOT / "constraints.txt"),
                     *[d for d in deps if not d.startswith("pyspark")]], check=True)
     subprocess.run([*pip, "--no-deps", str(ROOT)], check=True)
+    # the native read path (an abi3 wheel, built where cargo is): without it the executors
+    # read with the pure-Python path, the same results, with a line in their logs
+    native = subprocess.run([str(ROOT / "scripts" / "native.sh"), str(env)], check=True,
+                            capture_output=True, text=True).stdout.strip().splitlines()
+    native_path = "native" if native and "layout" in native[-1] else "pure Python (no cargo)"
     # pip and setuptools are half the archive's 3 000 files and nothing the job imports; every
     # application's containers unpack the archive file by file before they start
     subprocess.run([str(env / "bin" / "python"), "-m", "pip", "uninstall", "-q", "-y", "pip",
@@ -57,6 +62,8 @@ def main() -> int:
         "pyspark": "not included: the cluster's Spark ships its own (3.5 or 4.x)",
         "java": "whatever that Spark runs on: 8, 11 or 17 for 3.5; 17 or 21 for 4.x",
         "kerberos": "the node's MIT Kerberos library (libgssapi_krb5) for security.kerberos",
+        "read path": f"{native_path}; a native build for Linux x86_64 and glibc like this "
+                     f"machine's (the nodes read with the pure path if it cannot load)",
     }
     (env / "leakproof-env.json").write_text(json.dumps(facts, indent=2) + "\n")
     ARCHIVE.unlink(missing_ok=True)

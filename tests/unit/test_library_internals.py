@@ -101,6 +101,27 @@ NAMES: list[Name] = [
           "Future.__init__"),
     ("kafka.producer.transaction_manager",
      "TransactionManager.maybe_add_partition_to_transaction", "call:2:", APPENDER),
+    # the bulk path (leakproof_native): batches filled in the accumulator's own deques
+    *each("<RecordAccumulator>", "", f"{APPENDER}: bulk", "_batches", "_incomplete.add",
+          "_incomplete.all"),
+    ("<RecordAccumulator>", "_tp_lock", "call:1:", f"{APPENDER}: bulk"),
+    *(("<RecordAccumulator>", "config", f"has:{key}", f"{APPENDER}: _new_batch")
+      for key in ("message_version", "compression_attrs", "batch_size")),
+    ("kafka.producer.record_accumulator", "RecordAccumulator.deallocate",
+     "src:self._incomplete.remove(batch)", f"{APPENDER}: a split batch leaves _incomplete"),
+    ("kafka.producer.producer_batch", "ProducerBatch", "call:2:now", f"{APPENDER}: _new_batch"),
+    *each("<ProducerBatch>", "", f"{APPENDER}: bulk", "records", "last_append", "is_done",
+          "final_state", "produce_future", "topic_partition"),
+    ("kafka.producer.producer_batch", "FinalState.SUCCEEDED", "", APPENDER),
+    ("kafka.producer.producer_batch", "ProducerBatch._complete_future",
+     "src:self.produce_future.success((base_offset, timestamp_ms, record_exceptions_fn))",
+     f"{APPENDER}: a failed batch's error"),
+    ("kafka.record.memory_records", "MemoryRecordsBuilder", "call:3:", f"{APPENDER}: bulk"),
+    *each("<MemoryRecordsBuilder>", "", f"{APPENDER}: _fill", "_builder", "_next_offset",
+          "_closed"),
+    *each("<MemoryRecordsBuilder>", "", f"{APPENDER}: _fill", "_builder._first_timestamp",
+          "_builder._max_timestamp", "_builder._num_records", "_builder._last_offset",
+          "_builder._buffer", "_builder._batch_size"),
     ("kafka", "KafkaConsumer.__init__", "src:self.config = ", f"{READER}: read_range"),
     ("kafka.consumer.fetcher", "Fetcher.__init__", "src:self.config = ", f"{LEAN}, {READER}"),
     *(("kafka.consumer.fetcher", "Fetcher.DEFAULT_CONFIG", f"has:{key}", f"{LEAN}, {READER}")
@@ -162,6 +183,12 @@ INSTANCES: dict[str, Callable[[], Any]] = {
             v2_batch())),
     "<DefaultRecordBatch>": lambda: resolve("kafka.record.default_records",
                                             "DefaultRecordBatch")(v2_batch()),
+    "<RecordAccumulator>": lambda: resolve("kafka.producer.record_accumulator",
+                                           "RecordAccumulator")(),
+    "<MemoryRecordsBuilder>": lambda: resolve("kafka.record.memory_records",
+                                              "MemoryRecordsBuilder")(2, 0, 1024),
+    "<ProducerBatch>": lambda: resolve("kafka.producer.producer_batch", "ProducerBatch")(
+        TopicPartition("t", 0), resolve("<MemoryRecordsBuilder>", "")),
 }
 
 CHECKS: dict[str, Callable[[Any, str], object]] = {

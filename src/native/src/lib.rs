@@ -7,7 +7,11 @@
 //!   them) into a dict -- the work fastavro's `schemaless_reader` does on the decoder's
 //!   fast path.
 //!
-//! Each either gives exactly what the pure-Python reference gives, or declines (an error
+//! * `encode_records`: records into a v2 batch's record area, as kafka-python's
+//!   `DefaultRecordBatchBuilder.append` writes them one at a time -- the re-keying stage's
+//!   copies (`leakproof.kafka.appender`).
+//!
+//! Each reader either gives exactly what the pure-Python reference gives, or declines (an error
 //! from `read_records`, `None` from `FlatRecordReader.read`), and the caller then runs the
 //! reference, which decides and names every bad input. The native path can only be faster;
 //! what a record means, and every dead letter's kind and message, stay the reference's.
@@ -190,6 +194,94 @@ fn read_headers<'py>(py: Python<'py>, c: &mut Cursor<'_>) -> Option<Bound<'py, P
     Some(out)
 }
 
+fn put_uvarint(out: &mut Vec<u8>, mut u: u64) {
+    while u >= 0x80 {
+        out.push((u as u8 & 0x7f) | 0x80);
+        u >>= 7;
+    }
+    out.push(u as u8);
+}
+
+fn put_varint(out: &mut Vec<u8>, v: i64) {
+    put_uvarint(out, ((v << 1) ^ (v >> 63)) as u64);
+}
+
+fn uvarint_len(mut u: u64) -> usize {
+    let mut n = 1;
+    while u >= 0x80 {
+        u >>= 7;
+        n += 1;
+    }
+    n
+}
+
+fn put_nullable(out: &mut Vec<u8>, b: &Bound<'_, PyAny>) -> PyResult<()> {
+    if b.is_none() {
+        out.push(1); // -1: null
+        return Ok(());
+    }
+    let bytes = bytes_of(b)?;
+    put_varint(out, bytes.len() as i64);
+    out.extend_from_slice(bytes);
+    Ok(())
+}
+
+/// Records `records[start..]`, each `(key, value, timestamp, headers)`, as the next records
+/// of a batch whose first record's timestamp is `first_timestamp` (None: the first of these
+/// sets it), whose next offset delta is `next_offset` and which holds `used` of its
+/// `batch_size` bytes. Takes records while they fit (the batch's first always does, as
+/// kafka-python's builder takes it) and returns (their bytes, how many, their greatest
+/// timestamp, the batch's first timestamp). The bytes are what that builder's `append`
+/// writes for the same records; `appender.bulk_fits` compares the two before use.
+#[pyfunction]
+#[pyo3(signature = (records, start, first_timestamp, next_offset, used, batch_size))]
+fn encode_records<'py>(
+    py: Python<'py>,
+    records: &Bound<'py, PyList>,
+    start: usize,
+    first_timestamp: Option<i64>,
+    next_offset: i64,
+    used: usize,
+    batch_size: usize,
+) -> PyResult<(Bound<'py, PyBytes>, usize, Option<i64>, Option<i64>)> {
+    let mut out: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut body: Vec<u8> = Vec::with_capacity(512);
+    let mut first = first_timestamp;
+    let mut max_ts: Option<i64> = None;
+    let mut taken = 0usize;
+    for item in records.iter().skip(start) {
+        let (key, value, ts, headers): (Bound<'py, PyAny>, Bound<'py, PyAny>, i64, Bound<'py, PyAny>) =
+            item.extract()?;
+        let is_first = first.is_none();
+        let base = first.unwrap_or(ts);
+        body.clear();
+        body.push(0); // attributes
+        put_varint(&mut body, ts.checked_sub(base).ok_or_else(|| declined("timestamp"))?);
+        put_varint(&mut body, next_offset + taken as i64);
+        put_nullable(&mut body, &key)?;
+        put_nullable(&mut body, &value)?;
+        let n = headers.len()?;
+        put_varint(&mut body, n as i64);
+        for h in headers.try_iter()? {
+            let (name, v): (Bound<'py, PyString>, Bound<'py, PyAny>) = h?.extract()?;
+            let name = name.to_str()?.as_bytes();
+            put_varint(&mut body, name.len() as i64);
+            body.extend_from_slice(name);
+            put_nullable(&mut body, &v)?;
+        }
+        let required = body.len() + uvarint_len(((body.len() as i64) << 1) as u64);
+        if !is_first && required + used + out.len() > batch_size {
+            break;
+        }
+        put_varint(&mut out, body.len() as i64);
+        out.extend_from_slice(&body);
+        first = Some(base);
+        max_ts = Some(max_ts.map_or(ts, |m| m.max(ts)));
+        taken += 1;
+    }
+    Ok((PyBytes::new(py, &out), taken, max_ts, first))
+}
+
 enum Prim {
     Null,
     Boolean,
@@ -347,6 +439,7 @@ fn read_prim<'py>(
 fn leakproof_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ABI", ABI)?;
     m.add_function(wrap_pyfunction!(read_records, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_records, m)?)?;
     m.add_class::<FlatRecordReader>()?;
     Ok(())
 }
