@@ -13,7 +13,7 @@ ARGS ?=
 SYSTEM_PACKAGES := libkrb5-dev krb5-user faketime
 
 .DEFAULT_GOAL := help
-.PHONY: help native trip promtool check-alerts bench-ui bench-wide bench-cluster bench-cells venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-slowed test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
+.PHONY: help native bench-native trip promtool check-alerts bench-ui bench-wide bench-cluster bench-cells venv-spark35 test-kafka3 system-deps run-kerberos stack-up-secure venv lock jars stack-up stack-down stack-status shell run test test-fast test-slowed test-unit lint fmt bench bench-latency bench-recovery soak chaos yarn-up yarn-down yarn-pack clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -149,6 +149,9 @@ bench-cluster: venv ## make bench's job on the one-node stack and the cluster st
 	$(BIN)/pip install -q -c constraints.txt -e '.[bench]'
 	$(BIN)/python scripts/bench_cluster.py
 
+bench-native: venv ## the native read path beside the pure one, in-process: CPU us per record read, decoded, copied
+	$(BIN)/python scripts/bench_native.py
+
 bench-cells: venv ## what a cell written to HBase costs (rows of 2-32 cells), and a row read, present or absent
 	$(STACK) up
 	$(BIN)/python scripts/bench_cells.py
@@ -190,4 +193,4 @@ yarn-pack: venv ## .services/yarn/leakproof-env.tar.gz: the job's Python env for
 
 clean: ## remove the venvs, the stack's jars and data, caches
 	-$(STACK) down 2>/dev/null
-	rm -rf $(VENV) .venv-spark35 .services .pytest_cache .mypy_cache .ruff_cache .test-results src/*.egg-info
+	rm -rf $(VENV) .venv-spark35 .services .pytest_cache .mypy_cache .ruff_cache .test-results src/*.egg-info src/native/target

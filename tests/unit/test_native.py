@@ -19,7 +19,7 @@ from kafka.record.memory_records import MemoryRecords
 
 from leakproof.core import native
 from leakproof.kafka import lean_fetch
-from leakproof.kafka.records import CorruptBatch, KafkaRecord, read_records_pure
+from leakproof.kafka.records import CorruptBatch, KafkaRecord, read_records, read_records_pure
 from leakproof.model.schema import without_logical_types
 from leakproof.testing.vectors import avro_cases, flat_schema_cases, record_areas
 
@@ -43,7 +43,7 @@ def fast() -> Any:
 def _native_records(fast: Any, args: tuple[Any, ...]) -> list[KafkaRecord] | None:
     try:
         out: list[KafkaRecord] = fast.read_records(*args, KafkaRecord, tuple.__new__)
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
     return out
 
@@ -66,6 +66,15 @@ def test_record_areas_read_as_the_reference_reads_them(fast: Any, area: Any) -> 
         assert [type(r.headers) for r in ours] == [type(r.headers) for r in reference]
     else:
         assert reference is None and ours is None
+
+
+def test_a_count_past_its_type_is_declined_and_read_by_the_reference(fast: Any) -> None:
+    """A batch header's record count is a signed int32: a negative one cannot be the native
+    reader's count, and the reference reads what it makes of it."""
+    assert _native_records(fast, (b"", 0, -1, 0, 0, None)) is None
+    assert read_records(b"", 0, -1, 0, 0) == read_records_pure(b"", 0, -1, 0, 0) == []
+    with pytest.raises(CorruptBatch):
+        read_records(b"\x00", 0, -1, 0, 0)
 
 
 def test_kafka_pythons_own_batches_read_the_same(fast: Any) -> None:

@@ -17,9 +17,11 @@ kafka-python's ``DefaultRecordBatchBuilder.append`` writes for them -- ``bulk_fi
 compares the two on sample records, once per process, before the bulk path is used -- and
 the builder's counters set as its ``append`` sets them. Each such batch is acknowledged as
 a whole (its final state after the flush) instead of through a future per record. A batch
-the broker found too large is split by kafka-python without its records' futures: seen
-after the flush, that fails the try (``settled``), and this process appends record by
-record from then on.
+the broker found too large is split by kafka-python without its records' futures: a split
+seen by ``settled`` fails the try, and this process appends record by record from then on.
+(A split while the flush waits leaves the flush waiting on the dropped batch until the
+transaction's deadline, as kafka-python's own per-record path does: the try fails, nothing
+commits.)
 
 A record near the request size limit or with a null header value goes through ``send``
 (whose checks refuse it whole), and a kafka-python whose internals differ gets ``send`` for
@@ -197,8 +199,8 @@ def _fill(batch: Any, records: list[tuple[Any, ...]], start: int) -> int:
         chunk, taken, max_ts, first_ts = fast.encode_records(
             records, start, builder._first_timestamp, mem._next_offset, len(builder._buffer),
             builder._batch_size)
-    except (TypeError, ValueError, UnicodeError):
-        return 0
+    except (TypeError, ValueError, ArithmeticError, UnicodeError):
+        return 0  # the reference (kafka-python's append) takes the record and judges it
     if taken:
         builder._buffer += chunk
         builder._first_timestamp = first_ts

@@ -68,7 +68,7 @@ def read_records(buf: bytes | bytearray, pos: int, count: int, base_offset: int,
                 buf, pos, count, base_offset, first_timestamp, append_time, KafkaRecord,
                 tuple.__new__)
             return records
-        except ValueError:
+        except (ValueError, OverflowError):  # OverflowError: a count or offset past its type
             pass
     return read_records_pure(buf, pos, count, base_offset, first_timestamp, append_time)
 
