@@ -28,7 +28,8 @@ from leakproof.kafka.records import read_records, read_records_pure
 from leakproof.model.spec import web_model
 from leakproof.testing.generator import GeneratorSpec, generate
 
-N = int(os.environ.get("EVENTS", "50000"))
+EVENTS = int(os.environ.get("EVENTS", "50000"))
+N = EVENTS  # the records generated: a few more than asked (the generator's duplicates)
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 
 
@@ -73,7 +74,9 @@ def main() -> int:
     if native.module() is None:
         print("leakproof_native is not installed (make native): nothing to compare")
         return 1
-    events = generate(GeneratorSpec(seed=1, events=N, sessions=N // 10))
+    global N
+    events = generate(GeneratorSpec(seed=1, events=EVENTS, sessions=EVENTS // 10))
+    N = len(events)
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
                                         producer_id=-1, producer_epoch=-1, base_sequence=-1,
                                         batch_size=1 << 30)
