@@ -120,12 +120,18 @@ def test_a_record_send_must_judge_keeps_its_place() -> None:
     assert [r[1] for r in _read(p.batches(0))] == [b"1", b"2", big, b"4"]
 
 
-def test_each_bulk_batch_is_acknowledged_before_the_commit() -> None:
+def _appended() -> tuple[Producer, Appender]:
+    """200 small records appended to partition 0 and handed to their batch (one)."""
     p = Producer()
     out = Appender(p, "t.internal")
     for key, value, ts, headers in _records(200, longest=40):
         out.append(0, key, value, ts, headers)
     out.check()
+    return p, out
+
+
+def test_each_bulk_batch_is_acknowledged_before_the_commit() -> None:
+    p, out = _appended()
     (batch,) = p.batches(0)
     with pytest.raises(KafkaTimeoutError, match="unacknowledged"):
         out.settled()  # not yet answered
@@ -135,11 +141,7 @@ def test_each_bulk_batch_is_acknowledged_before_the_commit() -> None:
 
 
 def test_an_answered_batch_settles() -> None:
-    p = Producer()
-    out = Appender(p, "t.internal")
-    for key, value, ts, headers in _records(200, longest=40):
-        out.append(0, key, value, ts, headers)
-    out.check()
+    p, out = _appended()
     for batch in p.batches(0):
         batch.complete(0, -1)
     out.settled()
@@ -148,11 +150,7 @@ def test_an_answered_batch_settles() -> None:
 def test_a_split_batch_fails_the_try_and_the_process_goes_record_by_record(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(appender, "_split_seen", False)
-    p = Producer()
-    out = Appender(p, "t.internal")
-    for key, value, ts, headers in _records(200, longest=40):
-        out.append(0, key, value, ts, headers)
-    out.check()
+    p, out = _appended()
     (batch,) = p.batches(0)
     p._accumulator.deallocate(batch)  # what the sender does with a batch it split
     with pytest.raises(KafkaError, match="split"):
