@@ -15,16 +15,15 @@ from kafka.producer.record_accumulator import RecordAccumulator
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from leakproof.core import native
 from leakproof.kafka import appender
 from leakproof.kafka.appender import Appender
+from tests.unit.conftest import native_or_skip
 from tests.unit.test_appender import Sender, Txn
 
 
 @pytest.fixture(autouse=True)
 def _native() -> None:
-    if native.module() is None:
-        pytest.skip("leakproof_native is not installed (no cargo): records go one by one")
+    native_or_skip()
 
 
 class Producer:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import logging
 import random
-import shutil
 import struct
 import sys
 import types
@@ -22,22 +21,12 @@ from leakproof.kafka import lean_fetch
 from leakproof.kafka.records import CorruptBatch, KafkaRecord, read_records, read_records_pure
 from leakproof.model.schema import without_logical_types
 from leakproof.testing.vectors import avro_cases, flat_schema_cases, record_areas
-
-
-def test_built_wherever_cargo_is() -> None:
-    """``make venv`` builds the native path where cargo is: its absence there is a broken
-    build, not a platform without it."""
-    if shutil.which("cargo") is None:
-        pytest.skip("no cargo here: the pure path is this platform's (tested everywhere)")
-    assert native.module() is not None, "leakproof_native is not installed: run make native"
+from tests.unit.conftest import native_or_skip
 
 
 @pytest.fixture
 def fast() -> Any:
-    module = native.module()
-    if module is None:
-        pytest.skip("leakproof_native is not installed (no cargo): the pure path runs")
-    return module
+    return native_or_skip()
 
 
 def _native_records(fast: Any, args: tuple[Any, ...]) -> list[KafkaRecord] | None:
