@@ -232,3 +232,28 @@ def test_a_partition_an_open_transaction_holds_is_not_idle() -> None:
     planner.plan(1_000)
     time.sleep(0.03)
     assert planner.plan(2_000).idle == {}
+
+
+def test_a_log_end_behind_what_the_run_read_waits_then_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new leader's high watermark can trail what the run already read: empty ranges
+    while it catches up, the reading going on once it has; a log that stays shorter than
+    ``BEHIND_S`` is refused as at the start."""
+    from leakproof.driver import planning
+
+    r = rig({0: (0, 10)})
+    assert [str(x) for x in r.plan().work] == ["t:0[0,10)"]
+    clock = [1000.0]
+    monkeypatch.setattr(planning.time, "monotonic", lambda: clock[0])
+    r.meta.bounds[0] = LogBounds(0, 9)  # the new leader, one fetch behind
+    plan = r.plan()
+    assert [str(x) for x in plan.ranges] == ["t:0[10,10)"] and plan.work == []
+    r.meta.bounds[0] = LogBounds(0, 14)  # caught up, and on
+    assert [str(x) for x in r.plan().work] == ["t:0[10,14)"]
+    r.meta.bounds[0] = LogBounds(0, 9)
+    r.plan()
+    clock[0] += planning.BEHIND_S - 1
+    assert r.plan().work == []
+    clock[0] += 2
+    with pytest.raises(OffsetError, match="beyond the log end 9"):
+        r.plan()

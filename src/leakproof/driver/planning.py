@@ -32,6 +32,12 @@ from leakproof.ports.driver import Metadata
 
 log = logging.getLogger(__name__)
 
+# How long a running job waits for a partition's log end to come back up to what it has
+# already read before it takes the log for a shorter one: a newly elected leader's high
+# watermark can trail the old leader's by a fetch round (ISR changes bound it by
+# replica.lag.time.max.ms, 30 s by default). Meanwhile the partition gets empty ranges.
+BEHIND_S = 120.0
+
 
 class Planner:
     """Start positions, then one plan per batch time, for one topic."""
@@ -54,6 +60,8 @@ class Planner:
         self._until_time_ms: int | None = None
         # each partition's oldest unread record last looked up: (offset, timestamp ms)
         self._unread: dict[int, tuple[int, int | None]] = {}
+        # monotonic: since when each partition's log end has been below what was planned
+        self._behind: dict[int, float] = {}
 
     def assigned(self) -> list[int]:
         """The partitions to read, read fresh (partitions may be added while running).
@@ -160,6 +168,9 @@ class Planner:
                 log.info("partition %d of %s appeared; reading it from offset %d", p,
                          self.topic, bounds[p].log_start)
                 self._next[p] = appeared[p] = bounds[p].log_start
+            if self._waits_for_log_end(p, bounds[p]):
+                positions[p] = self._next[p]  # an empty range: plan_ranges clamps to it
+                continue
             positions[p], gap = check_position(self.topic, p, self._next[p], bounds[p],
                                                self._cfg.on_data_loss)
             if gap is not None:
@@ -176,6 +187,25 @@ class Planner:
                          last=self._until is not None and reached(ranges, self._until),
                          idle=self._idle(ranges, bounds),
                          unread_ts=self._oldest_unread(ranges, bounds, held))
+
+    def _waits_for_log_end(self, p: int, bounds: LogBounds) -> bool:
+        """Whether partition ``p``'s log end is below what this run already planned, and
+        has been for less than ``BEHIND_S``: a new leader's high watermark catching up (the
+        topic id, checked in ``assigned``, is the same). Past that, ``check_position``
+        refuses the shorter log as it does at the start."""
+        if self._next[p] <= bounds.log_end:
+            self._behind.pop(p, None)
+            return False
+        now = time.monotonic()
+        since = self._behind.setdefault(p, now)
+        if now - since < BEHIND_S:
+            if since == now:
+                log.warning("%s partition %d: the log end %d is below offset %d, which this "
+                            "run already read (a new leader catching up); waiting for it, "
+                            "up to %.0fs", self.topic, p, bounds.log_end, self._next[p],
+                            BEHIND_S)
+            return True
+        return False
 
     def _idle(self, ranges: Sequence[OffsetRange], bounds: Mapping[int, LogBounds]
               ) -> dict[int, int]:
