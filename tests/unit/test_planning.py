@@ -244,7 +244,7 @@ def test_a_log_end_behind_what_the_run_read_waits_then_is_refused(
     r = rig({0: (0, 10)})
     assert [str(x) for x in r.plan().work] == ["t:0[0,10)"]
     clock = [1000.0]
-    monkeypatch.setattr(planning.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     r.meta.bounds[0] = LogBounds(0, 9)  # the new leader, one fetch behind
     plan = r.plan()
     assert [str(x) for x in plan.ranges] == ["t:0[10,10)"] and plan.work == []
