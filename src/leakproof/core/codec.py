@@ -203,22 +203,22 @@ class Decoder:
         schemaless Avro of the reader schema and passes every rule; else None (no error
         context is built on this path). The native reader, where there is one, gives
         fastavro's dict or None; None sends the record to the checked path, as here."""
-        if self._native is not None:
-            rec = self._native.read(value, start)
-            if rec is None:
-                return None
-            event = self._event(rec, key, timestamp)
-            return event if type(event) is Event else None
+        rec = (self._native.read(value, start) if self._native is not None
+               else self._fastavro(value, start))
+        if rec is None:
+            return None
+        event = self._event(rec, key, timestamp)
+        return event if type(event) is Event else None
+
+    def _fastavro(self, value: bytes, start: int) -> dict[str, Any] | None:
+        """The record fastavro reads from ``start`` if it is exactly one, else None."""
         buf = io.BytesIO(value)
         buf.seek(start)
         try:
             rec = fastavro.schemaless_reader(buf, self._reader, None)
         except Exception:  # noqa: BLE001 - the checked path reads it again and names it
             return None
-        if type(rec) is not dict or buf.tell() != len(value):
-            return None
-        event = self._event(rec, key, timestamp)
-        return event if type(event) is Event else None
+        return rec if type(rec) is dict and buf.tell() == len(value) else None
 
     def _checked(self, key: bytes | None, value: bytes | None, topic: str, partition: int,
                  offset: int, timestamp: int | None) -> Event:
