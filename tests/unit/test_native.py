@@ -17,6 +17,7 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from leakproof.core import native
+from leakproof.hbase.wire.puts import encode_mutate_rows
 from leakproof.kafka import lean_fetch
 from leakproof.kafka.records import CorruptBatch, KafkaRecord, read_records, read_records_pure
 from leakproof.model.schema import without_logical_types
@@ -177,6 +178,40 @@ def test_a_bytearray_or_other_buffer_is_read_or_declined(fast: Any) -> None:
     assert _native_records(fast, tuple(args)) is None  # the reference reads it instead
     _, program = _reader(next(avro_cases()).schema)
     assert fast.FlatRecordReader(program).read(bytearray(next(avro_cases()).value), 0) is None
+
+
+def _random_rows(rng: random.Random) -> dict[bytes, dict[bytes, bytes]]:
+    def text() -> bytes:
+        return rng.choice([b"", rng.randbytes(rng.randrange(1, 40)),
+                           "sessión-ü".encode() * rng.randrange(1, 4), b"x" * 70_000])
+    return {text(): {text(): text() for _ in range(rng.randrange(0, 20))}
+            for _ in range(rng.randrange(0, 30))}
+
+
+def test_mutate_rows_requests_are_the_references_to_the_byte(fast: Any) -> None:
+    rng = random.Random(5)
+    for _ in range(300):
+        rows = _random_rows(rng)
+        ts = rng.choice([0, -1, 2**63 - 1, -(2**63), rng.randrange(2**41)])
+        seqid = rng.choice([0, 2**31 - 1, -(2**31), rng.randrange(1000)])
+        table = rng.randbytes(rng.randrange(0, 30))
+        assert fast.encode_mutate_rows(table, rows, ts, seqid) == encode_mutate_rows(
+            table, rows, ts, seqid)
+
+
+@pytest.mark.parametrize("table,rows,ts,seqid", [
+    (b"t", {b"r": {b"s:a": bytearray(b"1")}}, 0, 0),  # a value not bytes
+    (b"t", {memoryview(b"r"): {b"s:a": b"1"}}, 0, 0),  # a row key not bytes
+    (b"t", {b"r": types.MappingProxyType({b"s:a": b"1"})}, 0, 0),  # cells not a dict
+    (b"t", types.MappingProxyType({b"r": {b"s:a": b"1"}}), 0, 0),  # rows not a dict
+    ("t", {b"r": {b"s:a": b"1"}}, 0, 0),  # the table a str
+    (b"t", {b"r": {b"s:a": b"1"}}, 2**63, 0),  # past i64
+    (b"t", {b"r": {b"s:a": b"1"}}, 0, 2**31),  # past i32
+], ids=["value", "row", "cells", "rows", "table", "ts", "seqid"])
+def test_a_request_the_native_encoder_cannot_write_is_declined(
+        fast: Any, table: Any, rows: Any, ts: int, seqid: int) -> None:
+    with pytest.raises((ValueError, OverflowError, TypeError)):
+        fast.encode_mutate_rows(table, rows, ts, seqid)
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """The hand-encoded mutateRows request is the one thriftpy2 encodes for happybase, byte for
-byte, and RowPuts sends what happybase's Batch would, in the same calls."""
+byte, and RowPuts sends what happybase's Batch would, in the same calls: each test on both
+paths (the native encoder and the reference)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ from Hbase_thrift import BatchMutation, Hbase, IOError, Mutation
 from thriftpy2 import protocol, transport
 from thriftpy2.thrift import TClient
 
-from leakproof.hbase.wire.puts import RowPuts, encode_mutate_rows, row_puts, speaks_strict_binary
+from leakproof.hbase.wire.puts import (
+    RowPuts,
+    encode_mutate_rows,
+    encode_request,
+    row_puts,
+    speaks_strict_binary,
+)
+
+pytestmark = pytest.mark.usefixtures("read_path")  # each test on both paths
 
 # thriftpy2 has no type hints
 TBinaryProtocol: Any = protocol.TBinaryProtocol
@@ -45,6 +54,15 @@ def test_the_request_is_thriftpy2s_to_the_byte(rows: dict[bytes, dict[bytes, byt
         b"t1_web_sessions", rows, ts)
     assert encode_mutate_rows(b"t", rows, 0, seqid=7) == thriftpy2_bytes(b"t", rows, 0, seqid=7)
     assert encode_mutate_rows(b"t", rows, 2**63 - 1) == thriftpy2_bytes(b"t", rows, 2**63 - 1)
+    for at, seqid in ((ts, 0), (0, 7), (2**63 - 1, 2**31 - 1), (-(2**63), -1)):
+        assert encode_request(b"t1", rows, at, seqid) == thriftpy2_bytes(b"t1", rows, at, seqid)
+
+
+def test_cells_the_native_encoder_declines_go_out_as_the_reference_writes_them() -> None:
+    rows: Any = {b"r": {b"s:a": bytearray(b"1"), b"s:b": memoryview(b"22")}}
+    assert encode_request(b"t", rows, 5, 3) == encode_mutate_rows(b"t", rows, 5, 3)
+    assert encode_request(b"t", rows, 5, 3) == thriftpy2_bytes(
+        b"t", {b"r": {b"s:a": b"1", b"s:b": b"22"}}, 5, 3)
 
 
 class _Wire:

@@ -6,6 +6,7 @@ area into ``KafkaRecord`` tuples, and each value's schemaless Avro into a dict. 
 pack build it when cargo is there). Its functions give what the pure-Python reference gives
 or decline, and the caller then runs the reference, which decides every bad input and names
 it: the native path changes the speed, never a result, a dead letter's kind or its message.
+It also writes the session rows' put requests (``hbase.wire.puts``), the reference's bytes.
 
 Where it is not installed, or was built for another layout, the reference runs, with one
 line in the log. ``LEAKPROOF_NATIVE=0`` in the environment asks for the reference even where
@@ -21,7 +22,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-ABI = 1  # the layout of leakproof_native's functions this code calls
+ABI = 2  # the layout of leakproof_native's functions this code calls
 ENV = "LEAKPROOF_NATIVE"
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes",
                          "string"})
@@ -31,7 +32,8 @@ _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "b
 def module() -> Any | None:
     """``leakproof_native`` when it is installed, of this layout, and not turned off."""
     if os.environ.get(ENV, "1").strip() == "0":
-        log.info("%s=0: reading records and Avro with the pure-Python path", ENV)
+        log.info("%s=0: reading records and Avro (and encoding row puts) with the "
+                 "pure-Python path", ENV)
         return None
     try:
         import leakproof_native  # type: ignore[import-not-found,import-untyped,unused-ignore]

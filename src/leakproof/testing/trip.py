@@ -27,7 +27,7 @@ MOMENTS: dict[str, tuple[str, str | None]] = {
     "leakproof.hbase.visit_store.VisitStore.read": ("its visitor's sessions, read", None),
     "leakproof.hbase.visit_store.VisitStore.add": ("its visitor's listing", None),
     "leakproof.core.session_cells.to_cells": ("session -> cells", None),
-    "leakproof.hbase.wire.puts.encode_mutate_rows": ("cells -> put of its row", "rows"),
+    "leakproof.hbase.wire.puts.encode_request": ("cells -> put of its row", "rows"),
 }
 
 

@@ -9,7 +9,9 @@
 //!
 //! * `encode_records`: records into a v2 batch's record area, as kafka-python's
 //!   `DefaultRecordBatchBuilder.append` writes them one at a time -- the re-keying stage's
-//!   copies (`leakproof.kafka.appender`).
+//!   copies (`leakproof.kafka.appender`);
+//! * `encode_mutate_rows`: a put-only `mutateRowsTs` Thrift request, the bytes
+//!   `leakproof.hbase.wire.puts.encode_mutate_rows` writes -- the session rows' writes.
 //!
 //! Each reader either gives exactly what the pure-Python reference gives, or declines (an error
 //! from `read_records`, `None` from `FlatRecordReader.read`), and the caller then runs the
@@ -22,7 +24,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyDict, PyFloat, PyList, PyString, PyTup
 
 /// What the Python side checks before it uses this module: a build of another layout is
 /// ignored (the pure path, with a line in the log), never half used.
-const ABI: u32 = 1;
+const ABI: u32 = 2;
 
 struct Cursor<'a> {
     buf: &'a [u8],
@@ -282,6 +284,75 @@ fn encode_records<'py>(
     Ok((PyBytes::new(py, &out), taken, max_ts, first))
 }
 
+/// Thrift's strict binary protocol, as `leakproof.hbase.wire.puts` spells it.
+const MUTATE_ROWS_TS: &[u8] = b"mutateRowsTs";
+const THRIFT_CALL: i32 = -2147418112 | 1; // version 1, message type CALL
+const PUT_COLUMN: &[u8] = b"\x02\x00\x01\x00\x0b\x00\x02"; // isDelete = false; column
+const VALUE: &[u8] = b"\x0b\x00\x03";
+const TO_WAL: &[u8] = b"\x02\x00\x04\x01\x00"; // writeToWAL = true; the mutation's end
+const ROW: &[u8] = b"\x0b\x00\x01";
+const LIST_OF_STRUCTS: &[u8] = b"\x0f\x00\x02\x0c";
+const TIMESTAMP: &[u8] = b"\x0a\x00\x03";
+const NO_ATTRIBUTES: &[u8] = b"\x0d\x00\x04\x0b\x0b\x00\x00\x00\x00\x00";
+
+fn put_i32(out: &mut Vec<u8>, n: usize) -> PyResult<()> {
+    let n = i32::try_from(n).map_err(|_| declined("a length past i32"))?;
+    out.extend_from_slice(&n.to_be_bytes());
+    Ok(())
+}
+
+fn put_string(out: &mut Vec<u8>, b: &[u8]) -> PyResult<()> {
+    put_i32(out, b.len())?;
+    out.extend_from_slice(b);
+    Ok(())
+}
+
+/// `mutateRowsTs(table, [one put of its cells per row], ts, {})` with every cell written to
+/// the WAL, numbered `seqid`: `rows` a dict of row key to a dict of column to value, all
+/// `bytes`. Raises ValueError for anything else (a bytearray, a mapping that is not a
+/// dict), and the caller encodes the request with the reference.
+#[pyfunction]
+#[pyo3(signature = (table, rows, ts, seqid))]
+fn encode_mutate_rows<'py>(
+    py: Python<'py>,
+    table: &Bound<'py, PyBytes>,
+    rows: &Bound<'py, PyAny>,
+    ts: i64,
+    seqid: i32,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let rows = rows.downcast::<PyDict>().map_err(|_| declined("rows not a dict"))?;
+    let mut out: Vec<u8> = Vec::with_capacity(64 + rows.len() * 512);
+    out.extend_from_slice(&THRIFT_CALL.to_be_bytes());
+    put_string(&mut out, MUTATE_ROWS_TS)?;
+    out.extend_from_slice(&seqid.to_be_bytes());
+    out.extend_from_slice(ROW); // 1: tableName, string
+    put_string(&mut out, table.as_bytes())?;
+    out.extend_from_slice(LIST_OF_STRUCTS); // 2: rowBatches
+    put_i32(&mut out, rows.len())?;
+    for (row, cells) in rows.iter() {
+        let row = row.downcast::<PyBytes>().map_err(|_| declined("a row key not bytes"))?;
+        let cells = cells.downcast::<PyDict>().map_err(|_| declined("cells not a dict"))?;
+        out.extend_from_slice(ROW);
+        put_string(&mut out, row.as_bytes())?;
+        out.extend_from_slice(LIST_OF_STRUCTS);
+        put_i32(&mut out, cells.len())?;
+        for (column, value) in cells.iter() {
+            let column = column.downcast::<PyBytes>().map_err(|_| declined("a column not bytes"))?;
+            let value = value.downcast::<PyBytes>().map_err(|_| declined("a value not bytes"))?;
+            out.extend_from_slice(PUT_COLUMN);
+            put_string(&mut out, column.as_bytes())?;
+            out.extend_from_slice(VALUE);
+            put_string(&mut out, value.as_bytes())?;
+            out.extend_from_slice(TO_WAL);
+        }
+        out.push(0); // the BatchMutation's end
+    }
+    out.extend_from_slice(TIMESTAMP);
+    out.extend_from_slice(&ts.to_be_bytes());
+    out.extend_from_slice(NO_ATTRIBUTES);
+    Ok(PyBytes::new(py, &out))
+}
+
 enum Prim {
     Null,
     Boolean,
@@ -440,6 +511,7 @@ fn leakproof_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ABI", ABI)?;
     m.add_function(wrap_pyfunction!(read_records, m)?)?;
     m.add_function(wrap_pyfunction!(encode_records, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_mutate_rows, m)?)?;
     m.add_class::<FlatRecordReader>()?;
     Ok(())
 }

@@ -6,7 +6,9 @@ The bytes of a put-only ``mutateRowsTs`` call are simple (Thrift's strict binary
 message header, the table name, a list of rows, each a list of (column, value) mutations,
 the cells' timestamp),
 so they are written here directly, 0.4 us a cell, the same bytes to the byte
-(``tests/unit/test_row_puts.py`` compares them with thriftpy2's own encoding). They go
+(``tests/unit/test_row_puts.py`` compares them with thriftpy2's own encoding); where the
+native module is installed (``core.native``) it writes them, the same bytes again
+(``tests/unit/test_native.py``), and this encoder stays the reference it falls back to. They go
 through the connection's own transport, so plain, framed, SASL and HTTP connections all
 carry them; the reply is read by the Thrift client as any call's. A connection speaking
 the compact protocol keeps happybase's ``Batch`` (with the same timestamp).
@@ -22,6 +24,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from typing import Any, Protocol
+
+from leakproof.core import native
 
 _I32 = struct.Struct(">i").pack
 _I64 = struct.Struct(">q").pack
@@ -76,6 +80,21 @@ def encode_mutate_rows(table: bytes, rows: Mapping[bytes, Mapping[bytes, bytes]]
     return b"".join(out)
 
 
+def encode_request(table: bytes, rows: dict[bytes, dict[bytes, bytes]], ts: int,
+                   seqid: int) -> bytes:
+    """``encode_mutate_rows``'s bytes, written natively where that is installed; anything
+    the native encoder declines (a value not ``bytes``, a number past its width) is
+    encoded by the reference, which raises what it raises."""
+    mod = native.module()
+    if mod is not None:
+        try:
+            request: bytes = mod.encode_mutate_rows(table, rows, ts, seqid)
+            return request
+        except (ValueError, OverflowError, TypeError):
+            pass
+    return encode_mutate_rows(table, rows, ts, seqid)
+
+
 class Puts(Protocol):
     """What the stores put rows through: ``RowPuts`` or happybase's ``Batch`` (the same
     ``put``, and ``send`` for what is left at the end)."""
@@ -110,8 +129,8 @@ class RowPuts:
         if not self._rows:
             return
         client = client_of(self._table)
-        send_request(client, encode_mutate_rows(self._table.name, self._rows, self._ts,
-                                                client._seqid))
+        send_request(client, encode_request(self._table.name, self._rows, self._ts,
+                                            client._seqid))
         client._recv("mutateRowsTs")
         self._rows, self._cells = {}, 0
 
