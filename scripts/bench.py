@@ -19,7 +19,8 @@ Figures, not assertions: the point is the ratios on the same machine in the same
 TOPIC= reuses an earlier run's topic; PEERS_FIRST=1 drains the peers before the job (runs
 can so alternate which of them meets a cold HBase); RATE_PER_PARTITION= caps batches lower
 (more of them); ISOLATION=read_uncommitted reads as before transactions were honoured (the
-same-run baseline of read_committed's cost); CLOSED=1 also publishes closed-session
+same-run baseline of read_committed's cost); SPARK_CONF="k=v;k=v" adds job.spark_conf entries
+(an A/B of a Spark setting on the same topic); CLOSED=1 also publishes closed-session
 summaries to a topic of their own, in transactions (TRANSACTIONAL=0: plain sends), and prints
 what publishing cost per batch and how many offsets the summaries took per record read
 (EMIT=update or EMIT=every_s:N: live updates, output.emit);

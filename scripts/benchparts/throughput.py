@@ -50,6 +50,9 @@ def measure(name: str) -> int:
         data["kafka"]["max_rate_per_partition"] = int(os.environ["RATE_PER_PARTITION"])
     if os.environ.get("ISOLATION"):
         data["kafka"]["isolation_level"] = os.environ["ISOLATION"]
+    if os.environ.get("SPARK_CONF"):  # k=v[;k=v...]: job.spark_conf entries, for A/B runs
+        data["job"].setdefault("spark_conf", {}).update(
+            item.split("=", 1) for item in os.environ["SPARK_CONF"].split(";") if item)
     if os.environ.get("CLOSED") == "1":
         data.setdefault("output", {})["closed_sessions_topic"] = f"{name}-closed"
         data["output"]["transactional"] = os.environ.get("TRANSACTIONAL", "1") == "1"

@@ -17,8 +17,9 @@ then live seconds to a minute. Three things make each one cheaper:
   zipping, staging and unpacking 460 MB per application (20 s of each AM's start here).
 
 Tests only: `leakproof run`, `make run` and the benches keep the JVM's defaults, except that
-every run's executors are C1-only anyway (driver/spark_session.py, EXECUTOR_JAVA_OPTIONS); here they
-also get the serial GC, which the job cannot impose on a user's executors. A JVM the
+every run's executors, and the driver leakproof starts itself, are C1-only anyway
+(driver/spark_session.py, JVM_JAVA_OPTIONS); here they also get the serial GC, which the
+job cannot impose on a user's JVMs. A JVM the
 archive does not fit (another class path, a changed JDK) runs without it, silently.
 """
 

@@ -10,7 +10,7 @@ import yaml
 from pyspark import SparkConf
 
 from leakproof.core import config
-from leakproof.driver.spark_session import EXECUTOR_JAVA_OPTIONS, apply_settings
+from leakproof.driver.spark_session import JVM_JAVA_OPTIONS, apply_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,11 +28,13 @@ def _conf(**given: str) -> SparkConf:
     return conf
 
 
-def test_executors_get_c1_only_and_the_ui_is_left_on() -> None:
+def test_executors_and_the_driver_get_c1_only_and_the_ui_is_left_on() -> None:
     conf = _conf()
     apply_settings(conf, _config({}))
-    assert conf.get("spark.executor.defaultJavaOptions") == EXECUTOR_JAVA_OPTIONS
-    assert EXECUTOR_JAVA_OPTIONS == "-XX:TieredStopAtLevel=1"  # no GC flag: it could clash
+    assert conf.get("spark.executor.defaultJavaOptions") == JVM_JAVA_OPTIONS
+    assert conf.get("spark.driver.defaultJavaOptions") == JVM_JAVA_OPTIONS
+    assert conf.get("spark.driver.extraJavaOptions") is None  # the user's, untouched
+    assert JVM_JAVA_OPTIONS == "-XX:TieredStopAtLevel=1"  # no GC flag: it could clash
     assert conf.get("spark.ui.enabled") is None  # Spark's own default: on
     assert conf.get("spark.streaming.concurrentJobs") == "1"
     assert conf.get("spark.executor.extraJavaOptions") is None  # the user's, untouched

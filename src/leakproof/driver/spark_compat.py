@@ -2,9 +2,9 @@
 
 leakproof supports pyspark 3.5 (Scala 2.12; the Spark of CDP 7, EMR 6/7, Dataproc 2) and
 4.x (Scala 2.13). The DStream API, ``foreachRDD``, the Python workers, ``makeRDD`` with
-preferred locations, ``spark.executor.defaultJavaOptions``, Hadoop's ``ShutdownHookManager``
-and ``launch_gateway(popen_kwargs=...)`` are the same on both. What differs is reached
-through the Py4J gateway by class name:
+preferred locations, ``spark.{driver,executor}.defaultJavaOptions``, Hadoop's
+``ShutdownHookManager`` and ``launch_gateway(popen_kwargs=...)`` are the same on both. What
+differs is reached through the Py4J gateway by class name:
 
 - Scala's Java collection converters: ``scala.jdk.javaapi.CollectionConverters`` exists only
   on Scala 2.13; Scala 2.12 has ``scala.collection.JavaConverters``' explicit methods.
