@@ -5,8 +5,9 @@ The per-record loops ``leakproof_native`` replaces, each timed on both paths ove
 bytes (the bench topic's events, from the generator's seed): a batch's record area into
 ``KafkaRecord`` tuples, a value's Avro into an Event (the decoder's fast path), and the
 re-keying stage's copies into kafka-python's batches (``Appender``, record by record
-against bulk). Best of ROUNDS (default 5) in CPU microseconds per record, then the ratios.
-No network, no stack; figures, not assertions.
+against bulk), and the session rows' put requests (a new row's 18 cells per session, 5 000
+cells a call, as ``SessionStore.write`` sends them). Best of ROUNDS (default 5) in CPU
+microseconds per record, then the ratios. No network, no stack; figures, not assertions.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from leakproof.core import native
 from leakproof.core.codec import Decoder, encode_key, encode_value
+from leakproof.hbase.wire import puts
 from leakproof.kafka import appender
 from leakproof.kafka.appender import Appender
 from leakproof.kafka.records import read_records, read_records_pure
@@ -129,6 +131,27 @@ def main() -> int:
     assert appender.bulk_fits()
     rows.append(("copy into the transaction's batches", best(copying(False)),
                  best(copying(True))))
+    calls: list[dict[bytes, dict[bytes, bytes]]] = [{}]
+    for e in {e.session_id: e for e in events}.values():
+        if len(calls[-1]) * 18 >= 5000:
+            calls.append({})
+        calls[-1][e.session_id.encode()] = {
+            **{b"s:" + name: str(len(name) * e.seq).encode() for name in (
+                b"events", b"pageviews", b"clicks", b"purchases", b"errors", b"bytes",
+                b"first_ts", b"last_ts", b"late_events", b"duplicates", b"out_of_order",
+                b"unknown_types")},
+            b"s:user_id": e.user_id.encode(), b"s:entry_url": e.url.encode(),
+            b"s:exit_url": e.url.encode(), b"s:state": b"open",
+            b"f:p:bench:0": str(e.ts).encode(), b"f:seqs": b"0-%d" % e.seq}
+
+    def encoding(encode: Callable[..., bytes]) -> Callable[[], None]:
+        def run() -> None:
+            for i, rows_of_call in enumerate(calls):
+                encode(b"bench_web_sessions", rows_of_call, first_ts, i)
+        return run
+
+    rows.append(("session rows -> put requests", best(encoding(puts.encode_mutate_rows)),
+                 best(encoding(puts.encode_request))))
     print(f"{N} bench events, best of {ROUNDS}, CPU us per record:")
     print(f"  {'step':40} {'pure':>8} {'native':>8} {'ratio':>7}")
     for name, pure, fast in rows:

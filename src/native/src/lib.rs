@@ -287,11 +287,11 @@ fn encode_records<'py>(
 /// Thrift's strict binary protocol, as `leakproof.hbase.wire.puts` spells it.
 const MUTATE_ROWS_TS: &[u8] = b"mutateRowsTs";
 const THRIFT_CALL: i32 = -2147418112 | 1; // version 1, message type CALL
+const STRING_1: &[u8] = b"\x0b\x00\x01"; // field 1, a string: the table name; a row key
+const LIST_2: &[u8] = b"\x0f\x00\x02\x0c"; // field 2, a list of structs: rows; mutations
 const PUT_COLUMN: &[u8] = b"\x02\x00\x01\x00\x0b\x00\x02"; // isDelete = false; column
 const VALUE: &[u8] = b"\x0b\x00\x03";
 const TO_WAL: &[u8] = b"\x02\x00\x04\x01\x00"; // writeToWAL = true; the mutation's end
-const ROW: &[u8] = b"\x0b\x00\x01";
-const LIST_OF_STRUCTS: &[u8] = b"\x0f\x00\x02\x0c";
 const TIMESTAMP: &[u8] = b"\x0a\x00\x03";
 const NO_ATTRIBUTES: &[u8] = b"\x0d\x00\x04\x0b\x0b\x00\x00\x00\x00\x00";
 
@@ -301,10 +301,17 @@ fn put_i32(out: &mut Vec<u8>, n: usize) -> PyResult<()> {
     Ok(())
 }
 
-fn put_string(out: &mut Vec<u8>, b: &[u8]) -> PyResult<()> {
+/// A field's header, then a string's length and bytes.
+fn put_field(out: &mut Vec<u8>, header: &[u8], b: &[u8]) -> PyResult<()> {
+    out.extend_from_slice(header);
     put_i32(out, b.len())?;
     out.extend_from_slice(b);
     Ok(())
+}
+
+/// The bytes of an exact `bytes` (or a subclass: the reference writes the same bytes).
+fn exact_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
+    Ok(obj.downcast::<PyBytes>().map_err(|_| declined(what))?.as_bytes())
 }
 
 /// `mutateRowsTs(table, [one put of its cells per row], ts, {})` with every cell written to
@@ -323,26 +330,20 @@ fn encode_mutate_rows<'py>(
     let rows = rows.downcast::<PyDict>().map_err(|_| declined("rows not a dict"))?;
     let mut out: Vec<u8> = Vec::with_capacity(64 + rows.len() * 512);
     out.extend_from_slice(&THRIFT_CALL.to_be_bytes());
-    put_string(&mut out, MUTATE_ROWS_TS)?;
+    put_i32(&mut out, MUTATE_ROWS_TS.len())?;
+    out.extend_from_slice(MUTATE_ROWS_TS);
     out.extend_from_slice(&seqid.to_be_bytes());
-    out.extend_from_slice(ROW); // 1: tableName, string
-    put_string(&mut out, table.as_bytes())?;
-    out.extend_from_slice(LIST_OF_STRUCTS); // 2: rowBatches
+    put_field(&mut out, STRING_1, table.as_bytes())?;
+    out.extend_from_slice(LIST_2);
     put_i32(&mut out, rows.len())?;
     for (row, cells) in rows.iter() {
-        let row = row.downcast::<PyBytes>().map_err(|_| declined("a row key not bytes"))?;
         let cells = cells.downcast::<PyDict>().map_err(|_| declined("cells not a dict"))?;
-        out.extend_from_slice(ROW);
-        put_string(&mut out, row.as_bytes())?;
-        out.extend_from_slice(LIST_OF_STRUCTS);
+        put_field(&mut out, STRING_1, exact_bytes(&row, "a row key not bytes")?)?;
+        out.extend_from_slice(LIST_2);
         put_i32(&mut out, cells.len())?;
         for (column, value) in cells.iter() {
-            let column = column.downcast::<PyBytes>().map_err(|_| declined("a column not bytes"))?;
-            let value = value.downcast::<PyBytes>().map_err(|_| declined("a value not bytes"))?;
-            out.extend_from_slice(PUT_COLUMN);
-            put_string(&mut out, column.as_bytes())?;
-            out.extend_from_slice(VALUE);
-            put_string(&mut out, value.as_bytes())?;
+            put_field(&mut out, PUT_COLUMN, exact_bytes(&column, "a column not bytes")?)?;
+            put_field(&mut out, VALUE, exact_bytes(&value, "a value not bytes")?)?;
             out.extend_from_slice(TO_WAL);
         }
         out.push(0); // the BatchMutation's end
