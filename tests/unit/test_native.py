@@ -4,6 +4,7 @@ then decides."""
 
 from __future__ import annotations
 
+import collections
 import io
 import logging
 import random
@@ -188,6 +189,10 @@ def _random_rows(rng: random.Random) -> dict[bytes, dict[bytes, bytes]]:
             for _ in range(rng.randrange(0, 30))}
 
 
+class _Bytes(bytes):
+    """A bytes subclass, which may answer ``len()`` as it likes: declined, not read."""
+
+
 def test_mutate_rows_requests_are_the_references_to_the_byte(fast: Any) -> None:
     rng = random.Random(5)
     for _ in range(300):
@@ -205,9 +210,12 @@ def test_mutate_rows_requests_are_the_references_to_the_byte(fast: Any) -> None:
     (b"t", {b"r": types.MappingProxyType({b"s:a": b"1"})}, 0, 0),  # cells not a dict
     (b"t", types.MappingProxyType({b"r": {b"s:a": b"1"}}), 0, 0),  # rows not a dict
     ("t", {b"r": {b"s:a": b"1"}}, 0, 0),  # the table a str
+    (b"t", collections.OrderedDict({b"r": {b"s:a": b"1"}}), 0, 0),  # a dict subclass
+    (b"t", {b"r": {_Bytes(b"s:a"): b"1"}}, 0, 0),  # a bytes subclass
     (b"t", {b"r": {b"s:a": b"1"}}, 2**63, 0),  # past i64
     (b"t", {b"r": {b"s:a": b"1"}}, 0, 2**31),  # past i32
-], ids=["value", "row", "cells", "rows", "table", "ts", "seqid"])
+], ids=["value", "row", "cells", "rows", "table", "dict subclass", "bytes subclass", "ts",
+        "seqid"])
 def test_a_request_the_native_encoder_cannot_write_is_declined(
         fast: Any, table: Any, rows: Any, ts: int, seqid: int) -> None:
     with pytest.raises((ValueError, OverflowError, TypeError)):

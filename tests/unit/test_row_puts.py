@@ -12,6 +12,7 @@ from Hbase_thrift import BatchMutation, Hbase, IOError, Mutation
 from thriftpy2 import protocol, transport
 from thriftpy2.thrift import TClient
 
+from leakproof.core import native
 from leakproof.hbase.wire.puts import (
     RowPuts,
     encode_mutate_rows,
@@ -56,6 +57,9 @@ def test_the_request_is_thriftpy2s_to_the_byte(rows: dict[bytes, dict[bytes, byt
     assert encode_mutate_rows(b"t", rows, 2**63 - 1) == thriftpy2_bytes(b"t", rows, 2**63 - 1)
     for at, seqid in ((ts, 0), (0, 7), (2**63 - 1, 2**31 - 1), (-(2**63), -1)):
         assert encode_request(b"t1", rows, at, seqid) == thriftpy2_bytes(b"t1", rows, at, seqid)
+        if (fast := native.module()) is not None:  # written natively, not by the fallback
+            assert fast.encode_mutate_rows(b"t1", rows, at, seqid) == thriftpy2_bytes(
+                b"t1", rows, at, seqid)
 
 
 def test_cells_the_native_encoder_declines_go_out_as_the_reference_writes_them() -> None:

@@ -10,7 +10,13 @@ import yaml
 from pyspark import SparkConf
 
 from leakproof.core import config
-from leakproof.driver.spark_session import JVM_JAVA_OPTIONS, apply_settings
+from leakproof.driver.spark_session import (
+    JVM_JAVA_OPTIONS,
+    apply_settings,
+    defaults_file,
+    file_settings,
+    take_file_defaults,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,6 +59,51 @@ def test_spark_submit_wins_over_config_yml_and_the_defaults() -> None:
     apply_settings(conf, _config({"spark.ui.enabled": False}))
     assert conf.get("spark.executor.defaultJavaOptions") == "-Xss4m"
     assert conf.get("spark.ui.enabled") == "true"
+
+
+def test_spark_defaults_conf_is_read_as_java_reads_a_properties_file() -> None:
+    text = "\n".join([
+        "# a comment \\",
+        "spark.driver.defaultJavaOptions   -Djava.security.krb5.conf=/etc/krb5.conf \\",
+        "    -XX:+ExitOnOutOfMemoryError",
+        "  ! another comment",
+        "spark.ui.port=4050",
+        "spark.eventLog.dir : hdfs:///logs  ",
+        "spark.executor.memory\t2g",
+        "spark.flag",
+        "hadoop.not.spark x",
+        "",
+    ])
+    assert file_settings(text) == {
+        "spark.driver.defaultJavaOptions":
+            "-Djava.security.krb5.conf=/etc/krb5.conf -XX:+ExitOnOutOfMemoryError",
+        "spark.ui.port": "4050",
+        "spark.eventLog.dir": "hdfs:///logs",
+        "spark.executor.memory": "2g",
+        "spark.flag": "",
+    }
+
+
+def test_the_file_spark_submit_reads_is_found(tmp_path: Path) -> None:
+    (tmp_path / "conf").mkdir()
+    assert defaults_file({}, lambda: str(tmp_path)) is None
+    (tmp_path / "conf" / "spark-defaults.conf").write_text("spark.a 1\n")
+    assert defaults_file({}, lambda: str(tmp_path)) == tmp_path / "conf" / "spark-defaults.conf"
+    assert defaults_file({"SPARK_HOME": str(tmp_path)}, lambda: "/nowhere") is not None
+    assert defaults_file({"SPARK_CONF_DIR": str(tmp_path)}, lambda: str(tmp_path)) is None
+
+
+def test_an_administrators_defaults_win_where_leakproof_starts_the_jvm(tmp_path: Path) -> None:
+    (tmp_path / "spark-defaults.conf").write_text(
+        "spark.driver.defaultJavaOptions -Djava.security.auth.login.config=/etc/jaas.conf\n"
+        "spark.ui.enabled false\n")
+    conf = _conf(spark_ui_enabled="true")  # given on the command line: wins over the file
+    take_file_defaults(conf, {"SPARK_CONF_DIR": str(tmp_path)}, lambda: "/nowhere")
+    apply_settings(conf, _config({"spark.driver.defaultJavaOptions": "-Xss4m"}))
+    assert conf.get("spark.driver.defaultJavaOptions") == \
+        "-Djava.security.auth.login.config=/etc/jaas.conf"
+    assert conf.get("spark.ui.enabled") == "true"
+    assert conf.get("spark.executor.defaultJavaOptions") == JVM_JAVA_OPTIONS
 
 
 def test_a_spark_connect_session_is_refused_before_spark_starts() -> None:

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -166,6 +167,60 @@ def apply_settings(conf: Any, cfg: Config) -> None:
         conf.setIfMissing(key, value)
 
 
+def take_file_defaults(conf: Any, environ: Mapping[str, str],
+                       spark_home: Callable[[], str]) -> None:
+    """Put spark-defaults.conf's entries in ``conf`` (where nothing set them) before
+    leakproof starts the JVM itself: it starts with every entry of ``conf`` as a --conf,
+    which would beat the file, so an administrator's settings there (Java options, Kerberos,
+    logging) win over config.yml's and leakproof's defaults, as under spark-submit."""
+    found = defaults_file(environ, spark_home)
+    if found is not None:
+        for key, value in file_settings(found.read_text(errors="replace")).items():
+            conf.setIfMissing(key, value)
+
+
+def defaults_file(environ: Mapping[str, str], spark_home: Callable[[], str]) -> Path | None:
+    """The spark-defaults.conf spark-submit reads: in SPARK_CONF_DIR, else SPARK_HOME's (or
+    pyspark's own) ``conf``; None where there is none."""
+    conf_dir = environ.get("SPARK_CONF_DIR") or os.path.join(
+        environ.get("SPARK_HOME") or spark_home(), "conf")
+    path = Path(conf_dir) / "spark-defaults.conf"
+    return path if path.is_file() else None
+
+
+def file_settings(text: str) -> dict[str, str]:
+    """The ``spark.*`` entries of a spark-defaults.conf, read as Java reads a properties file
+    (``key value``, ``key=value`` or ``key: value``; ``#`` and ``!`` comments; a line ending
+    in a backslash continues), values trimmed as Spark trims them. Other escapes are taken
+    as written: Spark's own settings do not use them."""
+    found: dict[str, str] = {}
+    held = ""  # a logical line so far, continued by a trailing backslash
+    for raw in text.splitlines():
+        line = held + raw.lstrip()
+        if not held and (not line or line[0] in "#!"):
+            continue  # blank, or a comment (which a backslash does not continue)
+        held = ""
+        if (len(line) - len(line.rstrip("\\"))) % 2 == 1:
+            held = line[:-1]
+            continue
+        key, value = _split_property(line)
+        if key.startswith("spark."):
+            found[key] = value.strip()
+    return found
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    """A properties line's key and value: the key ends at the first whitespace, ``=`` or
+    ``:``; one ``=`` or ``:`` after whitespace belongs to the separator too."""
+    for i, ch in enumerate(line):
+        if ch in " \t\f=:":
+            rest = line[i + 1:] if ch in "=:" else line[i:].lstrip(" \t\f")
+            if ch not in "=:" and rest[:1] in ("=", ":"):
+                rest = rest[1:]
+            return line[:i], rest.lstrip(" \t\f")
+    return line, ""
+
+
 def spark_connect_requested(environ: Mapping[str, str], spark_conf: Mapping[str, str]
                             ) -> str | None:
     """What asks for a Spark Connect session (None: nothing does). A Connect client has no
@@ -201,6 +256,9 @@ def spark_context(cfg: Config) -> Any:
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     if not submitted:
         conf.setMaster(cfg.job.master).setAppName(cfg.job.app_name)
+        from pyspark.find_spark_home import _find_spark_home
+
+        take_file_defaults(conf, os.environ, _find_spark_home)
     apply_settings(conf, cfg)
     if submitted:
         sc = SparkContext.getOrCreate(conf)

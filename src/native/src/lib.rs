@@ -309,35 +309,41 @@ fn put_field(out: &mut Vec<u8>, header: &[u8], b: &[u8]) -> PyResult<()> {
     Ok(())
 }
 
-/// The bytes of an exact `bytes` (or a subclass: the reference writes the same bytes).
+/// The bytes of an exact `bytes` (a subclass may answer `len()` otherwise: declined).
 fn exact_bytes<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
-    Ok(obj.downcast::<PyBytes>().map_err(|_| declined(what))?.as_bytes())
+    Ok(obj.downcast_exact::<PyBytes>().map_err(|_| declined(what))?.as_bytes())
+}
+
+/// An exact `dict`: a subclass may order or size its items otherwise than its storage.
+fn exact_dict<'a, 'py>(obj: &'a Bound<'py, PyAny>, what: &str) -> PyResult<&'a Bound<'py, PyDict>> {
+    obj.downcast_exact::<PyDict>().map_err(|_| declined(what))
 }
 
 /// `mutateRowsTs(table, [one put of its cells per row], ts, {})` with every cell written to
 /// the WAL, numbered `seqid`: `rows` a dict of row key to a dict of column to value, all
-/// `bytes`. Raises ValueError for anything else (a bytearray, a mapping that is not a
-/// dict), and the caller encodes the request with the reference.
+/// exact `bytes`. Raises ValueError for anything else (a bytearray, a subclass, a mapping
+/// that is not a dict), and the caller encodes the request with the reference.
 #[pyfunction]
 #[pyo3(signature = (table, rows, ts, seqid))]
 fn encode_mutate_rows<'py>(
     py: Python<'py>,
-    table: &Bound<'py, PyBytes>,
+    table: &Bound<'py, PyAny>,
     rows: &Bound<'py, PyAny>,
     ts: i64,
     seqid: i32,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let rows = rows.downcast::<PyDict>().map_err(|_| declined("rows not a dict"))?;
+    let table = exact_bytes(table, "the table name not bytes")?;
+    let rows = exact_dict(rows, "rows not a dict")?;
     let mut out: Vec<u8> = Vec::with_capacity(64 + rows.len() * 512);
     out.extend_from_slice(&THRIFT_CALL.to_be_bytes());
     put_i32(&mut out, MUTATE_ROWS_TS.len())?;
     out.extend_from_slice(MUTATE_ROWS_TS);
     out.extend_from_slice(&seqid.to_be_bytes());
-    put_field(&mut out, STRING_1, table.as_bytes())?;
+    put_field(&mut out, STRING_1, table)?;
     out.extend_from_slice(LIST_2);
     put_i32(&mut out, rows.len())?;
     for (row, cells) in rows.iter() {
-        let cells = cells.downcast::<PyDict>().map_err(|_| declined("cells not a dict"))?;
+        let cells = exact_dict(&cells, "cells not a dict")?;
         put_field(&mut out, STRING_1, exact_bytes(&row, "a row key not bytes")?)?;
         out.extend_from_slice(LIST_2);
         put_i32(&mut out, cells.len())?;
