@@ -20,10 +20,10 @@ TOPIC= reuses an earlier run's topic; PEERS_FIRST=1 drains the peers before the 
 can so alternate which of them meets a cold HBase); RATE_PER_PARTITION= caps batches lower
 (more of them); ISOLATION=read_uncommitted reads as before transactions were honoured (the
 same-run baseline of read_committed's cost); SPARK_CONF="k=v;k=v" adds job.spark_conf entries
-(an A/B of a Spark setting on the same topic); CLOSED=1 also publishes closed-session
-summaries to a topic of their own, in transactions (TRANSACTIONAL=0: plain sends), and prints
-what publishing cost per batch and how many offsets the summaries took per record read
-(EMIT=update or EMIT=every_s:N: live updates, output.emit);
+(an A/B of a Spark setting on the same topic), KEPT_ROWS= sets job.kept_rows; CLOSED=1 also
+publishes closed-session summaries to a topic of their own, in transactions (TRANSACTIONAL=0:
+plain sends), and prints what publishing cost per batch and how many offsets the summaries
+took per record read (EMIT=update or EMIT=every_s:N: live updates, output.emit);
 REKEY=1 sends the events under null keys and runs the job with input.rekey (no peers), then
 the same events keyed through the job in the same run, and prints the ratio;
 KEEP=1 keeps the run's HBase tables (dropped otherwise: HBase slows as they pile up); INTERVAL= sets

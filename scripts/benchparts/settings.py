@@ -29,7 +29,7 @@ WORKERS = int(os.environ.get("WORKERS", "2"))
 # capped or many-sessions run's rate is no maximum of the 4-partition topic)
 MAKE_BENCH_SHAPE = not any(os.environ.get(k) for k in (
     "EVENTS", "SESSIONS", "SPAN_S", "MANY", "PARTITIONS", "RATE_PER_PARTITION", "MODEL",
-    "FORMAT", "CLOSED", "ISOLATION"))
+    "FORMAT", "CLOSED", "ISOLATION", "KEPT_ROWS"))
 RESULT_JSON = os.environ.get("RESULT_JSON")  # also write the figures there, as JSON
 PROFILE_S = int(os.environ.get("PROFILE_S", "12"))  # py-spy window on the job's workers
 # the peer's variants: decode in the JVM / in mapInPandas; capped batches / one batch

@@ -53,6 +53,8 @@ def measure(name: str) -> int:
     if os.environ.get("SPARK_CONF"):  # k=v[;k=v...]: job.spark_conf entries, for A/B runs
         data["job"].setdefault("spark_conf", {}).update(
             item.split("=", 1) for item in os.environ["SPARK_CONF"].split(";") if item)
+    if os.environ.get("KEPT_ROWS"):  # job.kept_rows: the rows a worker keeps between batches
+        data["job"]["kept_rows"] = int(os.environ["KEPT_ROWS"])
     if os.environ.get("CLOSED") == "1":
         data.setdefault("output", {})["closed_sessions_topic"] = f"{name}-closed"
         data["output"]["transactional"] = os.environ.get("TRANSACTIONAL", "1") == "1"

@@ -10,6 +10,7 @@ import pytest
 
 from leakproof.core import config
 from leakproof.core.errors import ConfigError
+from leakproof.core.kept_rows import MOST_ROWS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,6 +46,7 @@ def test_defaults_fill_optional_sections() -> None:
     assert cfg.kafka.on_data_loss == "fail"
     assert cfg.hbase.port == 9090
     assert cfg.job.batch_interval_s == 2.0
+    assert cfg.job.kept_rows == MOST_ROWS == 50_000
     assert cfg.output.closed_sessions_topic is None
 
 
@@ -66,6 +68,8 @@ def test_defaults_fill_optional_sections() -> None:
         ({**minimal(), "hbase": {"transport": "ftp"}}, "use one of: buffered | framed | http"),
         ({**minimal(), "hbase": {"port": "9090"}}, "'hbase.port' must be an integer"),
         ({**minimal(), "job": {"batch_interval_s": 0}}, "'job.batch_interval_s' must be > 0"),
+        ({**minimal(), "job": {"kept_rows": -1}}, "'job.kept_rows' must be >= 0, got -1"),
+        ({**minimal(), "job": {"kept_rows": 1.5}}, "'job.kept_rows' must be an integer"),
         ({**minimal(), "sessions": {"grace_s": -1}}, "'sessions.grace_s' must be >= 0"),
         (minimal(topic="bad topic"), "'kafka.topic' = 'bad topic' has characters outside"),
         (minimal(group_id="a:b"), "'kafka.group_id' = 'a:b' has characters outside"),

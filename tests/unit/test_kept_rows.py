@@ -93,6 +93,13 @@ def test_rows_gone_are_forgotten_and_the_oldest_go_first() -> None:
     assert set(kept.take("t:0", b"w4/", ["a", "b", "c"])) == {"a", "c"}
 
 
+def test_a_cache_of_no_rows_keeps_none_but_follows_the_token() -> None:
+    kept = KeptRows(most=0)
+    kept.keep("t:0", b"/", b"w1/", {"a": OPEN_ROW})
+    assert len(kept) == 0 and kept.token("t:0") == b"w1/"
+    assert kept.take("t:0", b"w1/", ["a"]) == {}
+
+
 def test_a_row_taken_from_its_image_is_the_row_read_and_a_copy_a_fold_may_change() -> None:
     """The store's side of the cache: ``images`` of the rows it read or wrote; ``adopt`` of
     them, in another store over the same table, gives the rows a read would."""
@@ -173,13 +180,14 @@ def test_a_run_keeps_its_trail_under_its_epoch_and_clears_older_epochs(
 class Workers:
     """Several Python workers (each its own kept rows) over one set of in-memory tables."""
 
-    def __init__(self, n: int, keep: bool = True, trail: Trail | None = None) -> None:
+    def __init__(self, n: int, keep: bool = True, trail: Trail | None = None,
+                 most: int = 50_000) -> None:
         self.journal = Journal()
         self.sessions = FakeSessionRows(self.journal)
         self.partitions = FakePartitionRows(self.journal)
         self.kept: list[KeptRows | None] = [
-            None if not keep else KeptRows() if trail is None else SharedKeptRows(trail)
-            for _ in range(n)]
+            None if not keep else KeptRows(most) if trail is None
+            else SharedKeptRows(trail, most) for _ in range(n)]
 
     def view(self) -> FakeSessionRows:
         """The session rows as a worker's range sees them: the same cells."""
@@ -260,6 +268,25 @@ def test_one_worker_takes_every_open_row_it_wrote_and_folds_exactly() -> None:
         taken += report.rows_kept
     assert compare(expected, workers.sessions.readable()) == []
     assert taken > 0
+
+
+@pytest.mark.parametrize("most", [0, 7, 40])
+def test_a_worker_keeping_fewer_rows_than_are_open_reads_the_rest_and_folds_exactly(
+        most: int) -> None:
+    events = spread_events()
+    expected = expected_rows({0: [e.as_event() for e in events]}, CLOSE_MS, web_model())
+    recs = as_records(events, f"few{most}")
+    workers, taken, could = Workers(1, most=most), 0, 0
+    for batch, i in enumerate(range(0, len(recs), 200)):
+        chunk = recs[i:i + 200]
+        cells = workers.sessions.cells
+        could += sum(1 for sid in {BY_VALUE[r.value].session_id for r in chunk if r.value}
+                     if sid in cells and cells[sid].get(b"s:state") == b"open")
+        [report] = workers.run(0, [(OffsetRange("t", 0, i, i + len(chunk)), chunk)], batch)
+        taken += report.rows_kept
+        assert len(workers.kept[0] or ()) <= most
+    assert compare(expected, workers.sessions.readable()) == []
+    assert taken == 0 if most == 0 else 0 < taken < could
 
 
 @pytest.mark.parametrize("shared", [False, True])
@@ -357,3 +384,18 @@ def test_a_row_that_another_partition_closes_is_never_taken_open() -> None:
         results.append(w.sessions.readable()["m"])
     assert results[0] == results[1]
     assert results[0]["state"] == "closed" and results[0]["late_events"] == "1"
+
+
+def test_a_worker_keeps_as_many_rows_as_job_kept_rows_says(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from leakproof.core import config
+    from leakproof.task import worker
+
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    monkeypatch.setattr(worker, "_kept", {})
+    cfg = config.from_dict({"kafka": {"bootstrap_servers": "h:9092", "topic": "t",
+                                      "group_id": "g"}, "job": {"kept_rows": 3}})
+    kept = worker._kept_rows(cfg, epoch=1)
+    assert isinstance(kept, SharedKeptRows)
+    kept.keep("t:0", b"/", b"w1/", {sid: OPEN_ROW for sid in "abcde"})
+    assert set(kept.take("t:0", b"w1/", "abcde")) == {"c", "d", "e"}

@@ -86,7 +86,7 @@ def _kept_rows(cfg: Config, epoch: int) -> KeptRows:
     """This worker's kept rows for these tables and group under this driver epoch, shared
     with the host's other workers (``kept_trail``); rows kept under another epoch (a driver
     since replaced, a rewind) are dropped."""
-    h, group = cfg.hbase, cfg.kafka.group_id
+    h, group, most = cfg.hbase, cfg.kafka.group_id, cfg.job.kept_rows
     kept = _kept.get((h, group, epoch))
     if kept is None:
         for key in [k for k in _kept if k[:2] == (h, group)]:
@@ -94,10 +94,10 @@ def _kept_rows(cfg: Config, epoch: int) -> KeptRows:
         try:
             root = trail_root(h.host, str(h.port), h.sessions_table, h.state_table, group,
                               epoch=epoch)
-            kept = SharedKeptRows(Trail(root))
+            kept = SharedKeptRows(Trail(root), most)
         except OSError as exc:
             log.warning("kept rows stay in this Python worker (%s)", exc)
-            kept = KeptRows()
+            kept = KeptRows(most)
         _kept[h, group, epoch] = kept
     return kept
 

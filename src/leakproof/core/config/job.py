@@ -1,5 +1,5 @@
 """``job:``: the Spark side of ``leakproof run`` (batch clock, master, stop timeout, the
-metrics endpoint, extra Spark settings)."""
+metrics endpoint, extra Spark settings, the rows a Python worker keeps between batches)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ class JobConfig:
     # extra Spark settings for `leakproof run` (spark-submit's --conf wins), e.g.
     # {"spark.ui.port": "4050"} (the UI is on unless {"spark.ui.enabled": "false"})
     spark_conf: dict[str, str] = field(default_factory=dict)
+    # the session rows one Python worker keeps between batches, at most (about 400 bytes
+    # each; the least recently used go first): a session touched again is then not read
+    # from HBase. Size it to the open sessions of a worker's partitions; 0: none kept
+    kept_rows: int = 50_000  # (``kept_rows.MOST_ROWS``: a cache made without a config)
 
 
 def read_job(data: dict[str, Any]) -> JobConfig:
@@ -54,4 +58,5 @@ def read_job(data: dict[str, Any]) -> JobConfig:
                                  for k, v in spark_conf.items()},
                      app_name=s.text("app_name"), metrics_port=port,
                      metrics_host=s.text("metrics_host"),
-                     metrics_sd_file=sd_file)
+                     metrics_sd_file=sd_file,
+                     kept_rows=s.number("kept_rows", minimum=0, integer=True))
