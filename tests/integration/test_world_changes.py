@@ -267,13 +267,15 @@ def test_records_stamped_an_hour_back_close_no_session_before_its_silence(env: E
         producer.flush()
     finally:
         producer.close()
-    mirrored = env.variant("mirrored", sessions={"inactivity_gap_s": 20, "grace_s": 1,
+    # silence is counted from the last planned records, and --until-idle from the last batch
+    # done: a gap well past the quiet run's 8 s leaves room for a slow day's batches
+    mirrored = env.variant("mirrored", sessions={"inactivity_gap_s": 60, "grace_s": 1,
                                                  "idle_after_s": 2})
     env.run("--until-idle", "8", config=mirrored, timeout=120)  # ticks, 8 s quiet at most
     rows = session_rows(env)
     assert {sid: (row["state"], row["events"]) for sid, row in rows.items()} == {
         f"m{i}": ("open", "3") for i in range(40)}
-    env.run("--until-idle", "35", config=mirrored, timeout=150)  # quiet past gap + grace
+    env.run("--until-idle", "70", config=mirrored, timeout=240)  # quiet past gap + grace
     rows = session_rows(env)
     assert {sid: (row["state"], row["events"], row["late_events"])
             for sid, row in rows.items()} == {f"m{i}": ("closed", "3", "0") for i in range(40)}
