@@ -10,7 +10,6 @@ import pytest
 
 from leakproof.core import config
 from leakproof.core.errors import ConfigError
-from leakproof.core.kept_rows import MOST_ROWS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,7 +45,7 @@ def test_defaults_fill_optional_sections() -> None:
     assert cfg.kafka.on_data_loss == "fail"
     assert cfg.hbase.port == 9090
     assert cfg.job.batch_interval_s == 2.0
-    assert cfg.job.kept_rows == MOST_ROWS == 50_000
+    assert cfg.job.kept_rows == 50_000
     assert cfg.output.closed_sessions_topic is None
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from leakproof.core.config import JobConfig
 from leakproof.core.events import Event, WebEvent
 from leakproof.core.kept_rows import Delta, KeptRows, keepable, rewritten
 from leakproof.core.offsets import OffsetRange
@@ -32,6 +33,7 @@ from leakproof.testing.task_ports import (
 )
 
 CLOSE_MS = 600_000
+MOST = JobConfig().kept_rows  # a worker's kept rows at most, unless job.kept_rows says
 WEB = compile_model(web_model())
 OPEN_ROW = b"open row image"  # what a store gives the cache: bytes it never looks into
 
@@ -62,7 +64,7 @@ def test_the_token_is_the_writer_then_the_foreign_bump() -> None:
 
 
 def test_rows_are_taken_while_the_token_holds_and_all_dropped_when_it_changes() -> None:
-    kept = KeptRows()
+    kept = KeptRows(MOST)
     assert kept.take("t:0", b"/", ["a"]) == {}  # nothing kept yet
     kept.keep("t:0", b"/", b"w1/", {"a": OPEN_ROW})
     assert kept.take("t:0", b"w1/", ["a", "b", "c"]) == {"a": OPEN_ROW}
@@ -74,7 +76,7 @@ def test_rows_are_taken_while_the_token_holds_and_all_dropped_when_it_changes() 
 
 
 def test_keep_after_a_load_that_saw_another_token_drops_the_older_rows() -> None:
-    kept = KeptRows()
+    kept = KeptRows(MOST)
     kept.keep("t:0", b"/", b"w1/", {"a": OPEN_ROW})
     # a range loaded under someone else's token (no take in between), then kept its own rows
     kept.keep("t:0", b"x9/", b"w2/", {"b": OPEN_ROW})
@@ -149,7 +151,7 @@ def test_a_half_written_or_foreign_file_ends_the_trail(tmp_path: Path) -> None:
 
 def test_a_worker_catches_up_from_the_trail_or_from_its_oldest_delta(tmp_path: Path) -> None:
     trail = Trail(tmp_path)
-    one, two = SharedKeptRows(trail), SharedKeptRows(trail)
+    one, two = SharedKeptRows(trail, MOST), SharedKeptRows(trail, MOST)
     row, changed = b"row image", b"row image, changed"
     one.keep("t:0", b"/", b"a/", {"x": row, "y": row})
     two.keep("t:0", b"a/", b"b/", {"x": changed}, gone=["y"])
@@ -158,7 +160,7 @@ def test_a_worker_catches_up_from_the_trail_or_from_its_oldest_delta(tmp_path: P
     # a range that crashed after its mark (token c/, no delta), then one that wrote d/:
     # only d/'s rows are known; x and y are read
     two.keep("t:0", b"c/", b"d/", {"z": row})
-    three = SharedKeptRows(trail)
+    three = SharedKeptRows(trail, MOST)
     for worker in (three, one):
         worker.catch_up("t:0", b"d/")
         assert worker.take("t:0", b"d/", ["x", "y", "z"]) == {"z": row}
@@ -181,7 +183,7 @@ class Workers:
     """Several Python workers (each its own kept rows) over one set of in-memory tables."""
 
     def __init__(self, n: int, keep: bool = True, trail: Trail | None = None,
-                 most: int = 50_000) -> None:
+                 most: int = MOST) -> None:
         self.journal = Journal()
         self.sessions = FakeSessionRows(self.journal)
         self.partitions = FakePartitionRows(self.journal)

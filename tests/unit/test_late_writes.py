@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from leakproof.core.cell_clock import CellClock, room, stamps
+from leakproof.core.config import JobConfig
 from leakproof.core.kept_rows import KeptRows
 from leakproof.testing.hbase_table import FakeTable, LateWrite
 
@@ -175,7 +176,7 @@ def test_ranges_that_may_share_rows_get_timestamps_in_apply_order_the_second_pas
 
 
 def test_kept_rows_dropped_after_a_failed_write_are_read_again() -> None:
-    kept = KeptRows()
+    kept = KeptRows(JobConfig().kept_rows)
     kept.keep("t:0", b"", b"tok", {"s": b"row image"})
     kept.drop("t:0")
     assert kept.take("t:0", b"tok", ["s"]) == {}

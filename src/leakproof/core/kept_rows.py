@@ -60,13 +60,10 @@ def keepable(s: SessionState, key: str) -> bool:
     return s.state == OPEN and all(k == key for k in s.fences)
 
 
-MOST_ROWS = 50_000  # a worker's kept rows at most (about 400 bytes each)
-
-
 class KeptRows:
     """One worker's kept rows, for one sessions table and one driver epoch."""
 
-    def __init__(self, most: int = MOST_ROWS) -> None:
+    def __init__(self, most: int) -> None:  # (``job.kept_rows``)
         self._most = most
         self._tokens: dict[str, tuple[bytes, int]] = {}  # fence key -> (token, generation)
         self._generation = 0

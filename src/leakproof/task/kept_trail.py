@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from leakproof.core.kept_rows import MOST_ROWS, Delta, KeptRows
+from leakproof.core.kept_rows import Delta, KeptRows
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class SharedKeptRows(KeptRows):
     """A worker's kept rows, brought up to date from the host's trail when another worker
     wrote the partition since, and each range's delta left on it."""
 
-    def __init__(self, trail: Trail, most: int = MOST_ROWS) -> None:
+    def __init__(self, trail: Trail, most: int) -> None:
         super().__init__(most)
         self._trail = trail
         self._warned = False

@@ -32,7 +32,7 @@ class JobConfig:
     # the session rows one Python worker keeps between batches, at most (about 400 bytes
     # each; the least recently used go first): a session touched again is then not read
     # from HBase. Size it to the open sessions of a worker's partitions; 0: none kept
-    kept_rows: int = 50_000  # (``kept_rows.MOST_ROWS``: a cache made without a config)
+    kept_rows: int = 50_000
 
 
 def read_job(data: dict[str, Any]) -> JobConfig:
